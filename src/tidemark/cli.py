@@ -1,0 +1,89 @@
+"""The ``tidemark`` command line: broker management, running services, the demo."""
+
+from __future__ import annotations
+
+import enum
+import json
+from pathlib import Path
+
+import typer
+
+from tidemark.broker.embedded import EmbeddedBroker, EmbeddedBrokerError
+from tidemark.config.settings import DEFAULT_HOME
+
+app = typer.Typer(help="Tidemark: stateful PySpark streaming on Kafka.", no_args_is_help=True,
+                  pretty_exceptions_enable=False)
+broker_app = typer.Typer(help="The embedded Kafka-API broker (Tansu).", no_args_is_help=True)
+app.add_typer(broker_app, name="broker")
+
+HomeOption = typer.Option(DEFAULT_HOME, "--home", envvar="TIDEMARK_HOME",
+                          help="Directory for local state (broker record, logs, checkpoints).")
+
+
+class Service(str, enum.Enum):
+    coordinator = "coordinator"
+    checkpoint_store = "checkpoint-store"
+    changelog = "changelog"
+    materializer = "materializer"
+
+
+def _broker(home: Path, port: int | None = None) -> EmbeddedBroker:
+    return EmbeddedBroker(home / "broker", port=port)
+
+
+@broker_app.command("start")
+def broker_start(
+    home: Path = HomeOption,
+    port: int = typer.Option(0, min=0, max=65535, help="TCP port; 0 picks a free one."),
+) -> None:
+    """Start the embedded broker in the background and wait until it answers."""
+    try:
+        status = _broker(home, port or None).start()
+    except EmbeddedBrokerError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    typer.echo(f"broker running: pid={status.pid} bootstrap={status.bootstrap_servers} log={status.log_path}")
+
+
+@broker_app.command("stop")
+def broker_stop(home: Path = HomeOption) -> None:
+    """Stop the embedded broker started from this home directory."""
+    stopped = _broker(home).stop()
+    typer.echo("broker stopped" if stopped else "broker was not running")
+
+
+@broker_app.command("status")
+def broker_status(home: Path = HomeOption, as_json: bool = typer.Option(False, "--json")) -> None:
+    """Show whether the embedded broker runs; exit 1 when it does not."""
+    status = _broker(home).status()
+    if as_json:
+        typer.echo(json.dumps({"running": status.running, "pid": status.pid,
+                               "bootstrap_servers": status.bootstrap_servers}))
+    else:
+        typer.echo(f"running: pid={status.pid} bootstrap={status.bootstrap_servers}"
+                   if status.running else "not running")
+    raise typer.Exit(0 if status.running else 1)
+
+
+@app.command("run")
+def run(service: Service = typer.Argument(..., help="The service to run.")) -> None:
+    """Run one service in the foreground until SIGTERM or Ctrl-C."""
+    from tidemark.services import run_service
+
+    run_service(service.value)
+
+
+@app.command("demo")
+def demo(home: Path = HomeOption) -> None:
+    """Run the demo on the embedded defaults (broker, services, round trip), then clean up."""
+    from tidemark.demo import run_demo
+
+    raise typer.Exit(run_demo(home))
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

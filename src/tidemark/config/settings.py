@@ -1,0 +1,147 @@
+"""Settings shared by every Tidemark process.
+
+Sources, highest precedence first: environment variables (``TIDEMARK_`` prefix, ``__`` between
+nested keys, e.g. ``TIDEMARK_KAFKA__SECURITY_PROTOCOL``; the bootstrap address is the plain
+``KAFKA_BOOTSTRAP_SERVERS``), then the YAML file named by ``TIDEMARK_CONFIG_FILE``, then defaults.
+Unknown keys in the file are errors. :func:`load_settings` turns every validation failure into a
+:class:`ConfigurationError` that names the key and the reason.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+import yaml
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+CONFIG_FILE_ENV = "TIDEMARK_CONFIG_FILE"
+DEFAULT_HOME = Path(os.environ.get("TIDEMARK_HOME", ".tidemark"))
+
+
+class ConfigurationError(Exception):
+    """Invalid or missing configuration; ``problems`` lists (key, reason) pairs."""
+
+    def __init__(self, problems: list[tuple[str, str]]) -> None:
+        self.problems = problems
+        lines = "; ".join(f"{key}: {reason}" for key, reason in problems)
+        super().__init__(f"invalid configuration: {lines}")
+
+
+class KafkaSettings(BaseModel):
+    """How to reach Kafka; turned into librdkafka and aiokafka settings by tidemark.kafka."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = None
+    sasl_username: str | None = None
+    sasl_password: str | None = None
+    ssl_ca_location: str | None = None
+    replication_factor: int = Field(1, ge=1, le=16)
+
+    @field_validator("sasl_password")
+    @classmethod
+    def _password_needs_user(cls, value: str | None, info: Any) -> str | None:
+        if value and not info.data.get("sasl_username"):
+            raise ValueError("sasl_password given without sasl_username")
+        return value
+
+
+class _YamlFileSource(PydanticBaseSettingsSource):
+    """Reads the YAML file named by TIDEMARK_CONFIG_FILE (absent variable: no file)."""
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        path = os.environ.get(CONFIG_FILE_ENV)
+        if not path:
+            return {}
+        try:
+            data = yaml.safe_load(Path(path).read_text()) or {}
+        except OSError as exc:
+            raise ConfigurationError([(CONFIG_FILE_ENV, f"cannot read {path}: {exc.strerror}")])
+        except yaml.YAMLError as exc:
+            raise ConfigurationError([(CONFIG_FILE_ENV, f"{path} is not valid YAML: {exc}")])
+        if not isinstance(data, dict):
+            raise ConfigurationError([(CONFIG_FILE_ENV, f"{path} must hold a mapping")])
+        return data
+
+
+class TidemarkSettings(BaseSettings):
+    """Settings every service and worker reads; services subclass it with their own keys."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="TIDEMARK_", env_nested_delimiter="__", extra="forbid", frozen=True
+    )
+
+    bootstrap_servers: str | None = Field(
+        None,
+        validation_alias=AliasChoices("KAFKA_BOOTSTRAP_SERVERS", "bootstrap_servers"),
+        description="Kafka bootstrap address; unset: the embedded broker under home",
+    )
+    kafka: KafkaSettings = KafkaSettings()
+    schema_registry_url: str | None = None
+    topic_prefix: str = Field("tidemark", pattern=r"^[A-Za-z0-9._-]{1,100}$")
+    home: Path = DEFAULT_HOME
+    state_dir: Path | None = None
+    checkpoint_storage_url: str | None = None
+    http_host: str = "127.0.0.1"
+    http_port: int = Field(0, ge=0, le=65535)
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    shutdown_timeout_s: float = Field(15.0, gt=0, le=600)
+    api_token: str | None = None
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, env_settings, _YamlFileSource(settings_cls))
+
+    @field_validator("checkpoint_storage_url")
+    @classmethod
+    def _storage_scheme(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("file://", "s3://")):
+            raise ValueError("must start with file:// or s3://")
+        return value
+
+    @property
+    def resolved_state_dir(self) -> Path:
+        return self.state_dir or self.home / "state"
+
+    @property
+    def resolved_storage_url(self) -> str:
+        return self.checkpoint_storage_url or (self.home / "checkpoints").resolve().as_uri()
+
+
+S = TypeVar("S", bound=TidemarkSettings)
+
+
+def _key_name(settings_cls: type[BaseSettings], loc: tuple[Any, ...]) -> str:
+    if not loc:
+        return "<settings>"
+    if loc[0] == "bootstrap_servers" or loc[0] == "KAFKA_BOOTSTRAP_SERVERS":
+        return "KAFKA_BOOTSTRAP_SERVERS"
+    return "TIDEMARK_" + "__".join(str(part).upper() for part in loc)
+
+
+def load_settings(settings_cls: type[S], **overrides: Any) -> S:
+    """Build ``settings_cls`` from the environment and file, or raise ConfigurationError."""
+    try:
+        return settings_cls(**overrides)
+    except ValidationError as exc:
+        problems = []
+        for error in exc.errors():
+            key = _key_name(settings_cls, tuple(error.get("loc", ())))
+            given = error.get("input")
+            reason = error["msg"] + (f" (got {given!r})" if not isinstance(given, dict) else "")
+            problems.append((key, reason))
+        raise ConfigurationError(problems) from None

@@ -1,0 +1,1 @@
+"""Kafka helpers: topic names, client configuration, admin operations."""

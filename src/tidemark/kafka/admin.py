@@ -1,0 +1,68 @@
+"""Admin operations: idempotent topic creation and log truncation (DeleteRecords)."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from tidemark.kafka.topics import TopicSpec
+
+
+class TruncationResult(str, enum.Enum):
+    PHYSICAL = "physical"  # the broker moved the log start offset
+    UNSUPPORTED = "unsupported"  # the broker does not implement DeleteRecords
+
+
+def ensure_topics(
+    admin: AdminClient, specs: Iterable[TopicSpec], replication_factor: int = 1, timeout_s: float = 15.0
+) -> list[str]:
+    """Create the topics that do not exist yet; return the names created."""
+    specs = list(specs)
+    existing = set(admin.list_topics(timeout=timeout_s).topics)
+    wanted = [
+        NewTopic(spec.name, num_partitions=spec.partitions, replication_factor=replication_factor,
+                 config=dict(spec.config))
+        for spec in specs
+        if spec.name not in existing
+    ]
+    if not wanted:
+        return []
+    created = []
+    for name, future in admin.create_topics(wanted, operation_timeout=timeout_s).items():
+        try:
+            future.result(timeout=timeout_s)
+            created.append(name)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise
+    return created
+
+
+def delete_records_before(
+    admin: AdminClient, offsets: dict[tuple[str, int], int], timeout_s: float = 10.0
+) -> TruncationResult:
+    """Ask the broker to drop every record before ``offsets`` (DeleteRecords).
+
+    Returns UNSUPPORTED, instead of raising, when the broker does not implement the request
+    (the embedded broker closes the connection); any other failure raises KafkaException.
+    """
+    partitions = [TopicPartition(topic, part, off) for (topic, part), off in offsets.items()]
+    if not partitions:
+        return TruncationResult.PHYSICAL
+    try:
+        futures: dict[Any, Any] = admin.delete_records(partitions, request_timeout=timeout_s,
+                                                        operation_timeout=timeout_s)
+        for future in futures.values():
+            future.result(timeout=timeout_s + 5)
+    except KafkaException as exc:
+        error = exc.args[0]
+        unsupported = {KafkaError._TRANSPORT, KafkaError.UNSUPPORTED_VERSION,
+                       KafkaError._UNSUPPORTED_FEATURE, KafkaError._TIMED_OUT}
+        if isinstance(error, KafkaError) and error.code() in unsupported:
+            return TruncationResult.UNSUPPORTED
+        raise
+    return TruncationResult.PHYSICAL

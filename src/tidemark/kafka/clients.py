@@ -1,0 +1,90 @@
+"""Client configuration for confluent-kafka (librdkafka) and Faust (aiokafka).
+
+Group settings keep a consumer-group join at a few seconds (the broker waits on the rebalance
+timeout; see docs/architecture.md), on the embedded broker and on Apache Kafka alike.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tidemark.broker.embedded import EmbeddedBroker
+from tidemark.config.settings import ConfigurationError, TidemarkSettings
+
+GROUP_SETTINGS: dict[str, Any] = {
+    "session.timeout.ms": 6000,
+    "heartbeat.interval.ms": 1000,
+    "max.poll.interval.ms": 10000,
+}
+
+FAUST_GROUP_SETTINGS: dict[str, float] = {
+    "broker_session_timeout": 6.0,
+    "broker_heartbeat_interval": 1.0,
+    "broker_rebalance_timeout": 10.0,
+    "broker_max_poll_interval": 10.0,
+}
+
+
+def embedded_broker(settings: TidemarkSettings) -> EmbeddedBroker:
+    return EmbeddedBroker(settings.home / "broker")
+
+
+def resolve_bootstrap(settings: TidemarkSettings) -> str:
+    """``KAFKA_BOOTSTRAP_SERVERS`` when set, else the running embedded broker under home."""
+    if settings.bootstrap_servers:
+        return settings.bootstrap_servers
+    status = embedded_broker(settings).status()
+    if status.running and status.bootstrap_servers:
+        return status.bootstrap_servers
+    raise ConfigurationError(
+        [
+            (
+                "KAFKA_BOOTSTRAP_SERVERS",
+                "unset and no embedded broker is running under "
+                f"{settings.home / 'broker'} (start one with `tidemark broker start`)",
+            )
+        ]
+    )
+
+
+def base_config(settings: TidemarkSettings, bootstrap: str | None = None) -> dict[str, Any]:
+    """librdkafka settings shared by producers, consumers and admin clients."""
+    kafka = settings.kafka
+    config: dict[str, Any] = {
+        "bootstrap.servers": bootstrap or resolve_bootstrap(settings),
+        "security.protocol": kafka.security_protocol,
+    }
+    if kafka.sasl_mechanism:
+        config["sasl.mechanism"] = kafka.sasl_mechanism
+        config["sasl.username"] = kafka.sasl_username or ""
+        config["sasl.password"] = kafka.sasl_password or ""
+    if kafka.ssl_ca_location:
+        config["ssl.ca.location"] = kafka.ssl_ca_location
+    return config
+
+
+def consumer_config(base: dict[str, Any], group_id: str | None, **extra: Any) -> dict[str, Any]:
+    """A consumer reading committed data only; group settings tuned for fast joins."""
+    config = {
+        **base,
+        "isolation.level": "read_committed",
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+        "enable.partition.eof": False,
+    }
+    if group_id:
+        config.update(GROUP_SETTINGS, {"group.id": group_id})
+    else:
+        config["group.id"] = "tidemark-unused"  # librdkafka requires one even in assign() mode
+    config.update(extra)
+    return config
+
+
+def producer_config(base: dict[str, Any], transactional_id: str | None = None, **extra: Any) -> dict[str, Any]:
+    """An idempotent producer; transactional when ``transactional_id`` is given."""
+    config = {**base, "enable.idempotence": True, "acks": "all", "linger.ms": 5}
+    if transactional_id:
+        config["transactional.id"] = transactional_id
+        config["transaction.timeout.ms"] = 60000
+    config.update(extra)
+    return config

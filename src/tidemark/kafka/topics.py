@@ -1,0 +1,56 @@
+"""Names and shapes of a deployment's topics (one set per ``topic_prefix``)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+
+
+@dataclass(frozen=True, slots=True)
+class TopicSpec:
+    name: str
+    partitions: int = 1
+    config: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class TopicNames:
+    """Every topic of one deployment, derived from its prefix."""
+
+    prefix: str = "tidemark"
+
+    @property
+    def control(self) -> str:
+        return f"{self.prefix}.control"
+
+    @property
+    def acks(self) -> str:
+        return f"{self.prefix}.acks"
+
+    @property
+    def checkpoint_events(self) -> str:
+        return f"{self.prefix}.checkpoint-events"
+
+    @property
+    def materializations(self) -> str:
+        return f"{self.prefix}.materializations"
+
+    @property
+    def dead_letters(self) -> str:
+        return f"{self.prefix}.dead-letters"
+
+    def changelog(self, job_id: str, operator_id: str) -> str:
+        return f"{self.prefix}.changelog.{_UNSAFE.sub('_', job_id)}.{_UNSAFE.sub('_', operator_id)}"
+
+    def control_plane(self) -> list[TopicSpec]:
+        """The service topics. Control and acks keep one partition: their order is the protocol."""
+        keep = {"retention.ms": "-1", "cleanup.policy": "delete"}
+        return [
+            TopicSpec(self.control, 1, keep),
+            TopicSpec(self.acks, 1, keep),
+            TopicSpec(self.checkpoint_events, 1, keep),
+            TopicSpec(self.materializations, 1, keep),
+            TopicSpec(self.dead_letters, 1, {"retention.ms": str(14 * 24 * 3600 * 1000)}),
+        ]

@@ -1,0 +1,135 @@
+"""Run the services as local processes on one machine (demo, integration tests).
+
+Lifecycle: ``LocalCluster(home, bootstrap)`` -> ``start(names)`` (spawns ``tidemark run <name>``
+per service, each on a free HTTP port, tied to this process so none outlives it) ->
+``wait_ready()`` -> ... -> ``stop()`` (SIGTERM, bounded wait, SIGKILL). Use it as a context
+manager so Ctrl-C or an exception at any moment still stops everything.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+
+from tidemark.broker.embedded import _die_with_parent, free_port
+
+
+class ServiceStartError(RuntimeError):
+    """A service exited or did not become ready in time; the message carries its log tail."""
+
+
+@dataclass
+class LocalService:
+    name: str
+    port: int
+    process: subprocess.Popen[bytes]
+    log_path: Path
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def get(self, path: str, timeout_s: float = 2.0) -> tuple[int, bytes]:
+        try:
+            with urllib.request.urlopen(self.url + path, timeout=timeout_s) as response:
+                return response.status, response.read()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read()
+
+    def ready(self) -> bool:
+        try:
+            return self.get("/readyz")[0] == 200
+        except OSError:
+            return False
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "<no log>"
+
+
+class LocalCluster:
+    """Services of one deployment (one topic prefix) running as child processes."""
+
+    def __init__(self, home: Path, bootstrap: str, *, topic_prefix: str = "tidemark",
+                 env: dict[str, str] | None = None) -> None:
+        self.home = Path(home)
+        self.bootstrap = bootstrap
+        self.topic_prefix = topic_prefix
+        self.extra_env = dict(env or {})
+        self.services: dict[str, LocalService] = {}
+
+    def start(self, names: list[str], env: dict[str, str] | None = None) -> None:
+        for name in names:
+            self.start_one(name, env)
+
+    def start_one(self, name: str, env: dict[str, str] | None = None) -> LocalService:
+        logs = self.home / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        port = free_port()
+        child_env = {
+            **os.environ,
+            "KAFKA_BOOTSTRAP_SERVERS": self.bootstrap,
+            "TIDEMARK_TOPIC_PREFIX": self.topic_prefix,
+            "TIDEMARK_HOME": str(self.home),
+            "TIDEMARK_HTTP_PORT": str(port),
+            **self.extra_env,
+            **(env or {}),
+        }
+        log_path = logs / f"{name}.log"
+        with open(log_path, "ab") as log:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "tidemark.cli", "run", name],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                env=child_env, preexec_fn=_die_with_parent,
+            )
+        service = LocalService(name, port, process, log_path, child_env)
+        self.services[name] = service
+        return service
+
+    def wait_ready(self, timeout_s: float = 60.0, names: list[str] | None = None) -> None:
+        deadline = time.monotonic() + timeout_s
+        pending = list(names or self.services)
+        while pending:
+            for name in list(pending):
+                service = self.services[name]
+                if service.process.poll() is not None:
+                    raise ServiceStartError(
+                        f"{name} exited with {service.process.returncode}:\n{service.log_tail()}")
+                if service.ready():
+                    pending.remove(name)
+            if pending and time.monotonic() > deadline:
+                tails = "\n".join(f"--- {n}\n{self.services[n].log_tail()}" for n in pending)
+                raise ServiceStartError(f"not ready after {timeout_s}s: {pending}\n{tails}")
+            time.sleep(0.2)
+
+    def stop_one(self, name: str, *, sig: int = signal.SIGTERM, timeout_s: float = 20.0) -> int:
+        service = self.services.pop(name)
+        if service.process.poll() is None:
+            service.process.send_signal(sig)
+            try:
+                service.process.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                service.process.kill()
+                service.process.wait()
+        return service.process.returncode
+
+    def stop(self) -> dict[str, int]:
+        return {name: self.stop_one(name) for name in list(self.services)}
+
+    def __enter__(self) -> LocalCluster:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()

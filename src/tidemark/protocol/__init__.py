@@ -1,0 +1,1 @@
+"""Wire contracts: message dataclasses and their Avro codec."""

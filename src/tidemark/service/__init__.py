@@ -1,0 +1,1 @@
+"""The service chassis: one way to configure, observe and run every Tidemark service."""

@@ -1,0 +1,216 @@
+"""ServiceApp: a Faust app with Tidemark's topics, codec, dead letters, health and metrics.
+
+Lifecycle: ``ServiceApp(name, settings)`` -> register handlers with :meth:`subscribe` and
+periodic work with :meth:`every` -> :meth:`run` (blocks; creates the topics, starts the Faust
+worker and the HTTP port, and returns after SIGTERM/SIGINT once in-flight work is finished,
+offsets are committed, consumers closed and producers flushed, or exits non-zero when that takes
+longer than ``shutdown_timeout_s``).
+
+Handlers receive decoded messages. A record that fails to decode, or whose handler raises, goes
+to the dead-letter topic (see :mod:`tidemark.service.dead_letters`); the partition moves on.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import faust
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from tidemark import __version__
+from tidemark.config.settings import TidemarkSettings
+from tidemark.kafka.admin import ensure_topics
+from tidemark.kafka.clients import FAUST_GROUP_SETTINGS, base_config, resolve_bootstrap
+from tidemark.kafka.topics import TopicNames, TopicSpec
+from tidemark.protocol import codec
+from tidemark.service.dead_letters import RawRecord, headers_of, record_failure
+from tidemark.service.logs import get_logger
+from tidemark.service.metrics import BUILD_INFO, MESSAGES_CONSUMED, SERVICE_READY
+
+log = get_logger(__name__)
+
+Handler = Callable[[Any, RawRecord], Awaitable[None]]
+EXIT_SHUTDOWN_TIMEOUT = 70
+
+
+@dataclass(frozen=True, slots=True)
+class Subscription:
+    topic: str
+    handler: Handler
+    accepts: tuple[type, ...]
+
+
+class _BoundedShutdownWorker(faust.Worker):
+    """A Faust worker whose shutdown after SIGTERM/SIGINT is bounded in time."""
+
+    shutdown_timeout_s: float = 15.0
+
+    def _arm_watchdog(self) -> None:
+        def expire() -> None:
+            log.error("shutdown took too long; exiting", timeout_s=self.shutdown_timeout_s)
+            os._exit(EXIT_SHUTDOWN_TIMEOUT)
+
+        timer = threading.Timer(self.shutdown_timeout_s, expire)
+        timer.daemon = True
+        timer.start()
+
+    def _on_sigterm(self) -> None:
+        self._arm_watchdog()
+        super()._on_sigterm()
+
+    def _on_sigint(self) -> None:
+        self._arm_watchdog()
+        super()._on_sigint()
+
+
+class ServiceApp:
+    """One Tidemark service process."""
+
+    def __init__(self, name: str, settings: TidemarkSettings, *, extra_topics: list[TopicSpec] = ()) -> None:
+        self.name = name
+        self.settings = settings
+        self.topics = TopicNames(settings.topic_prefix)
+        self.bootstrap = resolve_bootstrap(settings)
+        self._topic_specs = [*self.topics.control_plane(), *extra_topics]
+        self._subscriptions: list[Subscription] = []
+        data_dir = settings.resolved_state_dir / name
+        data_dir.mkdir(parents=True, exist_ok=True)
+        self.faust = faust.App(
+            f"{settings.topic_prefix}-{name}",
+            broker=f"kafka://{self.bootstrap}",
+            broker_credentials=_faust_credentials(settings),
+            store="rocksdb://",
+            datadir=str(data_dir),
+            web_host=settings.http_host,
+            web_port=settings.http_port,
+            web_in_thread=False,
+            consumer_auto_offset_reset="earliest",
+            topic_replication_factor=settings.kafka.replication_factor,
+            topic_partitions=1,
+            producer_acks=-1,
+            **FAUST_GROUP_SETTINGS,
+        )
+        self._dead_letters = self.faust.topic(self.topics.dead_letters, value_serializer="raw", key_serializer="raw")
+        self._install_pages()
+        BUILD_INFO.labels(service=name).info({"version": __version__})
+        SERVICE_READY.labels(service=name).set_function(lambda: 1.0 if self.ready() else 0.0)
+
+    # ------------------------------------------------------------------ registration
+
+    def subscribe(self, topic: str, handler: Handler, *accepts: type) -> None:
+        """Call ``handler(message, raw)`` for every record of ``topic`` decoding to ``accepts``.
+
+        Records of other message types on a shared topic are ignored (they are for other
+        services); undecodable records and handler failures go to the dead-letter topic.
+        """
+        subscription = Subscription(topic, handler, tuple(accepts))
+        self._subscriptions.append(subscription)
+        source = self.faust.topic(topic, value_serializer="raw", key_serializer="raw")
+
+        async def agent(stream: Any) -> None:
+            async for event in stream.events():
+                await self._dispatch(subscription, event)
+
+        agent.__name__ = agent.__qualname__ = f"{self.name}.{topic}"
+        self.faust.agent(source, name=f"{self.name}-{topic}")(agent)
+
+    def every(self, seconds: float) -> Callable[[Callable[[], Awaitable[None]]], Any]:
+        """Decorator: run the coroutine function every ``seconds`` while the service runs."""
+        return self.faust.timer(seconds)
+
+    async def publish(self, topic: str, message: Any, key: bytes | None = None) -> None:
+        """Encode ``message`` (Avro, Confluent wire format) and send it to ``topic``."""
+        await self.faust.topic(topic, value_serializer="raw", key_serializer="raw").send(
+            key=key, value=codec.encode(message)
+        )
+
+    # ------------------------------------------------------------------ health
+
+    def ready(self) -> bool:
+        """True when every subscribed topic has an assigned partition and no rebalance runs."""
+        consumer = getattr(self.faust, "_consumer", None)
+        if consumer is None or self.faust.rebalancing:
+            return False
+        assigned = {tp.topic for tp in consumer.assignment()}
+        return all(sub.topic in assigned for sub in self._subscriptions)
+
+    def _install_pages(self) -> None:
+        @self.faust.page("/livez")
+        async def livez(web: Any, request: Any) -> Any:
+            return web.json({"status": "alive", "service": self.name})
+
+        @self.faust.page("/readyz")
+        async def readyz(web: Any, request: Any) -> Any:
+            ready = self.ready()
+            body = {"status": "ready" if ready else "not-ready", "service": self.name}
+            return web.json(body, status=200 if ready else 503)
+
+        @self.faust.page("/metrics")
+        async def metrics(web: Any, request: Any) -> Any:
+            return web.bytes(generate_latest(), content_type=CONTENT_TYPE_LATEST.split(";")[0])
+
+    # ------------------------------------------------------------------ processing
+
+    async def _dispatch(self, subscription: Subscription, event: Any) -> None:
+        message = event.message
+        raw = RawRecord(
+            topic=message.topic,
+            partition=message.partition,
+            offset=message.offset,
+            timestamp=int(message.timestamp * 1000) if message.timestamp else None,
+            key=message.key,
+            value=message.value,
+            headers=headers_of(message.headers),
+        )
+        try:
+            decoded = codec.decode(raw.value or b"")
+            if subscription.accepts and not isinstance(decoded, subscription.accepts):
+                return
+            MESSAGES_CONSUMED.labels(service=self.name, topic=raw.topic).inc()
+            await subscription.handler(decoded, raw)
+        except Exception as exc:  # invariant 5: never crash, never block the partition
+            letter = record_failure(raw, exc, self.name)
+            await self._dead_letters.send(key=raw.key, value=codec.encode(letter))
+
+    # ------------------------------------------------------------------ running
+
+    def create_topics(self) -> None:
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient(base_config(self.settings, self.bootstrap))
+        created = ensure_topics(admin, self._topic_specs, self.settings.kafka.replication_factor)
+        if created:
+            log.info("topics created", topics=created)
+
+    def run(self) -> None:
+        """Create topics, then run until SIGTERM/SIGINT. Raises SystemExit with the exit code."""
+        self.create_topics()
+        worker = _BoundedShutdownWorker(
+            self.faust, loglevel=self.settings.log_level, override_logging=False, quiet=True
+        )
+        worker.shutdown_timeout_s = self.settings.shutdown_timeout_s
+        log.info("service starting", bootstrap=self.bootstrap, http_port=self.settings.http_port)
+        worker.execute_from_commandline()
+
+
+def _faust_credentials(settings: TidemarkSettings) -> Any:
+    kafka = settings.kafka
+    if kafka.security_protocol == "PLAINTEXT":
+        return None
+    ssl_context = None
+    if kafka.security_protocol in ("SSL", "SASL_SSL"):
+        import ssl
+
+        ssl_context = ssl.create_default_context(cafile=kafka.ssl_ca_location)
+    if kafka.security_protocol.startswith("SASL"):
+        return faust.SASLCredentials(
+            username=kafka.sasl_username,
+            password=kafka.sasl_password,
+            mechanism=kafka.sasl_mechanism or "PLAIN",
+            ssl_context=ssl_context,
+        )
+    return ssl_context

@@ -1,0 +1,40 @@
+"""The four services. Each module exposes ``SETTINGS`` (its settings class) and
+``build(settings) -> ServiceApp``; :func:`run_service` is the one way to run any of them."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from types import ModuleType
+
+from tidemark.config.settings import ConfigurationError, load_settings
+from tidemark.service.logs import configure_logging, get_logger
+
+SERVICES: dict[str, str] = {
+    "coordinator": "tidemark.services.coordinator",
+    "checkpoint-store": "tidemark.services.checkpoint_store",
+    "changelog": "tidemark.services.changelog",
+    "materializer": "tidemark.services.materializer",
+}
+EXIT_CONFIG = 78  # EX_CONFIG
+
+
+def service_module(name: str) -> ModuleType:
+    if name not in SERVICES:
+        raise ValueError(f"unknown service {name!r}; expected one of: {', '.join(SERVICES)}")
+    return importlib.import_module(SERVICES[name])
+
+
+def run_service(name: str) -> None:
+    """Read config, wire, run. Exits 78 naming the key on invalid configuration."""
+    module = service_module(name)
+    try:
+        settings = load_settings(module.SETTINGS)
+        configure_logging(settings.log_level, service=name)
+        app = module.build(settings)
+    except ConfigurationError as exc:
+        configure_logging("INFO", service=name)
+        get_logger(__name__).error("invalid configuration", problems=exc.problems)
+        print(f"tidemark {name}: {exc}", file=sys.stderr)
+        raise SystemExit(EXIT_CONFIG) from None
+    app.run()

@@ -1,0 +1,55 @@
+"""Checkpoint storage: where state files and checkpoint metadata live.
+
+Lifecycle: a storage is opened from a URL (``file:///var/lib/tidemark`` or
+``s3://bucket/prefix``), used by many writers and readers at once, and never closed
+explicitly; every method is independent and safe to call from several threads.
+
+Paths are POSIX-style and *relative to the storage root*; implementations must refuse any path
+that is absolute or escapes the root (``..``), so a request can never name a file outside it.
+Writes are atomic: a reader sees either no file or the whole file, never a partial one.
+"""
+
+from __future__ import annotations
+
+from typing import BinaryIO, Iterator, Protocol, runtime_checkable
+
+from tidemark.protocol.messages import StateFile
+
+
+class StorageError(Exception):
+    """Base class of storage failures."""
+
+
+class InvalidStoragePath(StorageError):
+    """The path is absolute, escapes the storage root or is otherwise malformed."""
+
+
+class CorruptStateFile(StorageError):
+    """A file's content does not match its recorded checksum or size."""
+
+
+@runtime_checkable
+class CheckpointStorage(Protocol):
+    """Durable, atomic file storage for checkpoints (Flink: CheckpointStorage)."""
+
+    url: str
+
+    def write_bytes(self, path: str, data: bytes, *, shared: bool = False) -> StateFile:
+        """Atomically write ``data`` at ``path``; return its size and SHA-256."""
+
+    def write_from(self, path: str, source: BinaryIO, *, shared: bool = False) -> StateFile:
+        """Atomically stream ``source`` to ``path``; return its size and SHA-256."""
+
+    def read_bytes(self, path: str) -> bytes:
+        """Whole content of ``path``; ``FileNotFoundError`` when absent."""
+
+    def read_verified(self, ref: StateFile) -> bytes:
+        """Content of ``ref.path``, raising ``CorruptStateFile`` (naming the file) on mismatch."""
+
+    def exists(self, path: str) -> bool: ...
+
+    def delete(self, path: str) -> None:
+        """Remove ``path``; a missing file is not an error (deletes are idempotent)."""
+
+    def list(self, prefix: str = "") -> Iterator[str]:
+        """Relative paths of every file under ``prefix``."""

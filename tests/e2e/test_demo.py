@@ -1,0 +1,66 @@
+"""`make demo`'s program: runs to completion, or stops cleanly on Ctrl-C, leaving nothing running."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+
+def _processes_mentioning(marker: str) -> list[int]:
+    """Pids of processes whose environment or command line mentions ``marker``."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            blob = (proc / "environ").read_bytes() + (proc / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if marker.encode() in blob:
+            found.append(int(proc.name))
+    return found
+
+
+def _demo(home: Path) -> subprocess.Popen[str]:
+    env = {k: v for k, v in os.environ.items() if k != "KAFKA_BOOTSTRAP_SERVERS"}
+    return subprocess.Popen([sys.executable, "-m", "tidemark.cli", "demo", "--home", str(home)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+
+
+def _gone(marker: str, timeout_s: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while _processes_mentioning(marker) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return not _processes_mentioning(marker)
+
+
+def test_demo_runs_round_trip_and_cleans_up(tmp_path):
+    process = _demo(tmp_path)
+    output, _ = process.communicate(timeout=240)
+    assert process.returncode == 0, output
+    assert output.count("/readyz -> 200") == 4
+    assert "the coordinator consumed it" in output
+    assert "demo OK" in output
+    assert _gone(str(tmp_path)), "demo left processes behind"
+    assert not (tmp_path / "demo" / "broker" / "broker.json").exists()
+
+
+def test_ctrl_c_mid_run_leaves_nothing_running(tmp_path):
+    process = _demo(tmp_path)
+    lines = []
+    for line in process.stdout:  # interrupt once the services are up
+        lines.append(line)
+        if "/readyz -> 200" in line:
+            break
+    process.send_signal(signal.SIGINT)
+    output, _ = process.communicate(timeout=60)
+    assert process.returncode == 130, "".join(lines) + output
+    assert _gone(str(tmp_path)), "Ctrl-C left processes behind"
