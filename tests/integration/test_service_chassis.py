@@ -96,7 +96,7 @@ def test_malformed_records_go_to_dead_letters_and_processing_continues(coordinat
         assert letter.value == garbage[name]
         assert letter.service == "coordinator"
     assert {n: by_key[n].error_type for n in garbage} == {
-        "garbage": "bad-magic-byte", "wrong-magic": "bad-magic-byte",
+        "garbage": "malformed", "wrong-magic": "bad-magic-byte",
         "unknown-schema-id": "unknown-schema-id", "truncated": "truncated",
     }
     assert sorted(letter.origin_offset for letter in letters) == [0, 1, 2, 3]

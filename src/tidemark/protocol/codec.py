@@ -6,8 +6,8 @@ the same record (Avro schema resolution: added fields take their defaults) and b
 dataclass. Every failure on input bytes is a :class:`~tidemark.protocol.errors.DecodeError`
 subclass; nothing else escapes :meth:`Codec.decode` (with the local id table).
 
-A :class:`Codec` is immutable after construction apart from its plan caches and is safe to share
-between threads. Module-level :func:`encode`, :func:`decode` and :func:`decode_as` use
+A :class:`Codec` is immutable after construction apart from its plan caches (filled once per
+message type and schema id) and may be shared between threads. Module-level :func:`encode`, :func:`decode` and :func:`decode_as` use
 :func:`default_codec`.
 """
 
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import io
 import os
 import struct
 import threading
@@ -28,6 +27,7 @@ from typing import Any, TypeVar
 import avro.errors
 import avro.io
 import avro.schema
+from avro.compatibility import ReaderWriterCompatibilityChecker, SchemaCompatibilityType
 
 from tidemark.protocol import messages
 from tidemark.protocol.errors import (
@@ -136,53 +136,164 @@ class _Truncated(Exception):
 class _BoundedDecoder(avro.io.BinaryDecoder):
     """A decoder over an in-memory body that tells truncation from other malformations.
 
-    Every read is bounded by the bytes actually present, so a hostile length prefix costs
-    nothing (``BytesIO.read`` never allocates beyond what remains).
+    Every read and skip is bounded by the bytes actually present, so a hostile length prefix
+    costs nothing. It keeps its own position (no ``BytesIO``): the leaf reads are the hot path.
     """
 
-    def __init__(self, body: bytes) -> None:
-        super().__init__(io.BytesIO(body))
-        self._size = len(body)
+    def __init__(self, buf: bytes, start: int = 0) -> None:
+        self._buf = buf
+        self._pos = start
 
     def read(self, n: int) -> bytes:
         if n < 0:
             raise avro.errors.InvalidAvroBinaryEncoding(f"negative length {n}")
-        data = self._reader.read(n)
-        if len(data) != n:
-            raise _Truncated(f"needed {n} bytes, {len(data)} left")
-        return data
+        start, end = self._pos, self._pos + n
+        if end > len(self._buf):
+            raise _Truncated(f"needed {n} bytes, {len(self._buf) - start} left")
+        self._pos = end
+        return self._buf[start:end]
+
+    def read_long(self) -> int:
+        buf, pos = self._buf, self._pos
+        try:
+            b = buf[pos]
+            n, shift = b & 0x7F, 7
+            while b & 0x80:
+                if shift >= 70:
+                    raise avro.errors.InvalidAvroBinaryEncoding("varint is too long")
+                pos += 1
+                b = buf[pos]
+                n |= (b & 0x7F) << shift
+                shift += 7
+        except IndexError:
+            raise _Truncated("body ends inside a varint") from None
+        self._pos = pos + 1
+        return (n >> 1) ^ -(n & 1)
+
+    def read_utf8(self) -> str:
+        return self.read(self.read_long()).decode("utf-8")
+
+    def read_bytes(self) -> bytes:
+        return self.read(self.read_long())
+
+    def skip(self, n: int) -> None:
+        self.read(n)
 
     def bytes_remaining(self) -> int:
-        return self._size - self._reader.tell()
+        return len(self._buf) - self._pos
 
 
-_INT32 = range(-(2**31), 2**31)
-_INT64 = range(-(2**63), 2**63)
+_PRIMITIVE_LEAVES = frozenset({"string", "long", "int", "bytes", "boolean"})
 
 
-class _RangeCheckingEncoder(avro.io.BinaryEncoder):
-    """A BinaryEncoder that refuses ints outside the range of the Avro type."""
+class _ResolvedReader(avro.io.DatumReader):
+    """A DatumReader for a writer/reader pair already checked compatible when the plan was built.
+
+    Leaves whose writer and reader types are the same skip the per-value ``match`` and dispatch
+    of :meth:`avro.io.DatumReader.read_data`; everything else (promotions, unions, records,
+    collections with their size guards) goes through the Avro implementation.
+    """
+
+    def read_data(self, writers_schema: avro.schema.Schema, readers_schema: avro.schema.Schema,
+                  decoder: avro.io.BinaryDecoder) -> object:
+        kind = writers_schema.type
+        if kind == readers_schema.type:
+            if kind == "string":
+                return decoder.read_utf8()
+            if kind == "long" or kind == "int":
+                return decoder.read_long()
+            if kind == "bytes":
+                return decoder.read_bytes()
+            if kind == "record":
+                return self.read_record(writers_schema, readers_schema, decoder)  # type: ignore[arg-type]
+            if kind == "enum":
+                return self.read_enum(writers_schema, readers_schema, decoder)  # type: ignore[arg-type]
+            if kind == "array":
+                return self.read_array(writers_schema, readers_schema, decoder)  # type: ignore[arg-type]
+            if kind == "union":
+                return self._read_union(writers_schema, readers_schema, decoder)  # type: ignore[arg-type]
+        return super().read_data(writers_schema, readers_schema, decoder)
+
+    def _read_union(self, writers_schema: avro.schema.UnionSchema, readers_schema: avro.schema.UnionSchema,
+                    decoder: avro.io.BinaryDecoder) -> object:
+        """A union read into the reader branch of the same type, else by Avro's resolution."""
+        index = decoder.read_long()
+        if not 0 <= index < len(writers_schema.schemas):
+            raise avro.errors.InvalidAvroBinaryEncoding(f"union branch {index} out of range")
+        branch = writers_schema.schemas[index]
+        if branch.type == "null":
+            return None
+        for candidate in readers_schema.schemas:
+            if candidate.type == branch.type and candidate.type in _PRIMITIVE_LEAVES:
+                return self.read_data(branch, candidate, decoder)
+        return super().read_data(branch, readers_schema, decoder)
+
+
+_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
+class _BufferEncoder(avro.io.BinaryEncoder):
+    """An encoder appending to a ``bytearray``; refuses ints outside the range of the Avro type."""
+
+    def __init__(self, buf: bytearray) -> None:
+        self._buf = buf
+
+    def write(self, datum: bytes) -> None:
+        self._buf += datum
 
     def write_int(self, datum: int) -> None:
-        if datum not in _INT32:
+        if not _INT32_MIN <= datum <= _INT32_MAX:
             raise ValueError(f"{datum} does not fit an Avro int")
-        super().write_long(datum)
+        self.write_long(datum)
 
     def write_long(self, datum: int) -> None:
-        if datum not in _INT64:
+        if not _INT64_MIN <= datum <= _INT64_MAX:
             raise ValueError(f"{datum} does not fit an Avro long")
-        super().write_long(datum)
+        datum = (datum << 1) ^ (datum >> 63)
+        buf = self._buf
+        while datum > 0x7F:
+            buf.append((datum & 0x7F) | 0x80)
+            datum >>= 7
+        buf.append(datum)
+
+    def write_bytes(self, datum: bytes) -> None:
+        self.write_long(len(datum))
+        self._buf += datum
 
 
 class _UncheckedWriter(avro.io.DatumWriter):
     """A DatumWriter without the whole-datum ``validate`` pass.
 
-    The datum always comes from a typed dataclass through :class:`_RecordPlan`; ``write_data``
-    still rejects a value of the wrong Avro type and :class:`_RangeCheckingEncoder` bounds ints.
+    The datum always comes from a typed dataclass through :class:`_RecordPlan`; every leaf is
+    still type-checked here or in ``write_data``, and :class:`_BufferEncoder` bounds ints.
     """
 
     def write(self, datum: object, encoder: avro.io.BinaryEncoder) -> None:
         self.write_data(self.writers_schema, datum, encoder)
+
+    def write_data(self, writers_schema: avro.schema.Schema, datum: object, encoder: avro.io.BinaryEncoder) -> None:
+        kind = writers_schema.type
+        if kind == "string" and type(datum) is str:
+            return encoder.write_utf8(datum)
+        if kind == "long" and type(datum) is int:
+            return encoder.write_long(datum)
+        if kind == "int" and type(datum) is int:
+            return encoder.write_int(datum)
+        if kind == "bytes" and type(datum) is bytes:
+            return encoder.write_bytes(datum)
+        return super().write_data(writers_schema, datum, encoder)
+
+    def write_union(self, writers_schema: avro.schema.UnionSchema, datum: object,
+                    encoder: avro.io.BinaryEncoder) -> None:
+        """``["null", T]`` picks its branch by ``None``-ness; other unions validate each branch."""
+        branches = writers_schema.schemas
+        if len(branches) == 2 and branches[0].type == "null":
+            if datum is None:
+                return encoder.write_long(0)
+            encoder.write_long(1)
+            return self.write_data(branches[1], datum, encoder)
+        return super().write_union(writers_schema, datum, encoder)
 
 
 # --------------------------------------------------------------------------- codec
@@ -198,7 +309,7 @@ class _EncodePlan:
 @dataclass(frozen=True, slots=True)
 class _DecodePlan:
     record: _RecordPlan
-    reader: avro.io.DatumReader
+    reader: _ResolvedReader
 
 
 class Codec:
@@ -230,13 +341,12 @@ class Codec:
         """The Confluent wire-format encoding of ``message``; raises :class:`EncodeError`."""
         plan = self._encode_plans.get(type(message)) or self._encode_plan(type(message))
         datum = plan.record.to_avro(message)
-        out = io.BytesIO()
-        out.write(plan.header)
+        out = bytearray(plan.header)
         try:
-            plan.writer.write(datum, _RangeCheckingEncoder(out))
+            plan.writer.write(datum, _BufferEncoder(out))
         except (avro.errors.AvroException, TypeError, ValueError, AttributeError, struct.error) as exc:
             raise EncodeError(f"cannot encode {type(message).__name__}: {exc}") from exc
-        return out.getvalue()
+        return bytes(out)
 
     def decode(self, data: bytes) -> object:
         """The message encoded in ``data``; raises only :class:`DecodeError` subclasses."""
@@ -245,12 +355,14 @@ class Codec:
         if len(data) < 1:
             raise TruncatedRecord("empty record")
         if data[0] != MAGIC_BYTE:
-            raise BadMagicByte(data[0])
+            if len(data) >= HEADER.size and self._resolver.is_known(HEADER.unpack_from(data)[1]):
+                raise BadMagicByte(data[0])
+            raise MalformedRecord(f"not in the Confluent wire format (first byte {data[0]})")
         if len(data) < HEADER.size:
             raise TruncatedRecord(f"{len(data)} bytes, shorter than the {HEADER.size}-byte header")
         _, schema_id = HEADER.unpack_from(data)
         plan = self._decode_plans.get(schema_id) or self._decode_plan(schema_id)
-        decoder = _BoundedDecoder(bytes(data[HEADER.size:]))
+        decoder = _BoundedDecoder(bytes(data), HEADER.size)
         try:
             datum = plan.reader.read(decoder)
         except _Truncated as exc:
@@ -291,15 +403,13 @@ class Codec:
         if not _readable(writer, reader):
             raise UnknownSchemaId(schema_id, f"{writer.full_name} not readable by the newest schema")
         plan = _DecodePlan(_record_plan(self._by_name[writer.full_name]),
-                           avro.io.DatumReader(writer.physical, reader.physical))
+                           _ResolvedReader(writer.physical, reader.physical))
         with self._lock:
             self._decode_plans[schema_id] = plan
         return plan
 
 
 def _readable(writer: SchemaVersion, reader: SchemaVersion) -> bool:
-    from avro.compatibility import ReaderWriterCompatibilityChecker, SchemaCompatibilityType
-
     result = ReaderWriterCompatibilityChecker().get_compatibility(reader.physical, writer.physical)
     return result.compatibility is SchemaCompatibilityType.compatible
 

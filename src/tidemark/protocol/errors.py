@@ -34,7 +34,11 @@ class DecodeError(ProtocolError):
 
 
 class BadMagicByte(DecodeError):
-    """The first byte is not the Confluent wire-format magic byte ``0``."""
+    """A framed record whose first byte is not the Confluent wire-format magic byte ``0``.
+
+    "Framed" means bytes 1-4 hold a schema id the codec knows (e.g. another framing version or a
+    corrupted first byte). Bytes that do not even look framed are :class:`MalformedRecord`.
+    """
 
     reason = "bad-magic-byte"
 
@@ -63,7 +67,8 @@ class TruncatedRecord(DecodeError):
 class MalformedRecord(DecodeError):
     """The body is not a valid encoding for its writer schema.
 
-    Examples: an invalid enum or union index, invalid UTF-8, a length that is negative or larger
+    Examples: garbage that is not framed at all (first byte not ``0`` and no known schema id in
+    bytes 1-4), an invalid enum or union index, invalid UTF-8, a length that is negative or larger
     than any sane bound, bytes left over after the record, a value the reader cannot resolve.
     """
 

@@ -16,6 +16,7 @@ Run ``python -m tidemark.protocol.registry`` after adding a version file to appe
 
 from __future__ import annotations
 
+import base64
 import json
 import threading
 import urllib.error
@@ -43,6 +44,10 @@ class SchemaIdResolver(Protocol):
 
     def writer_schema(self, schema_id: int) -> SchemaVersion | None:
         """The schema an id names, or ``None`` when the id is unknown."""
+        ...
+
+    def is_known(self, schema_id: int) -> bool:
+        """Whether the id is already known, without any I/O."""
         ...
 
 
@@ -143,6 +148,9 @@ class LocalSchemaIds:
     def writer_schema(self, schema_id: int) -> SchemaVersion | None:
         return self._by_id.get(schema_id)
 
+    def is_known(self, schema_id: int) -> bool:
+        return schema_id in self._by_id
+
 
 # --------------------------------------------------------------------------- registry
 
@@ -151,10 +159,17 @@ class SchemaRegistryClient:
     """Minimal client for the Confluent Schema Registry REST API (Avro subjects only).
 
     Stateless apart from its options; every call is one HTTP request with ``timeout_s``.
+    Credentials in the URL (``https://key:secret@host``) are sent as HTTP basic auth.
     """
 
     def __init__(self, url: str, timeout_s: float = 5.0) -> None:
-        self.url = url.rstrip("/")
+        parts = urllib.parse.urlsplit(url)
+        self._headers = {"Content-Type": _CONTENT_TYPE, "Accept": _CONTENT_TYPE}
+        if parts.username is not None:
+            secret = f"{urllib.parse.unquote(parts.username)}:{urllib.parse.unquote(parts.password or '')}"
+            self._headers["Authorization"] = "Basic " + base64.b64encode(secret.encode()).decode("ascii")
+            parts = parts._replace(netloc=parts.netloc.rpartition("@")[2])
+        self.url = urllib.parse.urlunsplit(parts).rstrip("/")
         self.timeout_s = timeout_s
 
     def register(self, subject: str, schema_text: str) -> int:
@@ -183,8 +198,7 @@ class SchemaRegistryClient:
 
     def _request(self, method: str, path: str, payload: dict[str, Any] | None = None) -> dict[str, Any]:
         data = None if payload is None else json.dumps(payload).encode("utf-8")
-        request = urllib.request.Request(self.url + path, data=data, method=method,
-                                         headers={"Content-Type": _CONTENT_TYPE, "Accept": _CONTENT_TYPE})
+        request = urllib.request.Request(self.url + path, data=data, method=method, headers=self._headers)
         try:
             with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
                 return _json_body(response.read(), method, path)
@@ -250,6 +264,10 @@ class RegistrySchemaIds:
             return self._writer_ids[full_name]
         except KeyError:
             raise SchemaCatalogError(f"no schema id for {full_name}") from None
+
+    def is_known(self, schema_id: int) -> bool:
+        with self._lock:
+            return schema_id in self._by_id
 
     def writer_schema(self, schema_id: int) -> SchemaVersion | None:
         with self._lock:

@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import re
+import sys
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -171,11 +172,14 @@ class SchemaCatalog:
 
 
 def default_schemas_dir() -> Path:
-    """``$TIDEMARK_SCHEMAS_DIR``, else the ``schemas/`` folder of the source checkout."""
+    """Where ``schemas/`` is: ``$TIDEMARK_SCHEMAS_DIR`` if set, else the first that exists of the
+    source checkout's folder (editable install), ``<sys.prefix>/schemas`` (the container image
+    installs into a virtualenv next to it) and ``./schemas``."""
     configured = os.environ.get(SCHEMAS_DIR_ENV)
     if configured:
         return Path(configured)
-    return Path(__file__).resolve().parents[3] / "schemas"
+    candidates = [Path(__file__).resolve().parents[3] / "schemas", Path(sys.prefix) / "schemas", Path.cwd() / "schemas"]
+    return next((c for c in candidates if (c / "ids.json").is_file()), candidates[0])
 
 
 @lru_cache(maxsize=8)

@@ -12,6 +12,7 @@ to the dead-letter topic (see :mod:`tidemark.service.dead_letters`); the partiti
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
 from collections.abc import Awaitable, Callable
@@ -28,12 +29,14 @@ from tidemark.kafka.clients import FAUST_GROUP_SETTINGS, base_config, resolve_bo
 from tidemark.kafka.topics import TopicNames, TopicSpec
 from tidemark.protocol import codec
 from tidemark.service.dead_letters import RawRecord, headers_of, record_failure
+from tidemark.service.event_log import EventLogReader
 from tidemark.service.logs import get_logger
 from tidemark.service.metrics import BUILD_INFO, MESSAGES_CONSUMED, SERVICE_READY
 
 log = get_logger(__name__)
 
 Handler = Callable[[Any, RawRecord], Awaitable[None]]
+LogHandler = Callable[[Any, RawRecord, bool], Awaitable[None]]
 EXIT_SHUTDOWN_TIMEOUT = 70
 
 
@@ -77,6 +80,7 @@ class ServiceApp:
         self.bootstrap = resolve_bootstrap(settings)
         self._topic_specs = [*self.topics.control_plane(), *extra_topics]
         self._subscriptions: list[Subscription] = []
+        self._logs: list[EventLogReader] = []
         data_dir = settings.resolved_state_dir / name
         data_dir.mkdir(parents=True, exist_ok=True)
         self.faust = faust.App(
@@ -122,6 +126,33 @@ class ServiceApp:
         """Decorator: run the coroutine function every ``seconds`` while the service runs."""
         return self.faust.timer(seconds)
 
+    def follow_log(self, topics: list[str], handler: LogHandler,
+                   on_caught_up: Callable[[], Awaitable[None]]) -> None:
+        """Event-sourced input: ``handler(message, raw, replayed)`` for every record of ``topics``
+        from offset 0, then live; ``on_caught_up()`` once, after the last replayed record.
+
+        Undecodable records go to the dead-letter topic when first seen live; replayed ones were
+        dead-lettered by an earlier instance and are only counted again.
+        """
+        reader = EventLogReader(base_config(self.settings, self.bootstrap), topics)
+        self._logs.append(reader)
+
+        async def follow() -> None:
+            loop = asyncio.get_running_loop()
+            await loop.run_in_executor(None, reader.open)
+            announced = False
+            try:
+                while True:
+                    for record in await loop.run_in_executor(None, reader.poll):
+                        await self._handle(record.raw, handler, replayed=record.replayed)
+                    if not announced and reader.caught_up:
+                        announced = True
+                        await on_caught_up()
+            finally:
+                reader.close()
+
+        self.faust.task(follow)
+
     async def publish(self, topic: str, message: Any, key: bytes | None = None) -> None:
         """Encode ``message`` (Avro, Confluent wire format) and send it to ``topic``."""
         await self.faust.topic(topic, value_serializer="raw", key_serializer="raw").send(
@@ -133,10 +164,13 @@ class ServiceApp:
     def ready(self) -> bool:
         """True when every subscribed topic has an assigned partition and no rebalance runs."""
         consumer = getattr(self.faust, "_consumer", None)
-        if consumer is None or self.faust.rebalancing:
+        if self._subscriptions and (consumer is None or self.faust.rebalancing):
             return False
+        if consumer is None:
+            return all(reader.caught_up for reader in self._logs)
         assigned = {tp.topic for tp in consumer.assignment()}
-        return all(sub.topic in assigned for sub in self._subscriptions)
+        caught_up = all(reader.caught_up for reader in self._logs)
+        return caught_up and all(sub.topic in assigned for sub in self._subscriptions)
 
     def _install_pages(self) -> None:
         @self.faust.page("/livez")
@@ -166,15 +200,23 @@ class ServiceApp:
             value=message.value,
             headers=headers_of(message.headers),
         )
+
+        async def handle(decoded: Any, raw: RawRecord, replayed: bool) -> None:
+            if not subscription.accepts or isinstance(decoded, subscription.accepts):
+                await subscription.handler(decoded, raw)
+
+        await self._handle(raw, handle, replayed=False)
+
+    async def _handle(self, raw: RawRecord, handler: LogHandler, *, replayed: bool) -> None:
+        """Decode ``raw`` and run ``handler``; any failure dead-letters the record (invariant 5)."""
         try:
             decoded = codec.decode(raw.value or b"")
-            if subscription.accepts and not isinstance(decoded, subscription.accepts):
-                return
             MESSAGES_CONSUMED.labels(service=self.name, topic=raw.topic).inc()
-            await subscription.handler(decoded, raw)
-        except Exception as exc:  # invariant 5: never crash, never block the partition
+            await handler(decoded, raw, replayed)
+        except Exception as exc:  # never crash, never block the partition
             letter = record_failure(raw, exc, self.name)
-            await self._dead_letters.send(key=raw.key, value=codec.encode(letter))
+            if not replayed:
+                await self._dead_letters.send(key=raw.key, value=codec.encode(letter))
 
     # ------------------------------------------------------------------ running
 

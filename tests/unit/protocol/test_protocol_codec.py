@@ -95,9 +95,14 @@ def test_wrong_magic_byte(local: codec.Codec, valid: bytes) -> None:
     assert caught.value.reason == "bad-magic-byte" and caught.value.magic == 1
 
 
-def test_garbage_bytes(local: codec.Codec) -> None:
-    with pytest.raises(BadMagicByte):
-        local.decode(b'{"not": "avro"}')
+@pytest.mark.parametrize("garbage", [b'{"not": "avro"}', b"\xde\xad\xbe\xef\x00\x01", b"\x07", b"garbage"])
+def test_garbage_bytes_are_malformed_not_a_bad_magic_byte(local: codec.Codec, garbage: bytes) -> None:
+    with pytest.raises(MalformedRecord, match="not in the Confluent wire format") as caught:
+        local.decode(garbage)
+    assert caught.value.reason == "malformed"
+
+
+def test_garbage_behind_a_valid_header_is_malformed(local: codec.Codec) -> None:
     with pytest.raises(MalformedRecord) as caught:
         local.decode(b"\x00" + struct.pack(">I", LOCAL_IDS.writer_id("tidemark.protocol.Barrier")) + b"\xff" * 40)
     assert caught.value.reason == "malformed"
@@ -163,3 +168,20 @@ def test_every_decode_error_has_a_distinct_reason() -> None:
     reasons = [cls.reason for cls in (BadMagicByte, UnknownSchemaId, TruncatedRecord, MalformedRecord,
                                       UnexpectedMessageType)]
     assert len(set(reasons)) == len(reasons) and DecodeError.reason not in reasons
+
+
+def test_the_four_dead_letter_cases_raise_four_different_errors(local: codec.Codec, valid: bytes) -> None:
+    cases = {
+        b"\x89PNG\r\n\x1a\n garbage": MalformedRecord,
+        b"\x01" + valid[1:]: BadMagicByte,
+        b"\x00" + struct.pack(">I", 4_000_000) + valid[5:]: UnknownSchemaId,
+        valid[: len(valid) // 2]: TruncatedRecord,
+    }
+    reasons = set()
+    for data, expected in cases.items():
+        with pytest.raises(DecodeError) as caught:
+            local.decode(data)
+        assert type(caught.value) is expected
+        reasons.add(caught.value.reason)
+    assert len(reasons) == 4
+    assert local.decode(valid) == SAMPLES[m.TaskAck][0]  # the codec is unaffected

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
+import io
 import struct
 import time
 from typing import Any
 
+import avro.io
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from protocol_samples import SAMPLES, any_message
+from protocol_samples import SAMPLES, any_message, message_strategy
 from tidemark.protocol import codec
+from tidemark.protocol import messages as m
 from tidemark.protocol.errors import DecodeError
 from tidemark.protocol.registry import IDS_FILE, LocalSchemaIds, LocalSchemaIdTable
 from tidemark.protocol.schemas import load_catalog
@@ -81,3 +85,18 @@ def test_overlong_varints_are_malformed(varint: bytes) -> None:
     schema_id = LocalSchemaIds.from_dir().writer_id("tidemark.protocol.StateChange")
     result = _decode_or_decode_error(b"\x00" + struct.pack(">I", schema_id) + varint)
     assert isinstance(result, DecodeError)
+
+
+@FAST
+@given(message_strategy(m.TaskAck))
+def test_any_task_ack_written_with_v1_is_read_by_the_newest_reader(ack: m.TaskAck) -> None:
+    """BACKWARD on arbitrary data: v1 bytes decode to the ack with processed_bytes defaulted."""
+    catalog = load_catalog()
+    v1 = catalog.versions("tidemark.protocol.TaskAck")[0]
+    table = LocalSchemaIdTable.load(catalog.root / IDS_FILE)  # type: ignore[operator]
+    v1_id = next(e.id for e in table.entries if (e.subject, e.version) == (v1.subject, 1))
+    out = io.BytesIO()
+    out.write(codec.HEADER.pack(codec.MAGIC_BYTE, v1_id))
+    avro.io.DatumWriter(v1.physical).write_data(v1.physical, codec.to_datum(ack), avro.io.BinaryEncoder(out))
+    expected = dataclasses.replace(ack, timings=dataclasses.replace(ack.timings, processed_bytes=0))
+    assert LOCAL.decode_as(out.getvalue(), m.TaskAck) == expected

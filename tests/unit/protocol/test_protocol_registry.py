@@ -42,6 +42,7 @@ class FakeConfluentRegistry(ThreadingHTTPServer):
         self.subjects: dict[str, list[int]] = {}
         self.config: dict[str, str] = {}
         self.requests: list[str] = []
+        self.authorizations: list[str | None] = []
         self.delay_s = 0.0
         self.fail_with: int | None = None
 
@@ -94,6 +95,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _route(self, method: str) -> None:
         server = self.server
         server.requests.append(f"{method} {self.path}")
+        server.authorizations.append(self.headers.get("Authorization"))
         time.sleep(server.delay_s)
         if server.fail_with:
             return self._reply(server.fail_with, {"error_code": server.fail_with * 100, "message": "boom"})
@@ -237,3 +239,10 @@ def test_default_codec_uses_the_configured_registry(registry: FakeConfluentRegis
     assert struct.unpack(">I", data[1:5])[0] >= FIRST_ID
     assert codec.decode_as(data, m.StateChange) == SAMPLES[m.StateChange][0]
     monkeypatch.setattr(codec, "_default", None)
+
+
+def test_credentials_in_the_url_are_sent_as_basic_auth(registry: FakeConfluentRegistry) -> None:
+    client = SchemaRegistryClient(registry.url.replace("http://", "http://api-key:s%40cret@"))
+    assert client.url == registry.url
+    assert client.schema_by_id(424_242) is None
+    assert registry.authorizations == ["Basic YXBpLWtleTpzQGNyZXQ="]  # base64("api-key:s@cret")

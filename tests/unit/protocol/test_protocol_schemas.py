@@ -6,6 +6,7 @@ import dataclasses
 import enum
 import json
 import shutil
+import types
 import typing
 from pathlib import Path
 from typing import Any
@@ -85,7 +86,7 @@ def _check_field_type(hint: Any, schema: avro.schema.Schema, where: str) -> None
         assert list(schema.symbols) == [e.value for e in hint], where
     elif isinstance(hint, type) and dataclasses.is_dataclass(hint):
         _check_record(hint, schema)
-    elif origin is typing.Union or str(origin) == "<class 'types.UnionType'>":
+    elif origin in (typing.Union, types.UnionType):
         assert isinstance(schema, avro.schema.UnionSchema) and schema.schemas[0].type == "null", where
         (inner,) = [a for a in typing.get_args(hint) if a is not type(None)]
         _check_field_type(inner, schema.schemas[1], where)
@@ -225,3 +226,12 @@ def test_a_gap_in_version_numbers_is_refused(schemas_copy: Path) -> None:
     (schemas_copy / "TaskAck" / "v2.avsc").rename(schemas_copy / "TaskAck" / "v3.avsc")
     with pytest.raises(SchemaCatalogError, match="without gaps"):
         SchemaCatalog.load(schemas_copy)
+
+
+def test_schemas_dir_comes_from_the_environment_first(monkeypatch: pytest.MonkeyPatch, schemas_copy: Path) -> None:
+    from tidemark.protocol.schemas import SCHEMAS_DIR_ENV, default_schemas_dir
+
+    monkeypatch.setenv(SCHEMAS_DIR_ENV, str(schemas_copy))
+    assert default_schemas_dir() == schemas_copy
+    monkeypatch.delenv(SCHEMAS_DIR_ENV)
+    assert (default_schemas_dir() / IDS_FILE).is_file()

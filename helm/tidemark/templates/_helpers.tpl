@@ -1,0 +1,127 @@
+{{/*
+Naming and label helpers. Names are truncated to 63 characters (DNS label limit).
+*/}}
+
+{{/* Chart name, overridable with nameOverride. */}}
+{{- define "tidemark.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Full name "<release>-<chart>", or the release name when it already contains the chart name. */}}
+{{- define "tidemark.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* "name-version" for the helm.sh/chart label. */}}
+{{- define "tidemark.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Selector labels shared by every resource of the release. */}}
+{{- define "tidemark.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "tidemark.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{/* Standard labels of every resource. */}}
+{{- define "tidemark.labels" -}}
+helm.sh/chart: {{ include "tidemark.chart" . }}
+{{ include "tidemark.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: tidemark
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* Metadata annotations of every resource (commonAnnotations), as a block or nothing. */}}
+{{- define "tidemark.annotations" -}}
+{{- with .Values.commonAnnotations }}
+annotations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* Name of one component's resources: "<fullname>-<component>". Call with (dict "root" $ "component" "coordinator"). */}}
+{{- define "tidemark.componentName" -}}
+{{- printf "%s-%s" (include "tidemark.fullname" .root) .component | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Labels of one component's resources. */}}
+{{- define "tidemark.componentLabels" -}}
+{{ include "tidemark.labels" .root }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{/* Selector labels of one component's pods. */}}
+{{- define "tidemark.componentSelectorLabels" -}}
+{{ include "tidemark.selectorLabels" .root }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{/* The image reference; a digest wins over the tag, the tag defaults to appVersion. */}}
+{{- define "tidemark.image" -}}
+{{- $repo := .Values.image.repository -}}
+{{- if .Values.image.registry -}}{{- $repo = printf "%s/%s" .Values.image.registry $repo -}}{{- end -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" $repo .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" $repo (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "tidemark.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "tidemark.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Secret holding the coordinator API token. */}}
+{{- define "tidemark.apiTokenSecretName" -}}
+{{- default (printf "%s-api-token" (include "tidemark.fullname" .)) .Values.auth.existingSecret -}}
+{{- end -}}
+
+{{/* Secret holding the Kafka SASL password. */}}
+{{- define "tidemark.kafkaSaslSecretName" -}}
+{{- default (printf "%s-kafka-sasl" (include "tidemark.fullname" .)) .Values.kafka.sasl.existingSecret -}}
+{{- end -}}
+
+{{/* PVC of filesystem checkpoint storage. */}}
+{{- define "tidemark.checkpointClaimName" -}}
+{{- default (printf "%s-checkpoints" (include "tidemark.fullname" .)) .Values.checkpointStorage.filesystem.existingClaim -}}
+{{- end -}}
+
+{{/* TIDEMARK_CHECKPOINT_STORAGE_URL from checkpointStorage. */}}
+{{- define "tidemark.checkpointStorageUrl" -}}
+{{- $s := .Values.checkpointStorage -}}
+{{- if eq $s.type "s3" -}}
+{{- printf "s3://%s/%s" (required "checkpointStorage.s3.bucket is required when checkpointStorage.type is s3" $s.s3.bucket) $s.s3.prefix | trimSuffix "/" -}}
+{{- else -}}
+{{- printf "file://%s" $s.filesystem.mountPath -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Fails rendering on inconsistent values the schema cannot express. */}}
+{{- define "tidemark.validate" -}}
+{{- if and (hasPrefix "SASL" .Values.kafka.securityProtocol) (not .Values.kafka.sasl.username) -}}
+{{- fail "kafka.sasl.username is required when kafka.securityProtocol is SASL_PLAINTEXT or SASL_SSL" -}}
+{{- end -}}
+{{- if and (hasPrefix "SASL" .Values.kafka.securityProtocol) (not .Values.kafka.sasl.existingSecret) (not .Values.kafka.sasl.password) -}}
+{{- fail "kafka.sasl.password or kafka.sasl.existingSecret is required with SASL" -}}
+{{- end -}}
+{{- if gt (int .Values.coordinator.replicaCount) 1 -}}
+{{- fail "coordinator.replicaCount must be 1: the coordinator is a singleton" -}}
+{{- end -}}
+{{- end -}}

@@ -1,0 +1,243 @@
+{{/*
+One Tidemark process as a Deployment, its Service and its PodDisruptionBudget.
+Call with (dict "root" $ "component" "coordinator" "values" .Values.coordinator
+  "args" (list "run" "coordinator") "strategy" "Recreate" "env" <yaml list string> "apiToken" true).
+*/}}
+
+{{/* Environment shared by every process: Kafka, topics, storage, logging, HTTP port. */}}
+{{- define "tidemark.commonEnv" -}}
+{{- $root := .root -}}
+{{- $kafka := $root.Values.kafka -}}
+- name: TIDEMARK_HTTP_HOST
+  value: "0.0.0.0"
+- name: TIDEMARK_HTTP_PORT
+  value: {{ .values.httpPort | quote }}
+- name: TIDEMARK_HOME
+  value: /var/lib/tidemark/state
+- name: TIDEMARK_STATE_DIR
+  value: /var/lib/tidemark/state
+- name: TIDEMARK_LOG_LEVEL
+  value: {{ $root.Values.logLevel | quote }}
+- name: TIDEMARK_TOPIC_PREFIX
+  value: {{ $root.Values.topicPrefix | quote }}
+- name: KAFKA_BOOTSTRAP_SERVERS
+  value: {{ $kafka.bootstrapServers | quote }}
+- name: TIDEMARK_KAFKA__SECURITY_PROTOCOL
+  value: {{ $kafka.securityProtocol | quote }}
+- name: TIDEMARK_KAFKA__REPLICATION_FACTOR
+  value: {{ int64 $kafka.replicationFactor | toString | quote }}
+{{- if hasPrefix "SASL" $kafka.securityProtocol }}
+- name: TIDEMARK_KAFKA__SASL_MECHANISM
+  value: {{ $kafka.sasl.mechanism | quote }}
+- name: TIDEMARK_KAFKA__SASL_USERNAME
+  value: {{ $kafka.sasl.username | quote }}
+- name: TIDEMARK_KAFKA__SASL_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "tidemark.kafkaSaslSecretName" $root }}
+      key: {{ $kafka.sasl.existingSecretPasswordKey }}
+{{- end }}
+{{- if $kafka.tls.caSecret }}
+- name: TIDEMARK_KAFKA__SSL_CA_LOCATION
+  value: /etc/tidemark/kafka-ca/{{ $kafka.tls.caKey }}
+{{- end }}
+{{- if $root.Values.schemaRegistryUrl }}
+- name: TIDEMARK_SCHEMA_REGISTRY_URL
+  value: {{ $root.Values.schemaRegistryUrl | quote }}
+{{- end }}
+- name: TIDEMARK_CHECKPOINT_STORAGE_URL
+  value: {{ include "tidemark.checkpointStorageUrl" $root | quote }}
+{{- if eq $root.Values.checkpointStorage.type "s3" }}
+{{- $s3 := $root.Values.checkpointStorage.s3 }}
+{{- if $s3.endpointUrl }}
+- name: TIDEMARK_S3__ENDPOINT_URL
+  value: {{ $s3.endpointUrl | quote }}
+{{- end }}
+- name: AWS_REGION
+  value: {{ $s3.region | quote }}
+{{- if $s3.existingSecret }}
+- name: AWS_ACCESS_KEY_ID
+  valueFrom:
+    secretKeyRef:
+      name: {{ $s3.existingSecret }}
+      key: {{ $s3.accessKeyIdKey }}
+- name: AWS_SECRET_ACCESS_KEY
+  valueFrom:
+    secretKeyRef:
+      name: {{ $s3.existingSecret }}
+      key: {{ $s3.secretAccessKeyKey }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{- define "tidemark.workload" -}}
+{{- $root := .root -}}
+{{- $v := .values -}}
+{{- $name := include "tidemark.componentName" . -}}
+{{- $fs := eq $root.Values.checkpointStorage.type "filesystem" -}}
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: {{ $name }}
+  namespace: {{ $root.Release.Namespace }}
+  labels:
+    {{- include "tidemark.componentLabels" . | nindent 4 }}
+  {{- with (include "tidemark.annotations" $root) }}
+  {{- . | trim | nindent 2 }}
+  {{- end }}
+spec:
+  replicas: {{ $v.replicaCount }}
+  revisionHistoryLimit: 5
+  strategy:
+    type: {{ .strategy }}
+  selector:
+    matchLabels:
+      {{- include "tidemark.componentSelectorLabels" . | nindent 6 }}
+  template:
+    metadata:
+      labels:
+        {{- include "tidemark.componentLabels" . | nindent 8 }}
+        {{- with $v.podLabels }}
+        {{- toYaml . | nindent 8 }}
+        {{- end }}
+      {{- with $v.podAnnotations }}
+      annotations:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+    spec:
+      serviceAccountName: {{ include "tidemark.serviceAccountName" $root }}
+      automountServiceAccountToken: {{ $root.Values.serviceAccount.automountToken }}
+      {{- with $root.Values.imagePullSecrets }}
+      imagePullSecrets:
+        {{- range . }}
+        - name: {{ . }}
+        {{- end }}
+      {{- end }}
+      {{- with $v.priorityClassName }}
+      priorityClassName: {{ . }}
+      {{- end }}
+      securityContext:
+        {{- toYaml $root.Values.podSecurityContext | nindent 8 }}
+      terminationGracePeriodSeconds: 30
+      containers:
+        - name: {{ .component }}
+          image: {{ include "tidemark.image" $root }}
+          imagePullPolicy: {{ $root.Values.image.pullPolicy }}
+          args:
+            {{- toYaml .args | nindent 12 }}
+          ports:
+            - name: http
+              containerPort: {{ $v.httpPort }}
+              protocol: TCP
+          env:
+            {{- include "tidemark.commonEnv" . | nindent 12 }}
+            {{- if .apiToken }}
+            - name: TIDEMARK_API_TOKEN
+              valueFrom:
+                secretKeyRef:
+                  name: {{ include "tidemark.apiTokenSecretName" $root }}
+                  key: {{ $root.Values.auth.existingSecretKey }}
+            {{- end }}
+            {{- with .env }}
+            {{- . | nindent 12 }}
+            {{- end }}
+            {{- with $v.extraEnv }}
+            {{- toYaml . | nindent 12 }}
+            {{- end }}
+          startupProbe:
+            httpGet: {path: /livez, port: http}
+            {{- toYaml $v.startupProbe | nindent 12 }}
+          livenessProbe:
+            httpGet: {path: /livez, port: http}
+            {{- toYaml $v.livenessProbe | nindent 12 }}
+          readinessProbe:
+            httpGet: {path: /readyz, port: http}
+            {{- toYaml $v.readinessProbe | nindent 12 }}
+          resources:
+            {{- toYaml $v.resources | nindent 12 }}
+          securityContext:
+            {{- toYaml $root.Values.containerSecurityContext | nindent 12 }}
+          volumeMounts:
+            - name: tmp
+              mountPath: /tmp
+            - name: state
+              mountPath: /var/lib/tidemark/state
+            {{- if $fs }}
+            - name: checkpoints
+              mountPath: {{ $root.Values.checkpointStorage.filesystem.mountPath }}
+            {{- end }}
+            {{- if $root.Values.kafka.tls.caSecret }}
+            - name: kafka-ca
+              mountPath: /etc/tidemark/kafka-ca
+              readOnly: true
+            {{- end }}
+      volumes:
+        - name: tmp
+          emptyDir: {sizeLimit: 1Gi}
+        - name: state
+          emptyDir: {sizeLimit: {{ $v.stateVolume.sizeLimit }}}
+        {{- if $fs }}
+        - name: checkpoints
+          persistentVolumeClaim:
+            claimName: {{ include "tidemark.checkpointClaimName" $root }}
+        {{- end }}
+        {{- if $root.Values.kafka.tls.caSecret }}
+        - name: kafka-ca
+          secret:
+            secretName: {{ $root.Values.kafka.tls.caSecret }}
+        {{- end }}
+      {{- with $v.nodeSelector }}
+      nodeSelector:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+      {{- with $v.affinity }}
+      affinity:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+      {{- with $v.tolerations }}
+      tolerations:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+      {{- with $v.topologySpreadConstraints }}
+      topologySpreadConstraints:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: {{ $name }}
+  namespace: {{ $root.Release.Namespace }}
+  labels:
+    {{- include "tidemark.componentLabels" . | nindent 4 }}
+  {{- with (include "tidemark.annotations" $root) }}
+  {{- . | trim | nindent 2 }}
+  {{- end }}
+spec:
+  type: ClusterIP
+  selector:
+    {{- include "tidemark.componentSelectorLabels" . | nindent 4 }}
+  ports:
+    - name: http
+      port: {{ $v.httpPort }}
+      targetPort: http
+      protocol: TCP
+{{- if $v.pdb.enabled }}
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata:
+  name: {{ $name }}
+  namespace: {{ $root.Release.Namespace }}
+  labels:
+    {{- include "tidemark.componentLabels" . | nindent 4 }}
+  {{- with (include "tidemark.annotations" $root) }}
+  {{- . | trim | nindent 2 }}
+  {{- end }}
+spec:
+  maxUnavailable: {{ $v.pdb.maxUnavailable }}
+  selector:
+    matchLabels:
+      {{- include "tidemark.componentSelectorLabels" . | nindent 6 }}
+{{- end }}
+{{- end -}}

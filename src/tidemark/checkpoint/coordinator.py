@@ -1,0 +1,321 @@
+"""The checkpoint coordinator: records and the clock in, commands out.
+
+Flink counterpart: CheckpointCoordinator.
+
+Pure: no threads, no I/O, no wall clock; ``now_ms`` is always passed in.
+
+Lifecycle:
+
+1. construct with the job id and its :class:`CheckpointingOptions`;
+2. after a (re)start, ``replay(records, now_ms)`` once with every record of the coordinator's
+   topics (see :mod:`tidemark.checkpoint.ledger`); it rebuilds pending checkpoints without
+   repeating commands already carried out, and returns only the commands whose effect is not in
+   the records yet (a persist or notification the previous instance did not get to write);
+3. then ``apply(record, now_ms)`` for every new record, ``tick(now_ms)`` periodically (timeouts,
+   periodic triggers, minimum pause) and ``request_restore`` when a restore is asked for.
+
+Every call returns the commands to carry out, in order. A decision is folded into the ledger as
+the record it will write, so when the service later consumes its own record the fold is a no-op,
+and a coordinator rebuilt from the records continues with exactly the same decisions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from tidemark.checkpoint.commands import (
+    Command,
+    EmitAborted,
+    EmitCompleted,
+    EmitRestore,
+    EmitTrigger,
+    FailJob,
+    PersistCheckpoint,
+)
+from tidemark.checkpoint.completed import CompletedCheckpoint
+from tidemark.checkpoint.ledger import CheckpointLedger, CoordinatorRecord
+from tidemark.checkpoint.options import CheckpointingOptions
+from tidemark.checkpoint.outcomes import AbortReason, AckOutcome
+from tidemark.checkpoint.pending import PendingCheckpoint
+from tidemark.checkpoint.requests import RestoreRequest
+from tidemark.checkpoint.restore_planner import plan_restore
+from tidemark.checkpoint.stats import CheckpointStatsSnapshot
+from tidemark.checkpoint_store.layout import metadata_path
+from tidemark.protocol.messages import (
+    CheckpointAborted,
+    CheckpointCompleted,
+    CheckpointTrigger,
+    RestoreCommand,
+    TaskAck,
+)
+from tidemark.types import CheckpointId, CheckpointType, Epoch, JobId
+
+
+@dataclass(frozen=True, slots=True)
+class AckResult:
+    """What one ack did and the commands it led to."""
+
+    outcome: AckOutcome
+    commands: tuple[Command, ...]
+
+
+class CheckpointCoordinator:
+    """Triggers, tracks, completes and aborts the checkpoints and savepoints of one job."""
+
+    def __init__(
+        self, job_id: JobId, options: CheckpointingOptions, *, stats_history: int = 20
+    ) -> None:
+        self.job_id = job_id
+        self.options = options
+        self._ledger = CheckpointLedger(
+            job_id, options.interval_ms, options.tolerable_failures, stats_history
+        )
+
+    # ------------------------------------------------------------------ inputs
+
+    def replay(self, records: Iterable[CoordinatorRecord], now_ms: int) -> list[Command]:
+        """Rebuild state from ``records``; return the commands still owed at ``now_ms``."""
+        for record in records:
+            self._ledger.fold(record)
+        return self._decide(now_ms)
+
+    def apply(
+        self, record: CoordinatorRecord, now_ms: int, *, replaying: bool = False
+    ) -> list[Command]:
+        """Fold one record and, unless ``replaying``, return the decisions it leads to."""
+        self._ledger.fold(record)
+        return [] if replaying else self._decide(now_ms)
+
+    def acknowledge(self, ack: TaskAck, now_ms: int) -> AckResult:
+        """Like ``apply`` for an ack, also saying what the ack did."""
+        outcome = self._ledger.fold(ack)
+        assert outcome is not None
+        return AckResult(outcome, tuple(self._decide(now_ms)))
+
+    def tick(self, now_ms: int) -> list[Command]:
+        """Abort timed-out checkpoints, then trigger a periodic checkpoint if one is due."""
+        commands: list[Command] = []
+        deadline = now_ms - self.options.timeout_ms
+        for pending in self._pending_in_order():
+            if pending.triggered_at <= deadline:
+                detail = f"not acknowledged within {self.options.timeout_ms} ms"
+                cid, epoch = pending.checkpoint_id, pending.epoch
+                commands.append(self._abort(cid, epoch, AbortReason.TIMEOUT, detail, now_ms))
+        commands.extend(self._decide(now_ms))
+        if self._periodic_trigger_due(now_ms):
+            commands.append(self._trigger(CheckpointType.CHECKPOINT, now_ms, None))
+        return commands
+
+    def request_restore(self, request: RestoreRequest, now_ms: int) -> list[Command]:
+        """Issue a ``RestoreCommand`` starting the next epoch from ``request.metadata``."""
+        plan = plan_restore(request.metadata, request.parallelism)
+        command = RestoreCommand(
+            job_id=self.job_id,
+            restore_id=request.restore_id,
+            checkpoint_id=request.metadata.checkpoint_id,
+            is_savepoint=request.metadata.checkpoint_type.is_savepoint,
+            metadata_path=request.metadata_path,
+            parallelism=request.parallelism,
+            max_parallelism=request.metadata.max_parallelism,
+            assignments=plan.assignments,
+            epoch=Epoch(max(self._ledger.active_epoch, 0) + 1),
+            issued_at=now_ms,
+        )
+        self._ledger.fold(command)
+        return [EmitRestore(command), *self._decide(now_ms)]
+
+    # ------------------------------------------------------------------ queries
+
+    @property
+    def pending_checkpoint_ids(self) -> tuple[CheckpointId, ...]:
+        """Checkpoints still collecting acks, in id order."""
+        return tuple(sorted(self._ledger.pending))
+
+    @property
+    def completing_checkpoint_ids(self) -> tuple[CheckpointId, ...]:
+        """Fully acknowledged checkpoints not yet announced as completed."""
+        return tuple(sorted(self._ledger.completing))
+
+    @property
+    def last_completed(self) -> CompletedCheckpoint | None:
+        return self._ledger.last_completed
+
+    @property
+    def active_epoch(self) -> Epoch:
+        return self._ledger.active_epoch
+
+    @property
+    def is_stopping(self) -> bool:
+        """A stop-with-savepoint is in flight: no periodic checkpoints meanwhile."""
+        return self._ledger.stopping is not None
+
+    @property
+    def is_finishing(self) -> bool:
+        """A stop-with-savepoint completed: the attempt is ending; nothing more is triggered."""
+        return self._ledger.finishing or (
+            self._ledger.registration is not None and self._ledger.registration.finished
+        )
+
+    @property
+    def consecutive_failures(self) -> int:
+        return self._ledger.failures.consecutive_failures
+
+    def unconfirmed_persists(self) -> list[PersistCheckpoint]:
+        """Persist commands the store has not confirmed yet, for the service to send again
+        (e.g. after the checkpoint-store restarted); storing is idempotent per checkpoint id."""
+        ledger = self._ledger
+        return [
+            self._persist(ledger.completing[cid]) for cid in sorted(ledger.completing)
+            if not ledger.completing[cid].durable and cid not in ledger.store_rejections
+        ]
+
+    def savepoint_id(self, request_id: str) -> CheckpointId | None:
+        """The id of the savepoint triggered for ``request_id``, once triggered."""
+        return self._ledger.savepoint_ids.get(request_id)
+
+    def stats(self) -> CheckpointStatsSnapshot:
+        return self._ledger.stats.snapshot()
+
+    # ------------------------------------------------------------------ decisions
+
+    def _decide(self, now_ms: int) -> list[Command]:
+        """Every decision the ledger calls for at ``now_ms``, each folded as it is made."""
+        self._ledger.settle()
+        return [
+            *self._close_completing(now_ms),
+            *self._settle_pending(now_ms),
+            *self._serve_savepoint_requests(now_ms),
+            *self._fail_job_if_intolerable(now_ms),
+        ]
+
+    def _close_completing(self, now_ms: int) -> list[Command]:
+        """Announce checkpoints the store made durable; abort those it rejected."""
+        commands: list[Command] = []
+        for cid in sorted(self._ledger.completing):
+            completed = self._ledger.completing[cid]
+            rejection = self._ledger.store_rejections.get(cid)
+            if completed.durable:
+                commands.append(self._complete(completed, now_ms))
+            elif rejection is not None:
+                epoch, why = completed.metadata.epoch, AbortReason.STORE_REJECTED
+                commands.append(self._abort(cid, epoch, why, rejection, now_ms))
+        return commands
+
+    def _settle_pending(self, now_ms: int) -> list[Command]:
+        """Abort pending checkpoints that cannot complete; persist the fully acknowledged."""
+        commands: list[Command] = []
+        for pending in self._pending_in_order():
+            abort = self._abort_reason(pending)
+            if abort is not None:
+                commands.append(self._abort(pending.checkpoint_id, pending.epoch, *abort, now_ms))
+            elif pending.is_fully_acknowledged:
+                commands.append(self._persist(self._ledger.finalize(pending)))
+        return commands
+
+    def _fail_job_if_intolerable(self, now_ms: int) -> list[Command]:
+        if not self._ledger.failures.take_failure():
+            return []
+        failures = self._ledger.failures.consecutive_failures
+        tolerable = self.options.tolerable_failures
+        reason = f"{failures} consecutive checkpoint failures exceed the tolerable {tolerable}"
+        return [FailJob(self.job_id, reason, now_ms)]
+
+    def _abort_reason(self, pending: PendingCheckpoint) -> tuple[AbortReason, str] | None:
+        ledger = self._ledger
+        rejection = ledger.store_rejections.get(pending.checkpoint_id)
+        if rejection is not None:
+            return AbortReason.STORE_REJECTED, rejection
+        if pending.epoch < ledger.active_epoch:
+            detail = f"job attempt {ledger.active_epoch} replaced {pending.epoch}"
+            return AbortReason.SUPERSEDED, detail
+        if ledger.running is None:
+            return AbortReason.JOB_FINISHED, "the job attempt finished"
+        last = ledger.last_completed
+        if (
+            not pending.checkpoint_type.is_savepoint
+            and last is not None
+            and not last.is_savepoint
+            and last.checkpoint_id > pending.checkpoint_id
+        ):
+            return AbortReason.SUBSUMED, f"checkpoint {last.checkpoint_id} completed first"
+        if pending.declined is not None:
+            return AbortReason.DECLINED, f"{pending.declined.task_id}: {pending.declined.reason}"
+        return None
+
+    def _serve_savepoint_requests(self, now_ms: int) -> list[Command]:
+        ledger = self._ledger
+        commands: list[Command] = []
+        while ledger.savepoint_queue and ledger.running is not None and ledger.stopping is None:
+            request = ledger.savepoint_queue[0]
+            kind = CheckpointType.STOP_WITH_SAVEPOINT if request.stop else CheckpointType.SAVEPOINT
+            commands.append(self._trigger(kind, now_ms, request.target_location))
+        return commands
+
+    def _periodic_trigger_due(self, now_ms: int) -> bool:
+        ledger = self._ledger
+        if ledger.running is None or ledger.stopping is not None or ledger.failures.exceeded:
+            return False
+        if ledger.next_periodic_at is None or now_ms < ledger.next_periodic_at:
+            return False
+        in_flight = sum(
+            1 for c in (*ledger.pending.values(), *ledger.completing.values())
+            if not c.checkpoint_type.is_savepoint
+        )
+        if in_flight >= self.options.effective_max_concurrent:
+            return False
+        pause = self.options.min_pause_ms
+        return pause == 0 or ledger.last_completed_at is None or (
+            now_ms >= ledger.last_completed_at + pause
+        )
+
+    # ------------------------------------------------------------------ records it writes
+
+    def _trigger(self, kind: CheckpointType, now_ms: int, target: str | None) -> EmitTrigger:
+        reg = self._ledger.running
+        assert reg is not None
+        trigger = CheckpointTrigger(
+            job_id=self.job_id,
+            checkpoint_id=CheckpointId(self._ledger.last_id + 1),
+            checkpoint_type=kind,
+            mode=self.options.mode,
+            triggered_at=now_ms,
+            epoch=reg.epoch,
+            target_location=target,
+        )
+        self._ledger.fold(trigger)
+        return EmitTrigger(trigger, reg.source_tasks)
+
+    def _abort(
+        self, cid: CheckpointId, epoch: Epoch, reason: AbortReason, detail: str, now_ms: int
+    ) -> EmitAborted:
+        record = CheckpointAborted(
+            job_id=self.job_id,
+            checkpoint_id=cid,
+            reason=reason.describe(detail),
+            aborted_at=now_ms,
+            epoch=epoch,
+        )
+        self._ledger.fold(record)
+        return EmitAborted(record)
+
+    def _persist(self, completed: CompletedCheckpoint) -> PersistCheckpoint:
+        meta = completed.metadata
+        path = metadata_path(meta.job_id, meta.checkpoint_id, meta.checkpoint_type)
+        return PersistCheckpoint(meta, path)
+
+    def _complete(self, completed: CompletedCheckpoint, now_ms: int) -> EmitCompleted:
+        meta = completed.metadata
+        record = CheckpointCompleted(
+            job_id=self.job_id,
+            checkpoint_id=meta.checkpoint_id,
+            checkpoint_type=meta.checkpoint_type,
+            completed_at=now_ms,
+            metadata_path=metadata_path(meta.job_id, meta.checkpoint_id, meta.checkpoint_type),
+            epoch=meta.epoch,
+        )
+        self._ledger.fold(record)
+        return EmitCompleted(record)
+
+    def _pending_in_order(self) -> list[PendingCheckpoint]:
+        return [self._ledger.pending[c] for c in sorted(self._ledger.pending)]

@@ -1,0 +1,50 @@
+"""How an operator-state handle is redistributed on restore (Flink: OperatorStateHandle.Mode).
+
+The wire ``StateHandle`` has no field for the mode, so the mode is carried as data in the names
+of the handle's files: a worker writing operator state names each file with
+:func:`operator_state_file_name`, whose suffix ``.opstate-<mode>`` the planner reads back with
+:func:`operator_state_mode`. A handle without the suffix is ``SPLIT`` (Flink's default for
+``getListState``). All files of one handle must carry the same mode.
+"""
+
+from __future__ import annotations
+
+import enum
+import posixpath
+
+from tidemark.protocol.messages import StateHandle, StateHandleKind
+
+_SUFFIX = ".opstate-"
+
+
+class OperatorStateMode(str, enum.Enum):
+    SPLIT = "split"  # list state: elements spread over the new subtasks (even split)
+    UNION = "union"  # union list state: every new subtask gets every element
+    BROADCAST = "broadcast"  # identical on every subtask: every new subtask gets one copy
+
+
+def operator_state_file_name(state_name: str, mode: OperatorStateMode, part: int = 0) -> str:
+    """File name (no directory) for part ``part`` of operator state ``state_name``."""
+    if not state_name or "/" in state_name:
+        raise ValueError(f"bad operator state name: {state_name!r}")
+    return f"{state_name}.{part}{_SUFFIX}{mode.value}"
+
+
+def operator_state_mode(handle: StateHandle) -> OperatorStateMode:
+    """The redistribution mode of an ``OPERATOR`` handle, read from its file names."""
+    if handle.kind is not StateHandleKind.OPERATOR:
+        raise ValueError(f"not an operator state handle: {handle.kind}")
+    modes = {_mode_of(posixpath.basename(f.path)) for f in handle.files}
+    if len(modes) > 1:
+        raise ValueError(f"operator state handle mixes modes {sorted(m.value for m in modes)}")
+    return modes.pop() if modes else OperatorStateMode.SPLIT
+
+
+def _mode_of(name: str) -> OperatorStateMode:
+    _, sep, mode = name.rpartition(_SUFFIX)
+    if not sep:
+        return OperatorStateMode.SPLIT
+    try:
+        return OperatorStateMode(mode)
+    except ValueError:
+        raise ValueError(f"unknown operator state mode in file name {name!r}") from None

@@ -1,0 +1,95 @@
+"""The checkpoint-store's edge: persist requests in, durable metadata and events out.
+
+Lifecycle: replay the checkpoint-events topic (the store's own log) and the control topic from
+the start; on catching up, rebuild one :class:`PersistentCheckpointStore` per job from its events
+(finishing any interrupted discard), then serve the persist requests (``CheckpointMetadata`` on
+the control topic) it has not seen, and from then on each new one as it arrives.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import defaultdict
+from typing import Any
+
+from prometheus_client import Counter, Gauge
+
+from tidemark.checkpoint_store import CheckpointStoreOptions, PersistentCheckpointStore
+from tidemark.kafka.clients import base_config
+from tidemark.kafka.event_log import KafkaEventLog
+from tidemark.protocol.messages import CheckpointDiscarded, CheckpointMetadata
+from tidemark.service.app import ServiceApp
+from tidemark.service.dead_letters import RawRecord
+from tidemark.service.logs import get_logger
+from tidemark.storage import open_storage
+from tidemark.types import JobId
+
+log = get_logger(__name__)
+
+RETAINED = Gauge("tidemark_checkpoint_store_retained_checkpoints", "Checkpoints retained", ["job"])
+RETAINED_SAVEPOINTS = Gauge("tidemark_checkpoint_store_retained_savepoints", "Savepoints retained", ["job"])
+DISCARDED = Counter("tidemark_checkpoint_store_discarded_total", "Checkpoints that left retention", ["job"])
+
+
+class CheckpointStoreEdge:
+    def __init__(self, app: ServiceApp, storage_url: str, retained_checkpoints: int) -> None:
+        self.app = app
+        self.storage = open_storage(storage_url)
+        self.options = CheckpointStoreOptions(retained_checkpoints=retained_checkpoints)
+        self.event_log = KafkaEventLog(base_config(app.settings, app.bootstrap), app.topics.checkpoint_events)
+        self.stores: dict[JobId, PersistentCheckpointStore] = {}
+        self._events: dict[JobId, list[Any]] = defaultdict(list)
+        self._requests: list[CheckpointMetadata] = []
+        self.live = False
+
+    def _store(self, job: JobId) -> PersistentCheckpointStore:
+        if job not in self.stores:
+            self.stores[job] = PersistentCheckpointStore(job, self.storage, self.event_log, self.options)
+        return self.stores[job]
+
+    async def on_record(self, message: Any, raw: RawRecord, replayed: bool) -> None:
+        if raw.topic == self.app.topics.checkpoint_events:
+            if not self.live and isinstance(message, (CheckpointMetadata, CheckpointDiscarded)):
+                self._events[message.job_id].append(message)
+            return  # live: our own appends, already applied
+        if isinstance(message, CheckpointMetadata):
+            if self.live:
+                await self._persist(message)
+            else:
+                self._requests.append(message)
+
+    async def on_caught_up(self) -> None:
+        loop = asyncio.get_running_loop()
+        now = int(time.time() * 1000)
+        for job, events in self._events.items():
+            deleted = await loop.run_in_executor(None, self._store(job).recover, events, now)
+            log.info("store rebuilt", job=job, events=len(events), finished_deletes=len(deleted))
+        self._events.clear()
+        for request in self._requests:
+            if not self._store(request.job_id).store.has_seen(request.checkpoint_id):
+                await self._persist(request)
+        self._requests.clear()
+        self.live = True
+        for job in self.stores:
+            self._update_metrics(job)
+
+    async def _persist(self, metadata: CheckpointMetadata) -> None:
+        store = self._store(metadata.job_id)
+        if store.store.has_seen(metadata.checkpoint_id) and store.store.get(metadata.checkpoint_id) is None:
+            log.info("persist request for a discarded checkpoint ignored", job=metadata.job_id,
+                     checkpoint=metadata.checkpoint_id)
+            return
+        before = len(store.store.retained())
+        event = await asyncio.get_running_loop().run_in_executor(
+            None, store.store_checkpoint, metadata, int(time.time() * 1000))
+        log.info("checkpoint stored" if isinstance(event, CheckpointMetadata) else "checkpoint rejected",
+                 job=metadata.job_id, checkpoint=metadata.checkpoint_id)
+        self._update_metrics(metadata.job_id, discarded=max(0, before + 1 - len(store.store.retained())))
+
+    def _update_metrics(self, job: JobId, discarded: int = 0) -> None:
+        retained = self._store(job).store.retained()
+        savepoints = sum(1 for m in retained if m.checkpoint_type.is_savepoint)
+        RETAINED.labels(job).set(len(retained) - savepoints)
+        RETAINED_SAVEPOINTS.labels(job).set(savepoints)
+        DISCARDED.labels(job).inc(discarded)

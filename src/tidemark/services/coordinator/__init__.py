@@ -1,0 +1,22 @@
+"""Coordinator service: triggers checkpoints and savepoints, collects acks, completes or aborts.
+
+The decisions are :class:`tidemark.checkpoint.CheckpointCoordinator`'s (pure); this package is
+its edge: settings, Kafka in and out (:mod:`.edge`), Prometheus metrics (:mod:`.metrics`).
+"""
+
+from __future__ import annotations
+
+from tidemark.service.app import ServiceApp
+from tidemark.services.coordinator.edge import CoordinatorEdge
+from tidemark.services.coordinator.settings import CoordinatorSettings
+
+SETTINGS = CoordinatorSettings
+
+
+def build(settings: CoordinatorSettings) -> ServiceApp:
+    app = ServiceApp("coordinator", settings)
+    edge = CoordinatorEdge(app, settings.checkpoint.options())
+    app.follow_log([app.topics.control, app.topics.acks, app.topics.checkpoint_events],
+                   edge.on_record, edge.on_caught_up)
+    app.every(settings.tick_interval_ms / 1000)(edge.tick)
+    return app

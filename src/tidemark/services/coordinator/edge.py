@@ -1,0 +1,119 @@
+"""The coordinator's edge: Kafka records in, the pure coordinator's commands out to Kafka.
+
+Lifecycle: the service replays the control, acks and checkpoint-events topics from the start
+(``on_record`` with ``replayed=True`` only collects), then ``on_caught_up`` merges them by
+record timestamp (the order the coordinator saw them in) and rebuilds one
+:class:`CheckpointCoordinator` per job from those records and carries out the commands still owed;
+from then on every record is applied as it arrives and ``tick`` runs periodically.
+
+A ``CheckpointMetadata`` on the *control* topic is this coordinator's request to the
+checkpoint-store; only the one on the *checkpoint-events* topic (the store's confirmation that
+``_metadata`` is durable) is folded.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from typing import Any, get_args
+
+from tidemark.checkpoint import (
+    CheckpointCoordinator,
+    CheckpointingOptions,
+    Command,
+    CoordinatorRecord,
+    EmitAborted,
+    EmitCompleted,
+    EmitRestore,
+    EmitTrigger,
+    FailJob,
+    PersistCheckpoint,
+)
+from tidemark.protocol.messages import CheckpointMetadata
+from tidemark.service.app import ServiceApp
+from tidemark.service.dead_letters import RawRecord
+from tidemark.service.logs import get_logger
+from tidemark.services.coordinator.metrics import JOB_FAILURES, SAVEPOINTS, CoordinatorMetrics
+from tidemark.types import JobId
+
+log = get_logger(__name__)
+RECORD_TYPES: tuple[type, ...] = get_args(CoordinatorRecord)
+PERSIST_RESEND_S = 10.0
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class CoordinatorEdge:
+    def __init__(self, app: ServiceApp, options: CheckpointingOptions) -> None:
+        self.app = app
+        self.options = options
+        self.coordinators: dict[JobId, CheckpointCoordinator] = {}
+        self.metrics: dict[JobId, CoordinatorMetrics] = {}
+        self._replayed: dict[JobId, list[tuple[int, int, Any]]] = defaultdict(list)
+        self.live = False
+        self._last_resend = time.monotonic()
+
+    def _coordinator(self, job: JobId) -> CheckpointCoordinator:
+        if job not in self.coordinators:
+            self.coordinators[job] = CheckpointCoordinator(job, self.options)
+            self.metrics[job] = CoordinatorMetrics(job, self.options.timeout_ms)
+        return self.coordinators[job]
+
+    async def on_record(self, message: Any, raw: RawRecord, replayed: bool) -> None:
+        if not isinstance(message, RECORD_TYPES):
+            return
+        if isinstance(message, CheckpointMetadata) and raw.topic != self.app.topics.checkpoint_events:
+            return
+        if not self.live:
+            self._replayed[message.job_id].append((raw.timestamp or 0, raw.offset, message))
+            return
+        await self._run(message.job_id, self._coordinator(message.job_id).apply(message, now_ms()))
+
+    async def on_caught_up(self) -> None:
+        for job, stamped in self._replayed.items():
+            records = [message for _, _, message in sorted(stamped, key=lambda r: (r[0], r[1]))]
+            commands = self._coordinator(job).replay(records, now_ms())
+            log.info("coordinator rebuilt", job=job, records=len(records), owed=len(commands))
+            await self._run(job, commands)
+        self._replayed.clear()
+        self.live = True
+
+    async def tick(self) -> None:
+        if not self.live:
+            return
+        resend = time.monotonic() - self._last_resend > PERSIST_RESEND_S
+        for job, coordinator in list(self.coordinators.items()):
+            commands = coordinator.tick(now_ms())
+            if resend:  # the store may have missed a request while it was down
+                commands = [*coordinator.unconfirmed_persists(), *commands]
+            await self._run(job, commands)
+        if resend:
+            self._last_resend = time.monotonic()
+
+    async def _run(self, job: JobId, commands: list[Command]) -> None:
+        for command in commands:
+            await self._carry_out(job, command)
+        coordinator = self.coordinators.get(job)
+        if coordinator is not None:
+            self.metrics[job].update(coordinator.stats())
+
+    async def _carry_out(self, job: JobId, command: Command) -> None:
+        topics, key = self.app.topics, job.encode()
+        if isinstance(command, EmitTrigger):
+            await self.app.publish(topics.control, command.trigger, key)
+        elif isinstance(command, PersistCheckpoint):
+            await self.app.publish(topics.control, command.metadata, key)
+        elif isinstance(command, EmitCompleted):
+            if command.completed.checkpoint_type.is_savepoint:
+                SAVEPOINTS.labels(job, "completed").inc()
+            await self.app.publish(topics.control, command.completed, key)
+        elif isinstance(command, EmitAborted):
+            await self.app.publish(topics.control, command.aborted, key)
+        elif isinstance(command, EmitRestore):
+            await self.app.publish(topics.control, command.restore, key)
+        elif isinstance(command, FailJob):
+            JOB_FAILURES.labels(job).inc()
+            log.error("job failed: too many checkpoint failures", job=job, reason=command.reason)
+        log.info("command", job=job, command=type(command).__name__)

@@ -1,0 +1,5 @@
+"""Tidemark's PySpark edges: the ``tidemark-kafka`` source and sink and a local session factory."""
+
+from tidemark.spark.datasource import FORMAT, TidemarkKafkaDataSource, register
+
+__all__ = ["FORMAT", "TidemarkKafkaDataSource", "register"]

@@ -1,0 +1,230 @@
+"""The keyed state backend template shared by the heap and RocksDB backends.
+
+Lifecycle: construct with the key-group range this subtask owns -> optionally ``restore``
+(once, before any state is registered) -> ``set_current_key`` / ``get_state`` and the handles
+-> ``snapshot`` any number of times -> ``close`` (afterwards nothing may be called).
+Change listeners may be added at any time; they see every mutation made through the handles,
+serialized (``KeyedStateChange``); ``apply_change`` replays such a change without notifying them.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, Sequence
+
+from tidemark.protocol.messages import StateHandle
+from tidemark.state.descriptors import StateDescriptor, StateKind
+from tidemark.state.handles import (
+    AggregatingState,
+    ListState,
+    MapState,
+    ReducingState,
+    State,
+    ValueState,
+)
+from tidemark.state.keygroups import (
+    KeyGroupRange,
+    KEY_TAGS,
+    check_max_parallelism,
+    hash_key_bytes,
+    key_to_bytes,
+)
+from tidemark.state.snapshot import state_meta
+from tidemark.state.table import ChangeListener, KeyedStateChange, StateTable
+from tidemark.state.ttl import Clock, SystemClock
+from tidemark.storage.base import CheckpointStorage
+from tidemark.types import CheckpointId, OperatorId
+
+HANDLE_TYPES: dict[StateKind, type[State]] = {
+    StateKind.VALUE: ValueState,
+    StateKind.LIST: ListState,
+    StateKind.MAP: MapState,
+    StateKind.REDUCING: ReducingState,
+    StateKind.AGGREGATING: AggregatingState,
+}
+
+_KEY_CACHE_SIZE = 1 << 16
+
+
+class KeyNotInRangeError(ValueError):
+    """The current key belongs to a key group this backend does not own."""
+
+
+class StateRegistrationError(ValueError):
+    """A descriptor conflicts with an already registered or restored state of the same name."""
+
+
+class KeyedStateBackend(ABC):
+    """Current-key bookkeeping, state registration and listeners; storage is the subclass's."""
+
+    def __init__(
+        self,
+        key_group_range: KeyGroupRange,
+        max_parallelism: int,
+        *,
+        operator_id: str = "operator",
+        clock: Clock | None = None,
+    ) -> None:
+        check_max_parallelism(max_parallelism)
+        if key_group_range.end >= max_parallelism:
+            raise ValueError(f"{key_group_range} exceeds max_parallelism {max_parallelism}")
+        self.key_group_range = key_group_range
+        self.max_parallelism = max_parallelism
+        self.operator_id = OperatorId(operator_id)
+        self.clock: Clock = clock or SystemClock()
+        self._start = key_group_range.start
+        self._key: Any = None
+        self._key_group = -1
+        self._kgi = -1
+        self._stored_key = b""
+        self._key_cache: dict[Any, tuple[Any, ...]] = {}
+        self._states: dict[str, State] = {}
+        self._restored_meta: dict[str, dict[str, Any]] = {}
+        self._listeners: list[ChangeListener] = []
+        self._closed = False
+
+    # ------------------------------------------------------------------ current key
+
+    def set_current_key(self, key: Any) -> None:
+        """Make ``key`` current; ``KeyNotInRangeError`` if its key group is not ours."""
+        ctx = self._key_cache.get(key)
+        if ctx is None or ctx[0] is not type(key):
+            ctx = self._key_context(key)
+        self._key = key
+        self._key_group = ctx[1]
+        self._kgi = ctx[2]
+        self._stored_key = ctx[3]
+        self._on_key_context(ctx)
+
+    def _key_context(self, key: Any) -> tuple[Any, ...]:
+        key_bytes = key_to_bytes(key)
+        key_group = hash_key_bytes(key_bytes) % self.max_parallelism
+        if key_group not in self.key_group_range:
+            raise KeyNotInRangeError(
+                f"key {key!r} is in key group {key_group}, outside {self.key_group_range}"
+            )
+        ctx = (type(key), key_group, key_group - self._start, KEY_TAGS[type(key)] + key_bytes)
+        ctx = ctx + self._extra_key_context(ctx)
+        if len(self._key_cache) >= _KEY_CACHE_SIZE:
+            self._key_cache.clear()
+        self._key_cache[key] = ctx
+        return ctx
+
+    def _extra_key_context(self, ctx: tuple[Any, ...]) -> tuple[Any, ...]:
+        """Backend-specific values derived once per key (e.g. a RocksDB key prefix)."""
+        return ()
+
+    def _on_key_context(self, ctx: tuple[Any, ...]) -> None:
+        """Hook called on every ``set_current_key`` with the cached context."""
+
+    def get_current_key(self) -> Any:
+        return self._key
+
+    @property
+    def current_key_group(self) -> int:
+        return self._key_group
+
+    # ------------------------------------------------------------------ registration
+
+    def get_state(self, descriptor: StateDescriptor) -> Any:
+        """The handle of ``descriptor``'s state, registering it on first use."""
+        self._check_open()
+        existing = self._states.get(descriptor.name)
+        if existing is not None:
+            if existing.descriptor.kind is not descriptor.kind:
+                raise StateRegistrationError(
+                    f"state {descriptor.name!r} is a {existing.descriptor.kind.value} state"
+                )
+            return existing
+        self._check_restored(descriptor)
+        table = self._create_table(descriptor)
+        handle = HANDLE_TYPES[descriptor.kind](table, descriptor, self.clock)
+        self._states[descriptor.name] = handle
+        return handle
+
+    def _check_restored(self, descriptor: StateDescriptor) -> None:
+        restored = self._restored_meta.get(descriptor.name)
+        if restored is None:
+            return
+        wanted = state_meta(descriptor)
+        for field in ("kind", "value_serializer", "user_key_serializer"):
+            if restored[field] != wanted[field]:
+                raise StateRegistrationError(
+                    f"state {descriptor.name!r}: {field} {wanted[field]} differs from the "
+                    f"restored {restored[field]} (state migration is not supported)"
+                )
+        if (restored["ttl_ms"] is None) != (wanted["ttl_ms"] is None):
+            raise StateRegistrationError(
+                f"state {descriptor.name!r}: enabling or disabling TTL on restore is not supported"
+            )
+
+    def registered_states(self) -> list[str]:
+        return sorted(self._states)
+
+    def _state_metas(self) -> list[dict[str, Any]]:
+        """Metas of registered states plus restored ones not registered yet."""
+        metas = {name: state_meta(h.descriptor) for name, h in self._states.items()}
+        for name, meta in self._restored_meta.items():
+            metas.setdefault(name, meta)
+        return [metas[name] for name in sorted(metas)]
+
+    # ------------------------------------------------------------------ changes
+
+    def add_change_listener(self, listener: ChangeListener) -> None:
+        """Call ``listener`` with every later mutation made through the handles."""
+        self._listeners.append(listener)
+
+    def remove_change_listener(self, listener: ChangeListener) -> None:
+        self._listeners.remove(listener)
+
+    def apply_change(self, change: KeyedStateChange) -> None:
+        """Replay a recorded change (recovery); listeners are not notified."""
+        self._check_open()
+        if change.key_group not in self.key_group_range:
+            raise KeyNotInRangeError(f"change for key group {change.key_group} outside range")
+        self._apply_change(change)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError(f"{type(self).__name__} is closed")
+
+    def close(self) -> None:
+        """Release every resource; idempotent."""
+        if not self._closed:
+            self._closed = True
+            self._close()
+
+    def __enter__(self) -> KeyedStateBackend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _snapshot_path(self, checkpoint_id: int, suffix: str) -> str:
+        kgr = self.key_group_range
+        return f"{self.operator_id}/chk-{checkpoint_id}/kg-{kgr.start}-{kgr.end}{suffix}"
+
+    # ------------------------------------------------------------------ subclass contract
+
+    @abstractmethod
+    def _create_table(self, descriptor: StateDescriptor) -> StateTable: ...
+
+    @abstractmethod
+    def _apply_change(self, change: KeyedStateChange) -> None: ...
+
+    @abstractmethod
+    def snapshot(self, checkpoint_id: CheckpointId, storage: CheckpointStorage) -> list[StateHandle]:
+        """Write this backend's state into ``storage``; return the handles that restore it."""
+
+    @abstractmethod
+    def restore(self, handles: Sequence[StateHandle], storage: CheckpointStorage) -> None:
+        """Load the key groups of ``handles`` that this backend owns (handles may overlap it)."""
+
+    @abstractmethod
+    def cleanup_expired_state(self) -> int:
+        """Remove every expired TTL value now; returns how many stored items changed."""
+
+    @abstractmethod
+    def _close(self) -> None: ...

@@ -1,0 +1,191 @@
+"""Heap state table: live Python objects per key group, serialized only when observed."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Iterator
+
+from tidemark.protocol.messages import StateChangeOp
+from tidemark.state.descriptors import (
+    StateDescriptor,
+    StateKind,
+    user_key_serializer_of,
+    value_serializer_of,
+)
+from tidemark.state.keygroups import decode_key, encode_key
+from tidemark.state.serializers import Serializer, frame_element, frame_elements, unframe_elements
+from tidemark.state.snapshot import Entry
+from tidemark.state.table import MISSING, KeyedStateChange, decode_namespace, encode_namespace
+from tidemark.state.ttl import TtlSerializer, is_expired, timestamp_of
+
+if TYPE_CHECKING:
+    from tidemark.state.heap.backend import HashMapStateBackend
+
+PUT, ADD, DELETE, CLEAR = StateChangeOp.PUT, StateChangeOp.ADD, StateChangeOp.DELETE, StateChangeOp.CLEAR
+
+
+class HeapStateTable:
+    """One state: ``maps[key_group - start][(key, namespace)]`` -> stored value.
+
+    Stored values are the objects the handles pass in (lists for list state, a dict of user
+    key -> stored value for map state). Objects are not copied: do not mutate a value after
+    writing it, as with Flink's heap backend.
+    """
+
+    __slots__ = ("_b", "name", "kind", "_maps", "_ser", "_uks", "_is_map", "_is_list", "_ttl_ms")
+
+    def __init__(self, backend: HashMapStateBackend, descriptor: StateDescriptor) -> None:
+        self._b = backend
+        self.name = descriptor.name
+        self.kind = descriptor.kind
+        self._maps: list[dict[tuple[Any, Any], Any]] = [
+            {} for _ in range(len(backend.key_group_range))
+        ]
+        inner = value_serializer_of(descriptor)
+        self._ser: Serializer = TtlSerializer(inner) if descriptor.ttl else inner
+        self._uks = user_key_serializer_of(descriptor)
+        self._is_map = descriptor.kind is StateKind.MAP
+        self._is_list = descriptor.kind is StateKind.LIST
+        self._ttl_ms = descriptor.ttl.ttl_ms if descriptor.ttl else None
+
+    # --------------------------------------------------------------- StateTable port
+
+    def namespace_token(self, namespace: Any) -> Any:
+        hash(namespace)
+        encode_namespace(namespace)  # refuse namespaces the snapshot could not encode
+        return namespace
+
+    def get(self, ns: Any) -> Any:
+        b = self._b
+        return self._maps[b._kgi].get((b._key, ns), MISSING)
+
+    def put(self, ns: Any, value: Any) -> None:
+        b = self._b
+        if self._is_list:
+            value = list(value)
+        self._maps[b._kgi][(b._key, ns)] = value
+        if b._listeners:
+            data = self._encode_list(value) if self._is_list else self._ser.serialize(value)
+            self._emit(PUT, ns, None, data)
+
+    def delete(self, ns: Any) -> None:
+        b = self._b
+        self._maps[b._kgi].pop((b._key, ns), None)
+        if b._listeners:
+            self._emit(CLEAR if self._is_map else DELETE, ns, None, None)
+
+    def append(self, ns: Any, elements: list[Any]) -> None:
+        b = self._b
+        current = self._maps[b._kgi].setdefault((b._key, ns), [])
+        current.extend(elements)
+        if b._listeners:
+            for element in elements:
+                self._emit(ADD, ns, None, self._ser.serialize(element))
+
+    def get_entry(self, ns: Any, user_key: Any) -> Any:
+        b = self._b
+        entries = self._maps[b._kgi].get((b._key, ns))
+        return MISSING if entries is None else entries.get(user_key, MISSING)
+
+    def put_entry(self, ns: Any, user_key: Any, value: Any) -> None:
+        b = self._b
+        self._maps[b._kgi].setdefault((b._key, ns), {})[user_key] = value
+        if b._listeners:
+            self._emit(PUT, ns, self._uks.serialize(user_key), self._ser.serialize(value))
+
+    def delete_entry(self, ns: Any, user_key: Any) -> None:
+        b = self._b
+        m = self._maps[b._kgi]
+        entries = m.get((b._key, ns))
+        if entries is not None:
+            entries.pop(user_key, None)
+            if not entries:
+                del m[(b._key, ns)]
+        if b._listeners:
+            self._emit(DELETE, ns, self._uks.serialize(user_key), None)
+
+    def entries(self, ns: Any) -> Iterator[tuple[Any, Any]]:
+        b = self._b
+        entries = self._maps[b._kgi].get((b._key, ns))
+        return iter(()) if entries is None else iter(list(entries.items()))
+
+    # --------------------------------------------------------------- bytes in and out
+
+    def _emit(self, op: StateChangeOp, ns: Any, user_key: bytes | None, value: bytes | None) -> None:
+        b = self._b
+        change = KeyedStateChange(
+            self.name, b._key_group, b._stored_key, encode_namespace(ns), op, user_key, value
+        )
+        for listener in b._listeners:
+            listener(change)
+
+    def _encode_list(self, elements: list[Any]) -> bytes:
+        return frame_elements([self._ser.serialize(e) for e in elements])
+
+    def apply(self, change: KeyedStateChange) -> None:
+        """Apply a byte-level change (recovery, restore) to the live objects."""
+        m = self._maps[change.key_group - self._b.key_group_range.start]
+        slot = (decode_key(change.key), decode_namespace(change.namespace))
+        op, ser = change.op, self._ser
+        if op is PUT and self._is_map:
+            m.setdefault(slot, {})[self._uks.deserialize(change.user_key)] = ser.deserialize(change.value)
+        elif op is PUT and self._is_list:
+            m[slot] = [ser.deserialize(e) for e in unframe_elements(change.value)]
+        elif op is PUT:
+            m[slot] = ser.deserialize(change.value)
+        elif op is ADD:
+            m.setdefault(slot, []).append(ser.deserialize(change.value))
+        elif change.user_key is not None:
+            entries = m.get(slot)
+            if entries is not None:
+                entries.pop(self._uks.deserialize(change.user_key), None)
+                if not entries:
+                    del m[slot]
+        else:
+            m.pop(slot, None)
+
+    def cleanup_expired(self, now_ms: int) -> int:
+        """Drop every expired value, element or entry; returns how many slots changed."""
+        ttl = self._ttl_ms
+        if ttl is None:
+            return 0
+        changed = 0
+        for m in self._maps:
+            for slot, stored in list(m.items()):
+                if self._is_map:
+                    live: Any = {k: v for k, v in stored.items() if not is_expired(v[1], ttl, now_ms)}
+                elif self._is_list:
+                    live = [e for e in stored if not is_expired(e[1], ttl, now_ms)]
+                else:
+                    live = None if is_expired(stored[1], ttl, now_ms) else stored
+                if live is stored or (live is not None and len(live) == len(stored)):
+                    continue
+                changed += 1
+                if live:
+                    m[slot] = live
+                else:
+                    del m[slot]
+        return changed
+
+    def snapshot_entries(self, now_ms: int) -> Iterator[Entry]:
+        """Canonical entries in key-group order; expired TTL values are left out."""
+        start, name, ser, ttl = self._b.key_group_range.start, self.name, self._ser, self._ttl_ms
+        for index, m in enumerate(self._maps):
+            for (key, ns), stored in list(m.items()):
+                prefix = (name, start + index, encode_key(key), encode_namespace(ns))
+                yield from self._entries_of(prefix, stored, ser, ttl, now_ms)
+
+    def _entries_of(
+        self, prefix: tuple[Any, ...], stored: Any, ser: Serializer, ttl: int | None, now: int
+    ) -> Iterator[Entry]:
+        if self._is_map:
+            for user_key, value in stored.items():
+                if ttl is None or not is_expired(value[1], ttl, now):
+                    yield Entry(*prefix, self._uks.serialize(user_key), ser.serialize(value))
+        elif self._is_list:
+            data = [ser.serialize(e) for e in stored]
+            if ttl is not None:
+                data = [d for d in data if not is_expired(timestamp_of(d), ttl, now)]
+            if data:
+                yield Entry(*prefix, None, b"".join(frame_element(d) for d in data))
+        elif ttl is None or not is_expired(stored[1], ttl, now):
+            yield Entry(*prefix, None, ser.serialize(stored))

@@ -1,0 +1,328 @@
+"""RocksDBStateBackend: keyed state in an embedded RocksDB (rocksdict), one column family per
+state, every key prefixed by its key group.
+
+The database under ``<path>/db`` is a working copy: it is created empty, written without WAL
+(recovery always starts from a checkpoint, never from the local files) and deleted on close.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import rocksdict
+
+from tidemark.protocol.messages import StateChangeOp, StateFile, StateHandle, StateHandleKind
+from tidemark.state.backend import KeyedStateBackend, StateRegistrationError
+from tidemark.state.descriptors import StateDescriptor, StateKind
+from tidemark.state.keygroups import KeyGroupRange
+from tidemark.state.restore import overlapping, read_handle
+from tidemark.state.rocksdb.options import RocksDBOptions, RocksDBResources
+from tidemark.state.rocksdb.snapshot import (
+    CF_PREFIX,
+    SnapshotStats,
+    download,
+    iter_column_family,
+    open_db,
+    write_incremental,
+)
+from tidemark.state.rocksdb.table import (
+    RocksListTable,
+    RocksMapTable,
+    RocksStateTable,
+    RocksValueTable,
+    key_group_bytes,
+    key_prefix,
+    namespace_part,
+    successor,
+)
+from tidemark.state.serializers import frame_element, frame_elements, unframe_elements
+from tidemark.state.snapshot import Entry, write_snapshot
+from tidemark.state.table import KeyedStateChange
+from tidemark.state.ttl import Clock, is_expired, timestamp_of
+from tidemark.storage.base import CheckpointStorage
+from tidemark.types import CheckpointId, KeyGroup
+
+_MARKER = ".tidemark-rocksdb"
+_BATCH = 10_000
+
+
+class RocksDBStateBackend(KeyedStateBackend):
+    """Keyed state in RocksDB; see :class:`KeyedStateBackend` for the lifecycle."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        key_group_range: KeyGroupRange,
+        max_parallelism: int,
+        *,
+        options: RocksDBOptions = RocksDBOptions(),
+        operator_id: str = "operator",
+        clock: Clock | None = None,
+    ) -> None:
+        super().__init__(key_group_range, max_parallelism, operator_id=operator_id, clock=clock)
+        self.path = Path(path)
+        self.options = options
+        self._db_path = self.path / "db"
+        self._resources = RocksDBResources(options)
+        self._prefix = b""
+        self._tables: dict[str, RocksStateTable] = {}
+        self._cfs: dict[str, rocksdict.Rdict] = {}
+        self._uploaded: dict[str, StateFile] = {}
+        self.last_snapshot_stats: SnapshotStats | None = None
+        self._claim_directory()
+        self._db = self._open()
+
+    # ------------------------------------------------------------------ database
+
+    def _claim_directory(self) -> None:
+        self.path.mkdir(parents=True, exist_ok=True)
+        marker = self.path / _MARKER
+        if self._db_path.exists():
+            if not marker.exists():
+                raise FileExistsError(f"{self._db_path} exists and is not a Tidemark working copy")
+            shutil.rmtree(self._db_path)
+        marker.touch()
+
+    def _open(self) -> rocksdict.Rdict:
+        db = open_db(self._db_path, self._resources.db_options())
+        db.set_write_options(self._resources.write_options())
+        return db
+
+    def _cf(self, state_name: str) -> rocksdict.Rdict:
+        cf = self._cfs.get(state_name)
+        if cf is None:
+            name = CF_PREFIX + state_name
+            try:
+                cf = self._db.get_column_family(name)
+            except Exception:
+                cf = self._db.create_column_family(name, self._resources.db_options())
+            cf.set_write_options(self._resources.write_options())
+            self._cfs[state_name] = cf
+        return cf
+
+    # ------------------------------------------------------------------ key context
+
+    def _extra_key_context(self, ctx: tuple[Any, ...]) -> tuple[Any, ...]:
+        return (key_prefix(ctx[1], ctx[3]),)
+
+    def _on_key_context(self, ctx: tuple[Any, ...]) -> None:
+        self._prefix = ctx[4]
+
+    def _create_table(self, descriptor: StateDescriptor) -> RocksStateTable:
+        kind = descriptor.kind
+        table_type = (
+            RocksMapTable if kind is StateKind.MAP
+            else RocksListTable if kind is StateKind.LIST else RocksValueTable
+        )
+        table = table_type(self, descriptor, self._cf(descriptor.name))
+        self._tables[descriptor.name] = table
+        return table
+
+    # ------------------------------------------------------------------ changes
+
+    def _apply_change(self, change: KeyedStateChange) -> None:
+        cf = self._cf(change.state_name)
+        slot = key_prefix(change.key_group, change.key) + namespace_part(change.namespace)
+        op = change.op
+        if op is StateChangeOp.PUT:
+            cf.put(slot + (change.user_key or b""), change.value or b"")
+        elif op is StateChangeOp.ADD:
+            cf.put(slot, (cf.get(slot) or b"") + frame_element(change.value or b""))
+        elif op is StateChangeOp.DELETE:
+            cf.delete(slot + (change.user_key or b""))
+        else:
+            cf.delete_range(slot, successor(slot))
+
+    def cleanup_expired_state(self) -> int:
+        """Remove every expired TTL value by a full scan (what a compaction filter would do,
+        which rocksdict cannot host); returns how many entries were removed or rewritten."""
+        now, removed = self.clock.now_ms(), 0
+        for name, table in self._tables.items():
+            descriptor = self._states[name].descriptor
+            if descriptor.ttl is None:
+                continue
+            ttl, cf = descriptor.ttl.ttl_ms, self._cf(name)
+            for db_key, value in list(cf.items()):
+                kept = _live_value(value, ttl, now, descriptor.kind is StateKind.LIST)
+                if kept != value:
+                    removed += 1
+                    cf.delete(db_key) if kept is None else cf.put(db_key, kept)
+        return removed
+
+    def settle(self, timeout_s: float = 120.0) -> bool:
+        """Flush memtables and wait until no flush or compaction is pending or running;
+        ``False`` if ``timeout_s`` passed first. A settled database's SST set is stable, so
+        the next incremental snapshots share it."""
+        self._check_open()
+        families = [self._db, *self._cfs.values()]
+        for family in families:
+            family.flush()
+        deadline = time.monotonic() + timeout_s
+        busy = ("rocksdb.compaction-pending", "rocksdb.num-running-compactions",
+                "rocksdb.num-running-flushes", "rocksdb.mem-table-flush-pending")
+        while any(f.property_int_value(p) for f in families for p in busy):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
+        return True
+
+    # ------------------------------------------------------------------ snapshots
+
+    def _header(self, checkpoint_id: int) -> dict[str, Any]:
+        return {
+            "checkpoint_id": checkpoint_id,
+            "max_parallelism": self.max_parallelism,
+            "key_group_start": self.key_group_range.start,
+            "key_group_end": self.key_group_range.end,
+            "backend": "rocksdb",
+        }
+
+    def _checked_metas(self) -> list[dict[str, Any]]:
+        metas = self._state_metas()
+        unknown = set(self._cfs) - {m["name"] for m in metas}
+        if unknown:
+            raise StateRegistrationError(f"states {sorted(unknown)} have data but no definition")
+        return metas
+
+    def snapshot(
+        self, checkpoint_id: CheckpointId, storage: CheckpointStorage, *, canonical: bool = False
+    ) -> list[StateHandle]:
+        """Incremental native snapshot (if enabled in options) or, with ``canonical=True`` or
+        incremental disabled, a full snapshot in the canonical format (savepoints)."""
+        self._check_open()
+        metas = self._checked_metas()
+        header = {**self._header(int(checkpoint_id)), "states": metas}
+        if canonical or not self.options.incremental:
+            data = write_snapshot(header, metas, self._full_entries(metas))
+            ref = storage.write_bytes(self._snapshot_path(int(checkpoint_id), ".tmks"), data)
+            self.last_snapshot_stats = SnapshotStats((ref.path,), (), ref.size_bytes, ref.size_bytes)
+            return [self._handle(StateHandleKind.KEYED_FULL, (ref,), ref.size_bytes, ref.size_bytes)]
+        files, stats = write_incremental(
+            self._db, self.path / "checkpoints", storage,
+            self._snapshot_path(int(checkpoint_id), ""), f"shared/{self.operator_id}",
+            header, self._uploaded,
+        )
+        self.last_snapshot_stats = stats
+        return [self._handle(StateHandleKind.KEYED_INCREMENTAL, files, stats.state_size,
+                             stats.bytes_written)]
+
+    def _handle(self, kind: StateHandleKind, files: tuple[StateFile, ...], size: int,
+                written: int) -> StateHandle:
+        return StateHandle(kind, self.operator_id, KeyGroup(self.key_group_range.start),
+                           KeyGroup(self.key_group_range.end), files, size, written)
+
+    def _full_entries(self, metas: list[dict[str, Any]]) -> Iterator[Entry]:
+        now = self.clock.now_ms()
+        for meta in metas:
+            if meta["name"] not in self._cfs and meta["name"] not in self._restored_meta:
+                continue
+            ttl, is_list = meta["ttl_ms"], meta["kind"] == StateKind.LIST.value
+            for entry in iter_column_family(self._cf(meta["name"]), meta, self.key_group_range):
+                if ttl is None:
+                    yield entry
+                    continue
+                value = _live_value(entry.value, ttl, now, is_list)
+                if value is not None:
+                    yield Entry(entry.state_name, entry.key_group, entry.key, entry.namespace,
+                                entry.user_key, value)
+
+    # ------------------------------------------------------------------ restore
+
+    def restore(self, handles: Sequence[StateHandle], storage: CheckpointStorage) -> None:
+        """Load our key groups; the incremental handle overlapping most becomes the base
+        database (clipped to our range), every other handle is merged entry by entry."""
+        self._check_open()
+        if self._states:
+            raise StateRegistrationError("restore must happen before any state is registered")
+        relevant = overlapping(handles, self.key_group_range)
+        incremental = [h for h in relevant if h.kind is StateHandleKind.KEYED_INCREMENTAL]
+        base = max(incremental, key=self._overlap, default=None)
+        if base is not None:
+            self._restore_base(base, storage)
+        for handle in relevant:
+            if handle is not base:
+                for part in read_handle(handle, storage, self.key_group_range):
+                    self._merge_metas(part.states, part.source)
+                    self._write_entries(part.entries)
+
+    def _overlap(self, handle: StateHandle) -> int:
+        their = KeyGroupRange(handle.key_group_start, handle.key_group_end)
+        return len(their.intersection(self.key_group_range))
+
+    def _restore_base(self, handle: StateHandle, storage: CheckpointStorage) -> None:
+        staging = self.path / "restore-staging"
+        shutil.rmtree(staging, ignore_errors=True)
+        try:
+            metadata = download(handle, storage, staging)  # verified before touching the db
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        self._release_db()
+        shutil.rmtree(self._db_path, ignore_errors=True)
+        staging.rename(self._db_path)
+        self._db = self._open()
+        self._merge_metas(metadata["states"], handle.files[0].path)
+        low, high = key_group_bytes(self.key_group_range.start), key_group_bytes(self.key_group_range.end + 1)
+        for meta in metadata["states"]:
+            cf = self._cf(meta["name"])
+            if self.key_group_range.start > 0:
+                cf.delete_range(b"", low)
+            cf.delete_range(high, b"\xff")
+        same_range = (handle.key_group_start, handle.key_group_end) == (
+            self.key_group_range.start, self.key_group_range.end)
+        if same_range:  # the files are exactly what we would upload: reuse them next time
+            by_path = {ref.path: ref for ref in handle.files}
+            for item in metadata["files"]:
+                if item["shared"]:
+                    self._uploaded[item["name"]] = by_path[item["path"]]
+
+    def _merge_metas(self, metas: list[dict[str, Any]], source: str) -> None:
+        for meta in metas:
+            known = self._restored_meta.setdefault(meta["name"], meta)
+            if known != meta:
+                raise StateRegistrationError(
+                    f"{source}: state {meta['name']!r} was written with a different definition"
+                )
+
+    def _write_entries(self, entries: Iterator[Entry]) -> None:
+        batch, count = rocksdict.WriteBatch(raw_mode=True), 0
+        for e in entries:
+            self._cf(e.state_name)
+            handle = self._db.get_column_family_handle(CF_PREFIX + e.state_name)
+            slot = key_prefix(e.key_group, e.key) + namespace_part(e.namespace)
+            batch.put(slot + (e.user_key or b""), e.value, handle)
+            count += 1
+            if count % _BATCH == 0:
+                self._db.write(batch)
+                batch = rocksdict.WriteBatch(raw_mode=True)
+        if count % _BATCH:
+            self._db.write(batch)
+
+    # ------------------------------------------------------------------ close
+
+    def _release_db(self) -> None:
+        for table in self._tables.values():
+            table._cf = None  # type: ignore[assignment]
+        self._cfs.clear()
+        self._db.close()
+        del self._db
+
+    def _close(self) -> None:
+        self._release_db()
+        self._tables.clear()
+        shutil.rmtree(self._db_path, ignore_errors=True)
+        shutil.rmtree(self.path / "checkpoints", ignore_errors=True)
+
+
+def _live_value(value: bytes, ttl_ms: int, now_ms: int, is_list: bool) -> bytes | None:
+    """``value`` without its expired parts (``None`` when nothing is left)."""
+    if not is_list:
+        return None if is_expired(timestamp_of(value), ttl_ms, now_ms) else value
+    elements = unframe_elements(value)
+    live = [e for e in elements if not is_expired(timestamp_of(e), ttl_ms, now_ms)]
+    if len(live) == len(elements):
+        return value
+    return frame_elements(live) if live else None

@@ -1,0 +1,176 @@
+"""Incremental RocksDB snapshots: native SST sets whose unchanged files are shared.
+
+A RocksDB checkpoint (hard links of the live files) is taken; every ``*.sst`` file not uploaded
+before is written once under ``shared/<operator>/<sha256>.sst`` (content-addressed, marked
+``shared=True`` so the checkpoint-store reference-counts it); the small mutable files (MANIFEST,
+CURRENT, OPTIONS, WAL) are private to the checkpoint. ``INCREMENTAL.json`` maps every file back
+to its local name and records the states, so any backend can read the set.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import rocksdict
+
+from tidemark.protocol.messages import StateFile, StateHandle
+from tidemark.state.descriptors import StateKind
+from tidemark.state.keygroups import KeyGroupRange
+from tidemark.state.restore import RestoredPart
+from tidemark.state.rocksdb.table import key_group_bytes, split_db_key
+from tidemark.state.snapshot import Entry, SnapshotFormatError
+from tidemark.storage.base import CheckpointStorage
+
+METADATA_NAME = "INCREMENTAL.json"
+FORMAT = "tidemark-rocksdb-incremental-1"
+CF_PREFIX = "state:"
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotStats:
+    """What one snapshot wrote: new files, reused (shared) files, bytes written."""
+
+    uploaded: tuple[str, ...]
+    reused: tuple[str, ...]
+    bytes_written: int
+    state_size: int
+
+
+def _sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _upload(
+    local: Path, storage: CheckpointStorage, private_dir: str, shared_dir: str,
+    uploaded: dict[str, StateFile],
+) -> tuple[StateFile, bool]:
+    """``(ref, newly_written)`` for one checkpoint file."""
+    name = local.name
+    if not name.endswith(".sst"):
+        with local.open("rb") as f:
+            return storage.write_from(f"{private_dir}/{name}", f), True
+    known = uploaded.get(name)
+    if known is not None:
+        return known, False
+    sha = _sha256_of(local)
+    path = f"{shared_dir}/{sha}.sst"
+    if storage.exists(path):
+        ref, fresh = StateFile(path, local.stat().st_size, sha, shared=True), False
+    else:
+        with local.open("rb") as f:
+            ref, fresh = storage.write_from(path, f, shared=True), True
+    uploaded[name] = ref
+    return ref, fresh
+
+
+def write_incremental(
+    db: rocksdict.Rdict, work_dir: Path, storage: CheckpointStorage, private_dir: str,
+    shared_dir: str, header: dict[str, Any], uploaded: dict[str, StateFile],
+) -> tuple[tuple[StateFile, ...], SnapshotStats]:
+    """Upload a RocksDB checkpoint of ``db``; ``uploaded`` (local SST name -> ref) is updated."""
+    checkpoint_dir = work_dir / f"chk-{header['checkpoint_id']}"
+    shutil.rmtree(checkpoint_dir, ignore_errors=True)
+    work_dir.mkdir(parents=True, exist_ok=True)
+    rocksdict.Checkpoint(db).create_checkpoint(str(checkpoint_dir))
+    try:
+        files, new, reused, written = [], [], [], 0
+        for local in sorted(checkpoint_dir.iterdir()):
+            ref, fresh = _upload(local, storage, private_dir, shared_dir, uploaded)
+            files.append({"name": local.name, "path": ref.path, "size": ref.size_bytes,
+                          "sha256": ref.sha256, "shared": ref.shared})
+            (new if fresh else reused).append(ref)
+            written += ref.size_bytes if fresh else 0
+    finally:
+        shutil.rmtree(checkpoint_dir, ignore_errors=True)
+    live = {uploaded_name for uploaded_name in (f["name"] for f in files)}
+    for stale in [name for name in uploaded if name not in live]:
+        del uploaded[stale]
+    metadata = json.dumps({**header, "format": FORMAT, "files": files}, sort_keys=True).encode()
+    meta_ref = storage.write_bytes(f"{private_dir}/{METADATA_NAME}", metadata)
+    refs = (meta_ref, *new, *reused)
+    stats = SnapshotStats(
+        uploaded=tuple(r.path for r in (meta_ref, *new)),
+        reused=tuple(r.path for r in reused),
+        bytes_written=written + meta_ref.size_bytes,
+        state_size=sum(r.size_bytes for r in refs),
+    )
+    return refs, stats
+
+
+def read_metadata(handle: StateHandle, storage: CheckpointStorage) -> dict[str, Any]:
+    refs = [f for f in handle.files if f.path.endswith("/" + METADATA_NAME)]
+    if len(refs) != 1:
+        raise SnapshotFormatError(f"incremental handle without a single {METADATA_NAME}")
+    metadata = json.loads(storage.read_verified(refs[0]))
+    if metadata.get("format") != FORMAT:
+        raise SnapshotFormatError(f"{refs[0].path}: unsupported format {metadata.get('format')}")
+    return metadata
+
+
+def download(handle: StateHandle, storage: CheckpointStorage, target: Path) -> dict[str, Any]:
+    """Write every file of ``handle`` into ``target`` under its local name, verified."""
+    metadata = read_metadata(handle, storage)
+    by_path = {ref.path: ref for ref in handle.files}
+    target.mkdir(parents=True, exist_ok=True)
+    for item in metadata["files"]:
+        ref = by_path.get(item["path"])
+        if ref is None or ref.sha256 != item["sha256"]:
+            raise SnapshotFormatError(f"{item['path']}: listed in metadata but not in the handle")
+        (target / item["name"]).write_bytes(storage.read_verified(ref))
+    return metadata
+
+
+def open_db(path: Path, options: rocksdict.Options, **kwargs: Any) -> rocksdict.Rdict:
+    """Open a database with every column family it has, all with ``options``."""
+    try:
+        names = rocksdict.Rdict.list_cf(str(path), options)
+    except Exception:  # a fresh directory has no column families yet
+        names = []
+    families = {name: options for name in names if name != "default"}
+    return rocksdict.Rdict(str(path), options, column_families=families, **kwargs)
+
+
+def iter_column_family(
+    cf: rocksdict.Rdict, meta: dict[str, Any], key_groups: KeyGroupRange
+) -> Iterator[Entry]:
+    """Canonical entries of one state's column family inside ``key_groups``."""
+    is_map = meta["kind"] == StateKind.MAP.value
+    for db_key, value in cf.items(from_key=key_group_bytes(key_groups.start)):
+        key_group, key, namespace, rest = split_db_key(db_key)
+        if key_group > key_groups.end:
+            break
+        yield Entry(meta["name"], key_group, key, namespace, rest if is_map else None, value)
+
+
+def read_incremental(
+    handle: StateHandle, storage: CheckpointStorage, key_groups: KeyGroupRange
+) -> Iterator[RestoredPart]:
+    """The entries of an incremental handle, read through a temporary read-only database."""
+    scratch = Path(tempfile.mkdtemp(prefix="tidemark-restore-"))
+    db = None
+    try:
+        metadata = download(handle, storage, scratch / "db")
+        options = rocksdict.Options(raw_mode=True)
+        db = open_db(scratch / "db", options, access_type=rocksdict.AccessType.read_only())
+        for meta in metadata["states"]:
+            cf = db.get_column_family(CF_PREFIX + meta["name"])
+            try:
+                entries = list(iter_column_family(cf, meta, key_groups))
+            finally:
+                del cf
+            yield RestoredPart(handle.files[0].path, [meta], iter(entries))
+    finally:
+        if db is not None:
+            db.close()
+            del db
+        shutil.rmtree(scratch, ignore_errors=True)

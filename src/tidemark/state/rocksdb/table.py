@@ -1,0 +1,186 @@
+"""RocksDB state tables: one column family per state, every key prefixed by its key group.
+
+Key layout (big-endian)::
+
+    u16 key group | u32 len + stored key | u32 len + namespace | [user key bytes: map state]
+
+so one key group, one key, or one (key, namespace) is a contiguous key range, and a key-group
+range can be cut with ``delete_range``. Values are the canonical stored bytes (see
+``state/snapshot.py``): serialized value (TTL: 8-byte timestamp first) or a framed list.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import TYPE_CHECKING, Any, Iterator
+
+from tidemark.protocol.messages import StateChangeOp
+from tidemark.state.descriptors import StateDescriptor, user_key_serializer_of, value_serializer_of
+from tidemark.state.serializers import Serializer, frame_element, frame_elements, unframe_elements
+from tidemark.state.table import MISSING, KeyedStateChange, encode_namespace
+from tidemark.state.ttl import TtlSerializer
+
+if TYPE_CHECKING:
+    import rocksdict
+
+    from tidemark.state.rocksdb.backend import RocksDBStateBackend
+
+PUT, ADD, DELETE, CLEAR = StateChangeOp.PUT, StateChangeOp.ADD, StateChangeOp.DELETE, StateChangeOp.CLEAR
+_U32 = struct.Struct(">I")
+_U16 = struct.Struct(">H")
+
+
+def key_group_bytes(key_group: int) -> bytes:
+    return _U16.pack(key_group)
+
+
+def key_prefix(key_group: int, stored_key: bytes) -> bytes:
+    return _U16.pack(key_group) + _U32.pack(len(stored_key)) + stored_key
+
+
+def namespace_part(namespace: bytes) -> bytes:
+    return _U32.pack(len(namespace)) + namespace
+
+
+def split_db_key(db_key: bytes) -> tuple[int, bytes, bytes, bytes]:
+    """``(key group, stored key, namespace, rest)``; ``rest`` is the user key of map entries."""
+    (key_group,) = _U16.unpack_from(db_key)
+    (key_len,) = _U32.unpack_from(db_key, 2)
+    key = db_key[6 : 6 + key_len]
+    pos = 6 + key_len
+    (ns_len,) = _U32.unpack_from(db_key, pos)
+    namespace = db_key[pos + 4 : pos + 4 + ns_len]
+    return key_group, key, namespace, db_key[pos + 4 + ns_len :]
+
+
+def successor(prefix: bytes) -> bytes:
+    """The smallest byte string greater than every string starting with ``prefix``."""
+    stripped = prefix.rstrip(b"\xff")
+    if not stripped:
+        return b"\xff" * (len(prefix) + 1)
+    return stripped[:-1] + bytes([stripped[-1] + 1])
+
+
+class RocksStateTable:
+    """Shared plumbing; subclasses implement the StateTable port for each state kind."""
+
+    __slots__ = ("_b", "name", "_cf", "_ser", "_uks")
+
+    def __init__(
+        self, backend: RocksDBStateBackend, descriptor: StateDescriptor, cf: rocksdict.Rdict
+    ) -> None:
+        self._b = backend
+        self.name = descriptor.name
+        self._cf = cf
+        inner = value_serializer_of(descriptor)
+        self._ser: Serializer = TtlSerializer(inner) if descriptor.ttl else inner
+        self._uks = user_key_serializer_of(descriptor)
+
+    def namespace_token(self, namespace: Any) -> bytes:
+        return namespace_part(encode_namespace(namespace))
+
+    def _emit(self, op: StateChangeOp, ns: bytes, user_key: bytes | None, value: bytes | None) -> None:
+        b = self._b
+        change = KeyedStateChange(self.name, b._key_group, b._stored_key, ns[4:], op, user_key, value)
+        for listener in b._listeners:
+            listener(change)
+
+    def delete(self, ns: bytes) -> None:
+        self._cf.delete(self._b._prefix + ns)
+        if self._b._listeners:
+            self._emit(DELETE, ns, None, None)
+
+    def _unsupported(self, *args: Any) -> Any:
+        raise TypeError(f"operation not supported by state {self.name!r}")
+
+    append = get_entry = put_entry = delete_entry = entries = _unsupported
+
+
+class RocksValueTable(RocksStateTable):
+    """Value, reducing and aggregating state: one RocksDB value per (key, namespace)."""
+
+    __slots__ = ()
+
+    def get(self, ns: bytes) -> Any:
+        data = self._cf.get(self._b._prefix + ns)
+        return MISSING if data is None else self._ser.deserialize(data)
+
+    def put(self, ns: bytes, value: Any) -> None:
+        data = self._ser.serialize(value)
+        self._cf.put(self._b._prefix + ns, data)
+        if self._b._listeners:
+            self._emit(PUT, ns, None, data)
+
+
+class RocksListTable(RocksStateTable):
+    """List state: the framed list of serialized elements under (key, namespace)."""
+
+    __slots__ = ()
+
+    def get(self, ns: bytes) -> Any:
+        data = self._cf.get(self._b._prefix + ns)
+        if data is None:
+            return MISSING
+        deserialize = self._ser.deserialize
+        return [deserialize(e) for e in unframe_elements(data)]
+
+    def put(self, ns: bytes, elements: list[Any]) -> None:
+        data = frame_elements([self._ser.serialize(e) for e in elements])
+        self._cf.put(self._b._prefix + ns, data)
+        if self._b._listeners:
+            self._emit(PUT, ns, None, data)
+
+    def append(self, ns: bytes, elements: list[Any]) -> None:
+        key = self._b._prefix + ns
+        encoded = [self._ser.serialize(e) for e in elements]
+        current = self._cf.get(key) or b""
+        self._cf.put(key, current + b"".join(frame_element(e) for e in encoded))
+        if self._b._listeners:
+            for element in encoded:
+                self._emit(ADD, ns, None, element)
+
+
+class RocksMapTable(RocksStateTable):
+    """Map state: one RocksDB entry per user key, after the (key, namespace) prefix."""
+
+    __slots__ = ()
+
+    def get(self, ns: bytes) -> Any:
+        return MISSING if next(self.entries(ns), None) is None else True
+
+    def put(self, ns: bytes, value: Any) -> None:
+        self._unsupported()
+
+    def delete(self, ns: bytes) -> None:
+        start = self._b._prefix + ns
+        self._cf.delete_range(start, successor(start))
+        if self._b._listeners:
+            self._emit(CLEAR, ns, None, None)
+
+    def get_entry(self, ns: bytes, user_key: Any) -> Any:
+        data = self._cf.get(self._b._prefix + ns + self._uks.serialize(user_key))
+        return MISSING if data is None else self._ser.deserialize(data)
+
+    def put_entry(self, ns: bytes, user_key: Any, value: Any) -> None:
+        user_bytes = self._uks.serialize(user_key)
+        data = self._ser.serialize(value)
+        self._cf.put(self._b._prefix + ns + user_bytes, data)
+        if self._b._listeners:
+            self._emit(PUT, ns, user_bytes, data)
+
+    def delete_entry(self, ns: bytes, user_key: Any) -> None:
+        user_bytes = self._uks.serialize(user_key)
+        self._cf.delete(self._b._prefix + ns + user_bytes)
+        if self._b._listeners:
+            self._emit(DELETE, ns, user_bytes, None)
+
+    def entries(self, ns: bytes) -> Iterator[tuple[Any, Any]]:
+        start = self._b._prefix + ns
+        cut = len(start)
+        uks, ser = self._uks.deserialize, self._ser.deserialize
+        found = []
+        for db_key, data in self._cf.items(from_key=start):
+            if not db_key.startswith(start):
+                break
+            found.append((uks(db_key[cut:]), ser(data)))
+        return iter(found)

@@ -1,0 +1,155 @@
+"""Checkpoint storage on a local or mounted filesystem (``file:///absolute/root``).
+
+Writes go to a temporary file in the target directory, are fsynced, renamed into place and the
+directory is fsynced, so a crash leaves either the old state or the whole new file. SHA-256 is
+computed while writing. Every path is validated before use: relative POSIX path, no ``..``, no
+empty or ``.`` components, no NUL or backslash, and - after resolving symlinks - inside the root.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+from typing import BinaryIO, Iterator
+from urllib.parse import unquote, urlparse
+
+from tidemark.protocol.messages import StateFile
+from tidemark.storage.base import CorruptStateFile, InvalidStoragePath
+
+_TMP_PREFIX = ".tmp-"
+_CHUNK = 1 << 20
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class FilesystemCheckpointStorage:
+    """A ``CheckpointStorage`` rooted at one directory (created if missing)."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root).resolve()
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.url = self.root.as_uri()
+
+    @classmethod
+    def from_url(cls, url: str) -> FilesystemCheckpointStorage:
+        parsed = urlparse(url)
+        if parsed.scheme != "file" or parsed.netloc not in ("", "localhost"):
+            raise ValueError(f"not a local file:// URL: {url!r}")
+        if not parsed.path.startswith("/"):
+            raise ValueError(f"file:// URL needs an absolute path: {url!r}")
+        return cls(unquote(parsed.path))
+
+    # ---------------------------------------------------------------- paths
+
+    def _resolve(self, path: str) -> Path:
+        """The absolute location of ``path``; ``InvalidStoragePath`` if it is not allowed."""
+        if not isinstance(path, str) or not path or "\x00" in path or "\\" in path:
+            raise InvalidStoragePath(f"malformed storage path: {path!r}")
+        if path.startswith("/"):
+            raise InvalidStoragePath(f"absolute storage path refused: {path!r}")
+        parts = path.split("/")
+        if any(part in ("", ".", "..") for part in parts):
+            raise InvalidStoragePath(f"storage path with empty, '.' or '..' part: {path!r}")
+        if parts[-1].startswith(_TMP_PREFIX):
+            raise InvalidStoragePath(f"reserved temporary file name: {path!r}")
+        target = self.root.joinpath(*parts)
+        real = Path(os.path.realpath(target))
+        if real != self.root and self.root not in real.parents:
+            raise InvalidStoragePath(f"storage path escapes the root via a symlink: {path!r}")
+        return target
+
+    # ---------------------------------------------------------------- writes
+
+    def write_bytes(self, path: str, data: bytes, *, shared: bool = False) -> StateFile:
+        target = self._resolve(path)
+        digest = hashlib.sha256(data).hexdigest()
+        self._atomic_write(target, lambda out: out.write(data))
+        return StateFile(path=path, size_bytes=len(data), sha256=digest, shared=shared)
+
+    def write_from(self, path: str, source: BinaryIO, *, shared: bool = False) -> StateFile:
+        target = self._resolve(path)
+        digest = hashlib.sha256()
+        size = 0
+
+        def copy(out: BinaryIO) -> None:
+            nonlocal size
+            while chunk := source.read(_CHUNK):
+                digest.update(chunk)
+                out.write(chunk)
+                size += len(chunk)
+
+        self._atomic_write(target, copy)
+        return StateFile(path=path, size_bytes=size, sha256=digest.hexdigest(), shared=shared)
+
+    def _atomic_write(self, target: Path, fill: object) -> None:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        self._resolve_existing_parent(target)
+        fd, tmp = tempfile.mkstemp(prefix=_TMP_PREFIX, dir=target.parent)
+        try:
+            with os.fdopen(fd, "wb") as out:
+                fill(out)  # type: ignore[operator]
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(tmp, target)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        _fsync_dir(target.parent)
+
+    def _resolve_existing_parent(self, target: Path) -> None:
+        real = Path(os.path.realpath(target.parent))
+        if real != self.root and self.root not in real.parents:
+            raise InvalidStoragePath(f"storage directory escapes the root: {target.parent}")
+
+    # ---------------------------------------------------------------- reads
+
+    def read_bytes(self, path: str) -> bytes:
+        return self._resolve(path).read_bytes()
+
+    def read_verified(self, ref: StateFile) -> bytes:
+        data = self.read_bytes(ref.path)
+        if len(data) != ref.size_bytes:
+            raise CorruptStateFile(
+                f"{ref.path}: size {len(data)} differs from the recorded {ref.size_bytes}"
+            )
+        digest = hashlib.sha256(data).hexdigest()
+        if digest != ref.sha256:
+            raise CorruptStateFile(f"{ref.path}: sha256 {digest} differs from the recorded {ref.sha256}")
+        return data
+
+    def exists(self, path: str) -> bool:
+        return self._resolve(path).is_file()
+
+    def delete(self, path: str) -> None:
+        target = self._resolve(path)
+        try:
+            target.unlink()
+        except FileNotFoundError:
+            return
+        _fsync_dir(target.parent)
+
+    def list(self, prefix: str = "") -> Iterator[str]:
+        """Every file whose relative path starts with ``prefix``, sorted."""
+        if prefix.startswith("/") or ".." in prefix.split("/") or "\x00" in prefix:
+            raise InvalidStoragePath(f"invalid listing prefix: {prefix!r}")
+        base_dir = prefix.rsplit("/", 1)[0] if "/" in prefix else ""
+        start = self.root.joinpath(*[p for p in base_dir.split("/") if p]) if base_dir else self.root
+        if not start.is_dir():
+            return iter(())
+        found = []
+        for directory, _, files in os.walk(start):
+            for name in files:
+                if name.startswith(_TMP_PREFIX):
+                    continue
+                rel = Path(directory, name).relative_to(self.root).as_posix()
+                if rel.startswith(prefix):
+                    found.append(rel)
+        return iter(sorted(found))

@@ -1,0 +1,241 @@
+"""Shared helpers of the deployment tests: chart rendering, manifest validation, kustomize-lite.
+
+Contracts:
+- ``render_chart(values)`` renders ``helm/tidemark`` offline with the helm-python-sdk (Helm's Go
+  SDK through ``libhelm_c``) as release ``tidemark`` in namespace ``tidemark`` and returns every
+  non-empty manifest document with the template it came from.
+- ``validate_manifest(doc)`` validates one document strictly: core kinds against
+  kubernetes-validate's bundled ``-strict`` schemas for ``KUBERNETES_VERSION``; the kinds in
+  ``SHIPPED_SCHEMAS`` (CRDs and kustomize files, absent from those schemas) against the JSON
+  schemas in ``tests/deploy/schemas``. Any other kind raises: nothing is skipped silently.
+- Run as a script, it copies the dashboards and alert rules into the chart and regenerates
+  ``k8s/base`` from the chart (the tests fail while any copy is stale).
+- ``kustomize_build(dir)`` implements the subset of ``kustomize build`` the overlays in ``k8s/``
+  use (resources, namespace, strategic-merge patches keyed by name); it refuses any other field.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import helm_python as helm
+import jsonschema
+import kubernetes_validate
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+CHART_DIR = REPO / "helm" / "tidemark"
+K8S_DIR = REPO / "k8s"
+DASHBOARDS_DIR = REPO / "dashboards" / "tidemark"
+ALERT_RULES = REPO / "deploy" / "prometheus" / "rules" / "tidemark-alerts.yml"
+SCHEMAS_DIR = Path(__file__).resolve().parent / "schemas"
+RELEASE = "tidemark"
+NAMESPACE = "tidemark"
+KUBERNETES_VERSION = "1.30.0"
+
+SHIPPED_SCHEMAS: dict[tuple[str, str], str] = {
+    ("monitoring.coreos.com/v1", "ServiceMonitor"): "servicemonitor-monitoring-v1.json",
+    ("monitoring.coreos.com/v1", "PodMonitor"): "podmonitor-monitoring-v1.json",
+    ("monitoring.coreos.com/v1", "PrometheusRule"): "prometheusrule-monitoring-v1.json",
+    ("kustomize.config.k8s.io/v1beta1", "Kustomization"): "kustomization-v1beta1.json",
+}
+
+# Chart output that k8s/base deliberately does not carry, with the reason (docs/operations.md).
+NOT_IN_K8S_BASE = {
+    ("Secret", "tidemark-api-token"): "a random token must not be committed; created with kubectl",
+}
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """One rendered document and the template (or file) it came from."""
+
+    source: str
+    doc: dict[str, Any]
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.doc["kind"], self.doc["metadata"]["name"]
+
+
+def ci_values_files() -> list[Path]:
+    return sorted((CHART_DIR / "ci").glob("*-values.yaml"))
+
+
+def load_yaml(path: Path) -> dict[str, Any]:
+    return yaml.safe_load(path.read_text()) or {}
+
+
+def render_chart(values: dict[str, Any] | None = None) -> list[Manifest]:
+    """Every non-empty document the chart renders for ``values`` (NOTES.txt excluded)."""
+    with helm.Chart.load(CHART_DIR) as chart:
+        rendered = chart.render(values or {}, name=RELEASE, namespace=NAMESPACE, is_install=True)
+    manifests = []
+    for source in sorted(rendered):
+        if source.endswith("NOTES.txt"):
+            continue
+        for doc in yaml.safe_load_all(rendered[source]):
+            if doc:
+                manifests.append(Manifest(source.split("/templates/", 1)[-1], doc))
+    return manifests
+
+
+def render_notes(values: dict[str, Any] | None = None) -> str:
+    with helm.Chart.load(CHART_DIR) as chart:
+        rendered = chart.render(values or {}, name=RELEASE, namespace=NAMESPACE, is_install=True)
+    return next(text for name, text in rendered.items() if name.endswith("NOTES.txt"))
+
+
+def _shipped_schema(api_version: str, kind: str) -> dict[str, Any] | None:
+    name = SHIPPED_SCHEMAS.get((api_version, kind))
+    return None if name is None else json.loads((SCHEMAS_DIR / name).read_text())
+
+
+def validate_manifest(doc: dict[str, Any]) -> None:
+    """Raise if ``doc`` is not a valid resource (see the module contract)."""
+    schema = _shipped_schema(doc.get("apiVersion", ""), doc.get("kind", ""))
+    if schema is not None:
+        jsonschema.Draft7Validator(schema).validate(doc)
+        return
+    kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
+
+
+def yaml_documents(path: Path) -> Iterator[dict[str, Any]]:
+    for doc in yaml.safe_load_all(path.read_text()):
+        if doc:
+            yield doc
+
+
+# ---- k8s/base is the chart's default rendering, minus Helm bookkeeping ----
+
+def to_plain_manifest(doc: dict[str, Any]) -> dict[str, Any]:
+    """The chart's document as plain manifests carry it: no helm.sh/chart, managed-by kustomize."""
+    plain = copy.deepcopy(doc)
+    annotations = plain["metadata"].get("annotations", {})
+    annotations.pop("helm.sh/resource-policy", None)
+    if "annotations" in plain["metadata"] and not annotations:
+        del plain["metadata"]["annotations"]
+    for labels in _label_maps(plain):
+        labels.pop("helm.sh/chart", None)
+        if labels.get("app.kubernetes.io/managed-by") == "Helm":
+            labels["app.kubernetes.io/managed-by"] = "kustomize"
+    return plain
+
+
+def _label_maps(doc: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    labels = doc.get("metadata", {}).get("labels")
+    if labels is not None:
+        yield labels
+    template_labels = doc.get("spec", {}).get("template", {}).get("metadata", {}).get("labels")
+    if template_labels is not None:
+        yield template_labels
+
+
+def expected_k8s_base() -> dict[str, list[dict[str, Any]]]:
+    """File name in k8s/base -> documents, derived from the chart's default rendering."""
+    files: dict[str, list[dict[str, Any]]] = {}
+    for manifest in render_chart():
+        if manifest.key in NOT_IN_K8S_BASE:
+            continue
+        files.setdefault(manifest.source, []).append(to_plain_manifest(manifest.doc))
+    return files
+
+
+class _BlockDumper(yaml.SafeDumper):
+    """Writes multi-line strings (the dashboards' JSON) as literal blocks."""
+
+
+def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_BlockDumper.add_representer(str, _represent_str)
+
+
+def write_k8s_base() -> list[Path]:
+    """Regenerate the resource files of k8s/base from the chart (keeps kustomization.yaml)."""
+    base = K8S_DIR / "base"
+    written = []
+    header = "# Generated from helm/tidemark (default values) by tests/deploy/deploy_support.py; do not edit.\n"
+    for name, docs in expected_k8s_base().items():
+        path = base / name
+        path.write_text(header + yaml.dump_all(docs, Dumper=_BlockDumper, sort_keys=False, width=120))
+        written.append(path)
+    return written
+
+
+def write_chart_copies() -> list[Path]:
+    """Copy the dashboards and alert rules into the chart (Helm reads files inside the chart only)."""
+    copies = [(path, CHART_DIR / "dashboards" / path.name) for path in sorted(DASHBOARDS_DIR.glob("*.json"))]
+    copies.append((ALERT_RULES, CHART_DIR / "files" / ALERT_RULES.name))
+    for source, target in copies:
+        target.write_text(source.read_text())
+    return [target for _, target in copies]
+
+
+# ---- kustomize-lite ----
+
+KUSTOMIZE_FIELDS = {"apiVersion", "kind", "resources", "namespace", "patches", "labels"}
+MERGE_KEYS = {"containers": "name", "env": "name", "volumes": "name", "volumeMounts": "name", "ports": "name"}
+
+
+def kustomize_build(directory: Path) -> list[dict[str, Any]]:
+    """Resources of the kustomization in ``directory`` after its patches and namespace."""
+    kustomization = load_yaml(directory / "kustomization.yaml")
+    unknown = set(kustomization) - KUSTOMIZE_FIELDS
+    if unknown:
+        raise ValueError(f"{directory}: kustomize-lite does not implement {sorted(unknown)}")
+    resources: list[dict[str, Any]] = []
+    for entry in kustomization.get("resources", []):
+        target = (directory / entry).resolve()
+        resources.extend(kustomize_build(target) if target.is_dir() else yaml_documents(target))
+    for patch in kustomization.get("patches", []):
+        for patch_doc in yaml_documents(directory / patch["path"]):
+            _apply_patch(resources, patch_doc, directory)
+    for label_set in kustomization.get("labels", []):
+        for resource in resources:
+            resource["metadata"].setdefault("labels", {}).update(label_set["pairs"])
+    if "namespace" in kustomization:
+        for resource in resources:
+            resource["metadata"]["namespace"] = kustomization["namespace"]
+    return resources
+
+
+def _apply_patch(resources: list[dict[str, Any]], patch: dict[str, Any], where: Path) -> None:
+    key = (patch["kind"], patch["metadata"]["name"])
+    targets = [r for r in resources if (r["kind"], r["metadata"]["name"]) == key]
+    if len(targets) != 1:
+        raise ValueError(f"{where}: patch {key} matches {len(targets)} resources")
+    merged = strategic_merge(targets[0], patch)
+    targets[0].clear()
+    targets[0].update(merged)
+
+
+def strategic_merge(base: Any, patch: Any, field: str = "") -> Any:
+    """Strategic merge for the list fields in MERGE_KEYS; other lists and scalars are replaced."""
+    if isinstance(base, dict) and isinstance(patch, dict):
+        merged = dict(base)
+        for name, value in patch.items():
+            merged[name] = strategic_merge(base[name], value, name) if name in base else copy.deepcopy(value)
+        return merged
+    if isinstance(base, list) and isinstance(patch, list) and field in MERGE_KEYS:
+        merge_key = MERGE_KEYS[field]
+        merged_list = [copy.deepcopy(item) for item in base]
+        for item in patch:
+            index = next((i for i, old in enumerate(merged_list) if old.get(merge_key) == item.get(merge_key)), None)
+            if index is None:
+                merged_list.append(copy.deepcopy(item))
+            else:
+                merged_list[index] = strategic_merge(merged_list[index], item, field)
+        return merged_list
+    return copy.deepcopy(patch)
+
+
+if __name__ == "__main__":
+    for written_path in [*write_chart_copies(), *write_k8s_base()]:
+        print(f"wrote {written_path.relative_to(REPO)}")

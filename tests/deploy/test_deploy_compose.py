@@ -1,0 +1,110 @@
+"""docker-compose.yml validates with Debian's docker-compose and wires the whole topology."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from typing import Any
+
+import pytest
+import yaml
+
+from deploy_support import REPO
+
+TIDEMARK_SERVICES = {"coordinator": 9400, "checkpoint-store": 9401, "changelog": 9402, "materializer": 9403, "worker": 9404}
+INSTALL_HINT = "run scripts/install-system-deps.sh (installs Debian's docker-compose package)"
+
+
+def _compose(*args: str, token: str | None = "test-token") -> subprocess.CompletedProcess[str]:
+    binary = shutil.which("docker-compose")
+    if binary is None:
+        pytest.fail(f"`docker-compose` is not installed: {INSTALL_HINT}")
+    env = {k: v for k, v in os.environ.items() if k != "TIDEMARK_API_TOKEN"}
+    if token is not None:
+        env["TIDEMARK_API_TOKEN"] = token
+    return subprocess.run([binary, "-f", str(REPO / "docker-compose.yml"), *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def config() -> dict[str, Any]:
+    result = _compose("config")
+    assert result.returncode == 0, result.stderr
+    return yaml.safe_load(result.stdout)
+
+
+def test_docker_compose_accepts_the_file() -> None:
+    result = _compose("config", "--quiet")
+    assert result.returncode == 0, result.stderr
+    assert _compose("--profile", "schema-registry", "config", "--quiet").returncode == 0
+
+
+def test_the_api_token_is_required() -> None:
+    result = _compose("config", "--quiet", token=None)
+    assert result.returncode != 0 and "TIDEMARK_API_TOKEN" in result.stderr
+
+
+def test_topology(config: dict[str, Any]) -> None:
+    services = config["services"]
+    assert set(services) == {"kafka", "schema-registry", "prometheus", "grafana", *TIDEMARK_SERVICES}
+    assert services["schema-registry"]["profiles"] == ["schema-registry"]
+    kafka = services["kafka"]
+    assert re.fullmatch(r"apache/kafka:\d+\.\d+\.\d+", kafka["image"])
+    assert kafka["environment"]["KAFKA_PROCESS_ROLES"] == "broker,controller"
+    for name, service in services.items():
+        assert not service["image"].endswith(":latest") and ":" in service["image"], name
+        assert "healthcheck" in service, f"{name} has no healthcheck"
+
+
+def test_one_image_for_every_tidemark_service(config: dict[str, Any]) -> None:
+    services = config["services"]
+    images = {services[name]["image"] for name in TIDEMARK_SERVICES}
+    assert images == {"tidemark:0.1.0"}
+    for name, port in TIDEMARK_SERVICES.items():
+        service = services[name]
+        assert service["build"]["context"] == str(REPO) and service["build"]["dockerfile"] == "Dockerfile"
+        expected = ["worker", "run", "--job", "examples.access_log:job"] if name == "worker" else ["run", name]
+        assert service["command"] == expected
+        assert service["environment"]["TIDEMARK_HTTP_PORT"] == str(port)
+        assert service["environment"]["KAFKA_BOOTSTRAP_SERVERS"] == "kafka:9092"
+        assert service["environment"]["TIDEMARK_HTTP_HOST"] == "0.0.0.0"
+        assert f"127.0.0.1:{port}/readyz" in " ".join(service["healthcheck"]["test"])
+        assert service["read_only"] is True
+        assert service["depends_on"]["kafka"]["condition"] == "service_healthy"
+    assert services["coordinator"]["environment"]["TIDEMARK_API_TOKEN"] == "test-token"
+    worker_deps = services["worker"]["depends_on"]
+    assert {k: v["condition"] for k, v in worker_deps.items()} == {
+        name: "service_healthy" for name in ["kafka", "coordinator", "checkpoint-store", "changelog", "materializer"]
+    }
+
+
+def test_prometheus_scrapes_every_process_and_grafana_is_provisioned(config: dict[str, Any]) -> None:
+    prometheus_config = yaml.safe_load((REPO / "deploy" / "prometheus" / "prometheus.yml").read_text())
+    tidemark_job = next(job for job in prometheus_config["scrape_configs"] if job["job_name"] == "tidemark")
+    assert tidemark_job["honor_labels"] is True
+    assert set(tidemark_job["static_configs"][0]["targets"]) == {f"{n}:{p}" for n, p in TIDEMARK_SERVICES.items()}
+    grafana_mounts = {v.split(":")[1] for v in config["services"]["grafana"]["volumes"] if isinstance(v, str)} | {
+        v["target"] for v in config["services"]["grafana"]["volumes"] if isinstance(v, dict)
+    }
+    assert {"/etc/grafana/provisioning", "/var/lib/grafana/dashboards/tidemark"} <= grafana_mounts
+    provider = yaml.safe_load((REPO / "deploy" / "grafana" / "provisioning" / "dashboards" / "tidemark.yml").read_text())
+    assert provider["providers"][0]["folder"] == "Tidemark"
+    assert provider["providers"][0]["options"]["path"] == "/var/lib/grafana/dashboards/tidemark"
+    datasource = yaml.safe_load((REPO / "deploy" / "grafana" / "provisioning" / "datasources" / "prometheus.yml").read_text())
+    assert datasource["datasources"][0]["url"] == "http://prometheus:9090"
+
+
+def test_service_dockerfiles_are_thin_layers_of_the_one_image() -> None:
+    top = (REPO / "Dockerfile").read_text()
+    assert re.search(r"^USER 10001", top, re.MULTILINE) and "openjdk-17-jre-headless" in top
+    for name in TIDEMARK_SERVICES:
+        text = (REPO / "services" / name / "Dockerfile").read_text()
+        froms = re.findall(r"^FROM (.+)$", text, re.MULTILINE)
+        assert froms == ["${TIDEMARK_IMAGE}"], name
+        assert "ARG TIDEMARK_IMAGE=tidemark:" in text
+        command = ["worker", "run", "--job", "examples.access_log:job"] if name == "worker" else ["run", name]
+        assert f"CMD {str(command).replace(chr(39), chr(34))}" in text
+    ignored = (REPO / ".dockerignore").read_text().splitlines()
+    assert ignored[1] == "**" and "!src/**" in ignored

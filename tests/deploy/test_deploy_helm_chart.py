@@ -1,0 +1,250 @@
+"""The Helm chart lints, renders for every values variant, and renders valid, hardened manifests."""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+from typing import Any
+
+import helm_python as helm
+import pytest
+
+from deploy_support import (
+    CHART_DIR,
+    DASHBOARDS_DIR,
+    REPO,
+    Manifest,
+    ci_values_files,
+    load_yaml,
+    render_chart,
+    render_notes,
+    validate_manifest,
+)
+
+VARIANTS = [pytest.param({}, id="defaults")] + [
+    pytest.param(load_yaml(path), id=path.name) for path in ci_values_files()
+]
+COMPONENTS = ["coordinator", "checkpoint-store", "changelog", "materializer", "worker"]
+
+
+def _deployments(manifests: list[Manifest]) -> dict[str, dict[str, Any]]:
+    return {
+        m.doc["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/component"]: m.doc
+        for m in manifests
+        if m.doc["kind"] == "Deployment"
+    }
+
+
+def _env(deployment: dict[str, Any]) -> dict[str, Any]:
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
+
+
+def test_there_are_ci_variants() -> None:
+    assert len(ci_values_files()) >= 3
+
+
+@pytest.mark.parametrize("values", VARIANTS)
+def test_chart_lints_strictly(values: dict[str, Any]) -> None:
+    report = helm.lint(CHART_DIR, values, strict=True, kube_version="v1.30.0")
+    problems = [m for m in report["messages"] if m["severity"] >= 2]
+    assert report["errors"] == [] and problems == [], report
+
+
+@pytest.mark.parametrize("values", VARIANTS)
+def test_every_rendered_manifest_validates_strictly(values: dict[str, Any]) -> None:
+    manifests = render_chart(values)
+    assert len(manifests) >= 10
+    for manifest in manifests:
+        try:
+            validate_manifest(manifest.doc)
+        except Exception as error:  # noqa: BLE001 - name the failing document
+            pytest.fail(f"{manifest.source} {manifest.key}: {error}")
+
+
+@pytest.mark.parametrize("values", VARIANTS)
+def test_workloads_are_probed_hardened_and_budgeted(values: dict[str, Any]) -> None:
+    manifests = render_chart(values)
+    deployments = _deployments(manifests)
+    expected = [c for c in COMPONENTS if c != "worker" or values.get("worker", {}).get("enabled", True)]
+    assert sorted(deployments) == sorted(expected)
+    pdbs = {m.doc["metadata"]["name"] for m in manifests if m.doc["kind"] == "PodDisruptionBudget"}
+    services = {m.doc["metadata"]["name"] for m in manifests if m.doc["kind"] == "Service"}
+    for component, deployment in deployments.items():
+        pod = deployment["spec"]["template"]["spec"]
+        container = pod["containers"][0]
+        assert container["livenessProbe"]["httpGet"] == {"path": "/livez", "port": "http"}
+        assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+        assert container["resources"]["requests"]["memory"]
+        assert pod["securityContext"]["runAsNonRoot"] is True
+        assert container["securityContext"]["readOnlyRootFilesystem"] is True
+        assert container["securityContext"]["allowPrivilegeEscalation"] is False
+        assert container["securityContext"]["capabilities"]["drop"] == ["ALL"]
+        mounts = {m["mountPath"] for m in container["volumeMounts"]}
+        assert {"/tmp", "/var/lib/tidemark/state"} <= mounts
+        assert f"tidemark-{component}" in services
+        pdb_enabled = values.get(_values_key(component), {}).get("pdb", {}).get("enabled", True)
+        assert (f"tidemark-{component}" in pdbs) == pdb_enabled
+
+
+def _values_key(component: str) -> str:
+    return {"checkpoint-store": "checkpointStore"}.get(component, component)
+
+
+def test_default_commands_ports_and_settings() -> None:
+    deployments = _deployments(render_chart())
+    for port, component in enumerate(COMPONENTS, start=9400):
+        container = deployments[component]["spec"]["template"]["spec"]["containers"][0]
+        assert container["ports"][0]["containerPort"] == port
+        env = _env(deployments[component])
+        assert env["TIDEMARK_HTTP_PORT"] == str(port)
+        assert env["KAFKA_BOOTSTRAP_SERVERS"] == "kafka:9092"
+        assert env["TIDEMARK_HTTP_HOST"] == "0.0.0.0"  # probes and Prometheus reach the pod IP
+        assert env["TIDEMARK_KAFKA__REPLICATION_FACTOR"] == "3"
+        assert env["TIDEMARK_CHECKPOINT_STORAGE_URL"] == "file:///var/lib/tidemark/checkpoints"
+        expected_args = ["worker", "run", "--job", "examples.access_log:job"] if component == "worker" else ["run", component]
+        assert container["args"] == expected_args
+    coordinator = _env(deployments["coordinator"])
+    assert coordinator["TIDEMARK_CHECKPOINT__TIMEOUT_MS"] == "600000"
+    assert coordinator["TIDEMARK_CHECKPOINT__MODE"] == "EXACTLY_ONCE"
+    assert coordinator["TIDEMARK_API_TOKEN"] == {"secretKeyRef": {"name": "tidemark-api-token", "key": "api-token"}}
+    assert "TIDEMARK_API_TOKEN" not in _env(deployments["worker"])
+    assert _env(deployments["checkpoint-store"])["TIDEMARK_RETAINED_CHECKPOINTS"] == "3"
+    assert _env(deployments["materializer"])["TIDEMARK_MATERIALIZATION__INTERVAL_MS"] == "180000"
+
+
+def test_large_integers_render_as_plain_digits() -> None:
+    deployments = _deployments(render_chart({"checkpoint": {"timeoutMs": 86400000}}))
+    assert _env(deployments["coordinator"])["TIDEMARK_CHECKPOINT__TIMEOUT_MS"] == "86400000"
+
+
+def test_api_token_is_generated_into_a_secret() -> None:
+    secrets = [m.doc for m in render_chart() if m.doc["kind"] == "Secret"]
+    assert [s["metadata"]["name"] for s in secrets] == ["tidemark-api-token"]
+    token = base64.b64decode(secrets[0]["data"]["api-token"]).decode()
+    assert len(token) == 40 and token.isalnum()
+    again = next(m.doc for m in render_chart() if m.doc["kind"] == "Secret")
+    assert again["data"]["api-token"] != secrets[0]["data"]["api-token"]
+
+
+def test_sasl_tls_and_object_store_come_from_values_and_secrets() -> None:
+    values = load_yaml(CHART_DIR / "ci" / "s3-sasl-values.yaml")
+    manifests = render_chart(values)
+    env = _env(_deployments(manifests)["materializer"])
+    assert env["TIDEMARK_KAFKA__SECURITY_PROTOCOL"] == "SASL_SSL"
+    assert env["TIDEMARK_KAFKA__SASL_USERNAME"] == "tidemark"
+    assert env["TIDEMARK_KAFKA__SASL_PASSWORD"] == {"secretKeyRef": {"name": "tidemark-kafka-credentials", "key": "password"}}
+    assert env["TIDEMARK_KAFKA__SSL_CA_LOCATION"] == "/etc/tidemark/kafka-ca/ca.crt"
+    assert env["TIDEMARK_CHECKPOINT_STORAGE_URL"] == "s3://tidemark-checkpoints/prod"
+    assert env["TIDEMARK_S3__ENDPOINT_URL"] == "https://minio.storage:9000"
+    assert env["AWS_SECRET_ACCESS_KEY"] == {"secretKeyRef": {"name": "tidemark-s3", "key": "secret-access-key"}}
+    kinds = {m.doc["kind"] for m in manifests}
+    assert "PersistentVolumeClaim" not in kinds and "Secret" not in kinds
+    assert {"ServiceMonitor", "PrometheusRule"} <= kinds
+
+
+def test_chart_created_sasl_secret_and_existing_claim() -> None:
+    manifests = render_chart(load_yaml(CHART_DIR / "ci" / "minimal-values.yaml"))
+    secrets = {m.doc["metadata"]["name"] for m in manifests if m.doc["kind"] == "Secret"}
+    assert secrets == {"tidemark-api-token", "tidemark-kafka-sasl"}
+    coordinator = _deployments(manifests)["coordinator"]
+    volumes = {v["name"]: v for v in coordinator["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["checkpoints"]["persistentVolumeClaim"]["claimName"] == "shared-checkpoints"
+    assert coordinator["spec"]["template"]["spec"]["containers"][0]["image"].endswith("@sha256:" + "0" * 64)
+
+
+@pytest.mark.parametrize(
+    "values, message",
+    [
+        ({"kafka": {"securityProtocol": "SASL_SSL"}}, "kafka.sasl.username is required"),
+        ({"checkpointStorage": {"type": "s3"}}, "checkpointStorage.s3.bucket is required"),
+    ],
+)
+def test_inconsistent_values_fail_rendering(values: dict[str, Any], message: str) -> None:
+    with pytest.raises(helm.HelmError, match=message):
+        render_chart(values)
+
+
+@pytest.mark.parametrize(
+    "values, offending",
+    [
+        ({"coordinatr": {"replicaCount": 1}}, "coordinatr"),
+        ({"kafka": {"bootstrapServer": "kafka:9092"}}, "bootstrapServer"),
+        ({"worker": {"resources": {"request": {"cpu": "1"}}}}, "request"),
+        ({"checkpoint": {"mode": "EXACTLY_ONE"}}, "mode"),
+        ({"coordinator": {"replicaCount": 2}}, "replicaCount"),
+    ],
+)
+def test_values_schema_rejects_misspelled_and_invalid_keys(values: dict[str, Any], offending: str) -> None:
+    with helm.Chart.load(CHART_DIR) as chart:
+        chart.validate_schema({})
+        with pytest.raises(helm.HelmValuesError, match=offending):
+            chart.validate_schema(values)
+
+
+def test_every_values_key_is_documented() -> None:
+    text = (CHART_DIR / "values.yaml").read_text()
+    with helm.Chart.load(CHART_DIR) as chart:
+        values = chart.values
+    undocumented = [key for key in _leaf_paths(values) if not _documented(key, text)]
+    assert undocumented == []
+
+
+def _leaf_paths(values: dict[str, Any], prefix: str = "") -> list[str]:
+    paths = []
+    for key, value in values.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict) and value and not path.endswith(("Annotations", "Labels", "resources", "Probe", "stateVolume", "pdb", "SecurityContext", "labels", "annotations", "nodeSelector", "affinity")):
+            paths.extend(_leaf_paths(value, path + "."))
+        else:
+            paths.append(path)
+    return paths
+
+
+def _documented(path: str, text: str) -> bool:
+    return f"@param {path} " in text or f"@param {path}." in text
+
+
+def test_dashboards_ship_as_sidecar_configmaps_identical_to_the_source() -> None:
+    configmaps = [m.doc for m in render_chart() if m.doc["kind"] == "ConfigMap"]
+    shipped = {name: content for cm in configmaps for name, content in cm["data"].items()}
+    source = {p.name: p.read_text() for p in DASHBOARDS_DIR.glob("*.json")}
+    assert shipped.keys() == source.keys()
+    for name, content in shipped.items():
+        assert json.loads(content) == json.loads(source[name]), name
+    for cm in configmaps:
+        assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+        assert cm["metadata"]["annotations"]["grafana_folder"] == "Tidemark"
+
+
+def test_chart_copies_equal_their_sources() -> None:
+    for path in DASHBOARDS_DIR.glob("*.json"):
+        assert (CHART_DIR / "dashboards" / path.name).read_text() == path.read_text(), path.name
+    rules = REPO / "deploy" / "prometheus" / "rules" / "tidemark-alerts.yml"
+    assert (CHART_DIR / "files" / "tidemark-alerts.yml").read_text() == rules.read_text()
+
+
+def test_prometheus_rule_carries_the_alert_rules() -> None:
+    values = {"metrics": {"prometheusRule": {"enabled": True}}}
+    rule = next(m.doc for m in render_chart(values) if m.doc["kind"] == "PrometheusRule")
+    source = load_yaml(REPO / "deploy" / "prometheus" / "rules" / "tidemark-alerts.yml")
+    assert rule["spec"]["groups"] == source["groups"]
+
+
+def test_monitors_honor_the_job_label() -> None:
+    values = {"metrics": {"serviceMonitor": {"enabled": True}, "podMonitor": {"enabled": True}}}
+    manifests = {m.doc["kind"]: m.doc for m in render_chart(values)}
+    assert manifests["ServiceMonitor"]["spec"]["endpoints"][0]["honorLabels"] is True
+    assert manifests["PodMonitor"]["spec"]["podMetricsEndpoints"][0]["honorLabels"] is True
+
+
+def test_notes_render() -> None:
+    notes = render_notes()
+    assert "tidemark-coordinator:9400" in notes and "tidemark-api-token" in notes
+
+
+def test_chart_metadata() -> None:
+    chart = load_yaml(CHART_DIR / "Chart.yaml")
+    assert chart["apiVersion"] == "v2" and chart["version"] and chart["appVersion"]
+    assert Path(CHART_DIR / "templates" / "NOTES.txt").exists()

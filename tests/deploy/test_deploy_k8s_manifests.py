@@ -1,0 +1,93 @@
+"""k8s/ validates strictly, equals the chart's default rendering, and its overlays build."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jsonschema
+import kubernetes_validate
+import pytest
+
+from deploy_support import (
+    K8S_DIR,
+    NOT_IN_K8S_BASE,
+    expected_k8s_base,
+    kustomize_build,
+    load_yaml,
+    render_chart,
+    validate_manifest,
+    yaml_documents,
+)
+
+K8S_FILES = sorted(K8S_DIR.rglob("*.yaml"))
+KUSTOMIZATIONS = sorted(path.parent for path in K8S_DIR.rglob("kustomization.yaml"))
+
+
+def test_k8s_has_a_base_and_overlays() -> None:
+    names = {path.relative_to(K8S_DIR).as_posix() for path in KUSTOMIZATIONS}
+    assert "base" in names and {"overlays/dev", "overlays/production"} <= names
+
+
+@pytest.mark.parametrize("path", K8S_FILES, ids=lambda p: p.relative_to(K8S_DIR).as_posix())
+def test_every_file_validates_strictly(path: Path) -> None:
+    documents = list(yaml_documents(path))
+    assert documents, f"{path} holds no document"
+    for document in documents:
+        validate_manifest(document)
+
+
+def test_base_equals_the_chart_default_rendering() -> None:
+    base = K8S_DIR / "base"
+    expected = expected_k8s_base()
+    actual = {name: list(yaml_documents(base / name)) for name in expected}
+    assert actual == expected, "k8s/base is stale: run .venv/bin/python tests/deploy/deploy_support.py"
+    assert set(load_yaml(base / "kustomization.yaml")["resources"]) == set(expected)
+
+
+def test_only_the_listed_objects_are_left_out_of_the_base() -> None:
+    chart = {m.key for m in render_chart()}
+    base = {(d["kind"], d["metadata"]["name"]) for d in kustomize_build(K8S_DIR / "base")}
+    assert chart - base == set(NOT_IN_K8S_BASE)
+    assert base - chart == set()
+
+
+@pytest.mark.parametrize("directory", KUSTOMIZATIONS, ids=lambda p: p.relative_to(K8S_DIR).as_posix())
+def test_every_kustomization_builds_to_valid_manifests(directory: Path) -> None:
+    resources = kustomize_build(directory)
+    assert len(resources) == len(kustomize_build(K8S_DIR / "base"))
+    for resource in resources:
+        validate_manifest(resource)
+
+
+def test_overlays_change_what_they_say() -> None:
+    dev = {(r["kind"], r["metadata"]["name"]): r for r in kustomize_build(K8S_DIR / "overlays" / "dev")}
+    assert dev[("PersistentVolumeClaim", "tidemark-checkpoints")]["spec"]["accessModes"] == ["ReadWriteOnce"]
+    assert {r["metadata"]["namespace"] for r in dev.values()} == {"tidemark-dev"}
+    worker = dev[("Deployment", "tidemark-worker")]["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e.get("value") for e in worker["env"]}
+    assert env["TIDEMARK_LOG_LEVEL"] == "DEBUG" and env["KAFKA_BOOTSTRAP_SERVERS"] == "kafka:9092"
+    for name in ("coordinator", "checkpoint-store", "changelog", "materializer", "worker"):
+        container = dev[("Deployment", f"tidemark-{name}")]["spec"]["template"]["spec"]["containers"][0]
+        assert {"name": "TIDEMARK_KAFKA__REPLICATION_FACTOR", "value": "1"} in container["env"]
+    prod = {(r["kind"], r["metadata"]["name"]): r for r in kustomize_build(K8S_DIR / "overlays" / "production")}
+    assert prod[("Deployment", "tidemark-changelog")]["spec"]["replicas"] == 2
+    assert prod[("Deployment", "tidemark-coordinator")]["spec"]["replicas"] == 1
+    coordinator = prod[("Deployment", "tidemark-coordinator")]["spec"]["template"]["spec"]
+    env = {e["name"]: e for e in coordinator["containers"][0]["env"]}
+    assert env["TIDEMARK_KAFKA__SECURITY_PROTOCOL"]["value"] == "SASL_SSL"
+    assert env["TIDEMARK_KAFKA__SASL_PASSWORD"]["valueFrom"]["secretKeyRef"]["name"] == "tidemark-kafka-sasl"
+    assert {v["name"] for v in coordinator["volumes"]} >= {"kafka-ca", "checkpoints", "state", "tmp"}
+    assert all(r["metadata"]["labels"]["environment"] == "production" for r in prod.values())
+
+
+def test_validation_is_strict_and_never_skips_a_kind() -> None:
+    deployment = next(r for r in kustomize_build(K8S_DIR / "base") if r["kind"] == "Deployment")
+    typo = {**deployment, "spec": {**deployment["spec"], "replica": 2}}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        validate_manifest(typo)
+    monitor = {"apiVersion": "monitoring.coreos.com/v1", "kind": "ServiceMonitor", "metadata": {"name": "m"},
+               "spec": {"selector": {}, "endpoint": [{"port": "http"}]}}
+    with pytest.raises(jsonschema.ValidationError):
+        validate_manifest(monitor)
+    with pytest.raises(kubernetes_validate.SchemaNotFoundError):
+        validate_manifest({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}})

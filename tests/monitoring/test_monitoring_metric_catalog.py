@@ -1,0 +1,62 @@
+"""The metrics contract in docs/operations.md follows Prometheus conventions and covers Flink's checkpoint metrics."""
+
+from __future__ import annotations
+
+import re
+
+from metric_catalog import load_catalog
+
+BOUNDED_LABELS = {"job", "service", "version", "topic", "partition", "reason", "outcome", "mode", "operator", "task"}
+UNIT_SUFFIXES = ("_seconds", "_bytes", "_records", "_total", "_info", "_id", "_files", "_checkpoints", "_savepoints",
+                 "_ready", "_in_progress", "_completed")
+
+
+def test_catalog_parses_and_names_are_unique() -> None:
+    catalog = load_catalog()
+    names = [m.name for m in catalog]
+    assert len(names) == len(set(names)) >= 35
+
+
+def test_counters_end_in_total_and_nothing_else_does() -> None:
+    for metric in load_catalog():
+        assert metric.name.endswith("_total") == (metric.type == "counter"), metric.name
+
+
+def test_units_are_base_units() -> None:
+    for metric in load_catalog():
+        assert not re.search(r"_(milliseconds|ms|millis|minutes|kilobytes|kb|mb)(_|$)", metric.name), metric.name
+        assert metric.name.endswith(UNIT_SUFFIXES), f"{metric.name} has no unit or kind suffix"
+        if metric.type == "histogram":
+            assert metric.name.endswith("_seconds"), metric.name
+
+
+def test_label_sets_are_bounded() -> None:
+    for metric in load_catalog():
+        assert set(metric.labels) <= BOUNDED_LABELS, metric.name
+
+
+def test_job_metrics_carry_the_job_label() -> None:
+    for metric in load_catalog():
+        if metric.exported_by in {"coordinator", "checkpoint-store", "materializer", "worker"}:
+            assert "job" in metric.labels, metric.name
+        if metric.exported_by == "all":
+            assert "service" in metric.labels, metric.name
+
+
+def test_flink_checkpoint_metrics_are_covered() -> None:
+    """Every metric of Flink's CheckpointStatsTracker has a counterpart."""
+    names = {m.name for m in load_catalog()}
+    flink = {
+        "numberOfCheckpoints": "tidemark_checkpoints_triggered_total",
+        "numberOfCompletedCheckpoints": "tidemark_checkpoints_total",
+        "numberOfFailedCheckpoints": "tidemark_checkpoints_total",
+        "numberOfInProgressCheckpoints": "tidemark_checkpoints_in_progress",
+        "lastCheckpointDuration": "tidemark_checkpoint_last_duration_seconds",
+        "lastCheckpointSize": "tidemark_checkpoint_last_size_bytes",
+        "lastCheckpointFullSize": "tidemark_checkpoint_last_full_size_bytes",
+        "lastCompletedCheckpointId": "tidemark_checkpoint_last_completed_id",
+        "lastCheckpointRestoreTimestamp": "tidemark_checkpoint_last_restore_timestamp_seconds",
+        "checkpointAlignmentTime": "tidemark_worker_alignment_seconds",
+        "checkpointStartDelayNanos / sync / async durations": "tidemark_worker_snapshot_async_seconds",
+    }
+    assert set(flink.values()) <= names

@@ -1,0 +1,325 @@
+"""Triggering, two-step completion, timeouts, pauses, failures, savepoints, epochs, restore."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from checkpoint_support import (
+    JOB,
+    MAX_P,
+    ack,
+    ack_all,
+    decline,
+    registration,
+    savepoint_request,
+    triggers,
+)
+
+from tidemark.checkpoint import (
+    AbortReason,
+    CheckpointCoordinator,
+    CheckpointingOptions,
+    EmitAborted,
+    EmitCompleted,
+    EmitRestore,
+    EmitTrigger,
+    FailJob,
+    PersistCheckpoint,
+    RestoreRequest,
+)
+from tidemark.checkpoint_store import REJECTED_PREFIX
+from tidemark.protocol.messages import CheckpointDiscarded
+from tidemark.types import CheckpointId, CheckpointingMode, CheckpointType, Epoch
+
+OPTS = CheckpointingOptions(interval_ms=100, timeout_ms=1_000)
+
+
+def started(options: CheckpointingOptions = OPTS, parallelism: int = 2):
+    coord = CheckpointCoordinator(JOB, options)
+    reg = registration(parallelism=parallelism)
+    assert coord.apply(reg, 0) == []
+    return coord, reg
+
+
+def aborts(commands) -> list[EmitAborted]:
+    return [c for c in commands if isinstance(c, EmitAborted)]
+
+
+def test_options_are_validated() -> None:
+    with pytest.raises(ValueError):
+        CheckpointingOptions(interval_ms=5)
+    with pytest.raises(ValueError):
+        CheckpointingOptions(interval_ms=100, timeout_ms=0)
+    with pytest.raises(ValueError):
+        CheckpointingOptions(interval_ms=100, min_pause_ms=-1)
+    with pytest.raises(ValueError):
+        CheckpointingOptions(interval_ms=100, max_concurrent=0)
+    with pytest.raises(ValueError):
+        CheckpointingOptions(interval_ms=100, tolerable_failures=-1)
+    with pytest.raises(ValueError):
+        CheckpointingOptions(interval_ms=100, mode="EXACTLY_ONCE")  # type: ignore[arg-type]
+    assert CheckpointingOptions(interval_ms=100, min_pause_ms=10, max_concurrent=3).effective_max_concurrent == 1
+
+
+def test_nothing_is_triggered_before_a_job_registers() -> None:
+    coord = CheckpointCoordinator(JOB, OPTS)
+    assert coord.tick(10_000) == []
+
+
+def test_periodic_trigger_goes_to_the_sources_with_the_configured_mode() -> None:
+    options = CheckpointingOptions(interval_ms=100, mode=CheckpointingMode.AT_LEAST_ONCE)
+    coord, reg = started(options)
+    assert coord.tick(99) == []
+    (command,) = coord.tick(100)
+    assert isinstance(command, EmitTrigger)
+    assert command.trigger.checkpoint_id == 1
+    assert command.trigger.checkpoint_type is CheckpointType.CHECKPOINT
+    assert command.trigger.mode is CheckpointingMode.AT_LEAST_ONCE
+    assert command.trigger.triggered_at == 100
+    assert command.source_tasks == reg.source_tasks
+    assert coord.pending_checkpoint_ids == (1,)
+
+
+def test_max_concurrent_blocks_the_next_trigger_until_one_finishes() -> None:
+    coord, reg = started()
+    coord.tick(100)
+    assert coord.tick(200) == []  # one in flight, max_concurrent 1
+    commands = ack_all(coord, reg, 1, 210)
+    assert [type(c) for c in commands] == [PersistCheckpoint]
+    assert coord.tick(220) == []  # still completing (not yet durable)
+    coord.apply(commands[0].metadata, 230)
+    assert triggers(coord.tick(240))[0].checkpoint_id == 2
+
+
+def test_two_concurrent_checkpoints_when_allowed() -> None:
+    coord, _ = started(CheckpointingOptions(interval_ms=100, max_concurrent=2))
+    assert len(triggers(coord.tick(100))) == 1
+    assert len(triggers(coord.tick(200))) == 1
+    assert coord.tick(300) == []
+    assert coord.pending_checkpoint_ids == (1, 2)
+
+
+def test_completion_is_two_step_persist_then_completed_after_the_store_confirms() -> None:
+    coord, reg = started()
+    coord.tick(100)
+    for task in reg.tasks[:-1]:
+        assert coord.apply(ack(1, task, 150), 150) == []
+    (persist,) = coord.apply(ack(1, reg.tasks[-1], 160), 170)
+    assert isinstance(persist, PersistCheckpoint)
+    assert persist.metadata_path == "job/chk-1/_metadata"
+    meta = persist.metadata
+    assert [t.task_id for t in meta.tasks] == sorted(t.task_id for t in reg.tasks)
+    assert (meta.state_size_bytes, meta.checkpointed_size_bytes) == (400, 40)
+    assert (meta.triggered_at, meta.completed_at, meta.max_parallelism) == (100, 160, MAX_P)
+    assert coord.completing_checkpoint_ids == (1,) and coord.last_completed is None
+    (completed,) = coord.apply(meta, 180)
+    assert isinstance(completed, EmitCompleted)
+    assert completed.completed.checkpoint_id == 1
+    assert completed.completed.completed_at == 180
+    assert completed.completed.metadata_path == "job/chk-1/_metadata"
+    assert coord.last_completed is not None and coord.last_completed.durable
+    assert coord.completing_checkpoint_ids == () and coord.pending_checkpoint_ids == ()
+
+
+def test_store_rejection_aborts_the_completing_checkpoint_and_counts_as_failure() -> None:
+    coord, reg = started(CheckpointingOptions(interval_ms=100, tolerable_failures=1))
+    coord.tick(100)
+    ack_all(coord, reg, 1, 110)
+    rejection = CheckpointDiscarded(JOB, CheckpointId(1), 120, f"{REJECTED_PREFIX}missing files")
+    (aborted,) = coord.apply(rejection, 120)
+    assert isinstance(aborted, EmitAborted)
+    assert AbortReason.parse(aborted.aborted.reason) is AbortReason.STORE_REJECTED
+    assert coord.consecutive_failures == 1 and coord.completing_checkpoint_ids == ()
+
+
+def test_timeout_aborts_and_counts() -> None:
+    coord, reg = started(CheckpointingOptions(interval_ms=100, timeout_ms=50, tolerable_failures=3))
+    coord.tick(100)
+    coord.apply(ack(1, reg.tasks[0], 120), 120)
+    assert coord.tick(149) == []
+    commands = coord.tick(150)
+    (aborted,) = aborts(commands)
+    assert AbortReason.parse(aborted.aborted.reason) is AbortReason.TIMEOUT
+    assert aborted.aborted.aborted_at == 150
+    assert coord.consecutive_failures == 1
+    assert coord.pending_checkpoint_ids == ()
+
+
+def test_decline_aborts_and_failures_beyond_tolerance_fail_the_job_once() -> None:
+    coord, reg = started(CheckpointingOptions(interval_ms=100, tolerable_failures=1))
+    coord.tick(100)
+    (aborted,) = coord.apply(decline(1, reg.tasks[2], 110), 110)
+    assert AbortReason.parse(aborted.aborted.reason) is AbortReason.DECLINED
+    assert "disk full" in aborted.aborted.reason
+    coord.tick(200)
+    commands = coord.apply(decline(2, reg.tasks[0], 210), 210)
+    assert [type(c) for c in commands] == [EmitAborted, FailJob]
+    assert coord.consecutive_failures == 2
+    assert coord.tick(300) == [] and coord.tick(400) == []  # failed: no more triggers
+    assert coord.apply(decline(2, reg.tasks[1], 410), 410) == []
+
+
+def test_a_completed_checkpoint_resets_the_failure_count() -> None:
+    coord, reg = started(CheckpointingOptions(interval_ms=100, tolerable_failures=1))
+    coord.tick(100)
+    coord.apply(decline(1, reg.tasks[0], 110), 110)
+    coord.tick(200)
+    (persist,) = ack_all(coord, reg, 2, 210)
+    coord.apply(persist.metadata, 220)
+    assert coord.consecutive_failures == 0
+
+
+def test_min_pause_counts_from_the_last_completion() -> None:
+    coord, reg = started(CheckpointingOptions(interval_ms=100, min_pause_ms=250, max_concurrent=4))
+    coord.tick(100)
+    assert coord.tick(200) == []  # a pause serialises checkpoints
+    (persist,) = ack_all(coord, reg, 1, 290)
+    coord.apply(persist.metadata, 300)
+    assert coord.tick(549) == []
+    assert triggers(coord.tick(550))[0].checkpoint_id == 2
+
+
+def test_newer_completed_checkpoint_subsumes_older_pending_ones() -> None:
+    coord, reg = started(CheckpointingOptions(interval_ms=100, max_concurrent=2, tolerable_failures=0))
+    coord.tick(100)
+    coord.tick(200)
+    (persist,) = ack_all(coord, reg, 2, 210)
+    commands = coord.apply(persist.metadata, 220)
+    assert isinstance(commands[0], EmitCompleted)
+    (aborted,) = aborts(commands)
+    assert aborted.aborted.checkpoint_id == 1
+    assert AbortReason.parse(aborted.aborted.reason) is AbortReason.SUBSUMED
+    assert coord.consecutive_failures == 0
+
+
+def test_savepoint_is_triggered_at_once_and_shares_the_id_sequence() -> None:
+    coord, reg = started()
+    coord.tick(100)
+    (command,) = coord.apply(savepoint_request("r1", 120), 120)
+    assert command.trigger.checkpoint_id == 2
+    assert command.trigger.checkpoint_type is CheckpointType.SAVEPOINT
+    assert coord.savepoint_id("r1") == 2
+    assert coord.apply(savepoint_request("r1", 130), 130) == []  # same request again
+    (persist,) = ack_all(coord, reg, 2, 150)
+    assert persist.metadata_path == "job/savepoints/sp-2/_metadata"
+    (completed,) = coord.apply(persist.metadata, 160)
+    assert completed.completed.checkpoint_type is CheckpointType.SAVEPOINT
+    assert coord.pending_checkpoint_ids == (1,)  # a savepoint does not subsume checkpoints
+
+
+def test_savepoint_failures_never_count() -> None:
+    coord, reg = started(CheckpointingOptions(interval_ms=100, tolerable_failures=0, timeout_ms=50))
+    coord.apply(savepoint_request("r1", 10), 10)
+    commands = coord.apply(decline(1, reg.tasks[0], 20), 20)
+    assert [type(c) for c in commands] == [EmitAborted]
+    coord.apply(savepoint_request("r2", 30), 30)
+    assert [type(c) for c in coord.tick(80)] == [EmitAborted]
+    assert coord.consecutive_failures == 0
+
+
+def test_stop_with_savepoint_suspends_then_finishes_the_job() -> None:
+    coord, reg = started()
+    (command,) = coord.apply(savepoint_request("stop", 50, stop=True), 50)
+    assert command.trigger.checkpoint_type is CheckpointType.STOP_WITH_SAVEPOINT
+    assert coord.is_stopping
+    assert coord.tick(100) == [] and coord.tick(200) == []  # no periodic checkpoint meanwhile
+    (persist,) = ack_all(coord, reg, 1, 210)
+    coord.apply(persist.metadata, 220)
+    assert coord.is_finishing and not coord.is_stopping
+    assert coord.tick(400) == []
+    assert coord.apply(registration(at=500, finished=True), 500) == []
+    assert coord.tick(1_000) == []
+
+
+def test_failed_stop_with_savepoint_resumes_periodic_checkpoints() -> None:
+    coord, reg = started()
+    coord.apply(savepoint_request("stop", 50, stop=True), 50)
+    coord.apply(decline(1, reg.tasks[0], 60), 60)
+    assert not coord.is_stopping and not coord.is_finishing
+    assert triggers(coord.tick(100))[0].checkpoint_type is CheckpointType.CHECKPOINT
+
+
+def test_a_newer_epoch_supersedes_pending_checkpoints() -> None:
+    coord, reg = started()
+    coord.tick(100)
+    (aborted,) = coord.apply(registration(epoch=1, at=150), 150)
+    assert AbortReason.parse(aborted.aborted.reason) is AbortReason.SUPERSEDED
+    assert coord.consecutive_failures == 0
+    assert coord.apply(registration(epoch=0, at=160), 160) == []  # stale attempt ignored
+    assert coord.tick(200) == []  # the new attempt's schedule starts at its registration
+    trigger = triggers(coord.tick(250))[0]
+    assert (trigger.checkpoint_id, trigger.epoch) == (2, 1)
+
+
+def test_restore_issues_a_command_with_key_group_assignments_and_waits_for_the_new_epoch() -> None:
+    coord, reg = started()
+    coord.tick(100)
+    (persist,) = ack_all(coord, reg, 1, 110)
+    coord.apply(persist.metadata, 120)
+    coord.tick(200)
+    request = RestoreRequest("r-1", persist.metadata, persist.metadata_path, 3, requested_at=300)
+    commands = coord.request_restore(request, 300)
+    assert isinstance(commands[0], EmitRestore)
+    restore = commands[0].restore
+    assert (restore.epoch, restore.parallelism, restore.checkpoint_id) == (1, 3, 1)
+    assert not restore.is_savepoint and restore.metadata_path == "job/chk-1/_metadata"
+    agg = [(a.key_group_start, a.key_group_end) for a in restore.assignments if a.operator_id == "agg"]
+    assert agg == [(0, 42), (43, 85), (86, 127)]
+    (aborted,) = aborts(commands)
+    assert aborted.aborted.checkpoint_id == 2
+    assert coord.active_epoch == Epoch(1)
+    assert coord.tick(1_000) == []  # no trigger until epoch 1 registers
+    coord.apply(registration(epoch=1, parallelism=3, at=1_000), 1_000)
+    trigger = triggers(coord.tick(1_100))[0]
+    assert (trigger.checkpoint_id, trigger.epoch) == (3, 1)
+    assert coord.stats().last_restore_at == 300
+
+
+def test_a_registration_without_tasks_is_never_checkpointed() -> None:
+    coord = CheckpointCoordinator(JOB, OPTS)
+    coord.apply(replace(registration(), tasks=()), 0)
+    assert coord.tick(1_000) == []
+    assert coord.apply(savepoint_request("r", 1_000), 1_000) == []
+
+
+def test_restore_from_a_stop_savepoint_at_a_new_parallelism_resumes_checkpointing() -> None:
+    coord, reg = started()
+    coord.tick(100)
+    (persist,) = ack_all(coord, reg, 1, 110)
+    coord.apply(persist.metadata, 120)
+    coord.apply(savepoint_request("stop", 150, stop=True), 150)
+    (sp,) = ack_all(coord, reg, 2, 160)
+    coord.apply(sp.metadata, 170)
+    coord.apply(registration(at=180, finished=True), 180)
+    assert coord.is_finishing and coord.tick(1_000) == []
+    request = RestoreRequest("r", sp.metadata, sp.metadata_path, parallelism=4, requested_at=2_000)
+    (restore,) = coord.request_restore(request, 2_000)
+    assert restore.restore.is_savepoint and restore.restore.metadata_path == "job/savepoints/sp-2/_metadata"
+    assert len(restore.restore.assignments) == 8
+    coord.apply(registration(epoch=1, parallelism=4, at=2_010), 2_010)
+    assert not coord.is_finishing
+    trigger = triggers(coord.tick(2_110))[0]
+    assert (trigger.checkpoint_id, trigger.epoch) == (3, 1)
+    new_reg = registration(epoch=1, parallelism=4)
+    (persist,) = ack_all(coord, new_reg, 3, 2_120)
+    assert len(persist.metadata.tasks) == 8
+
+
+def test_a_savepoint_requested_before_registration_waits_for_it() -> None:
+    coord = CheckpointCoordinator(JOB, OPTS)
+    assert coord.apply(savepoint_request("early", 5), 5) == []
+    (command,) = coord.apply(registration(at=10), 10)
+    assert command.trigger.checkpoint_type is CheckpointType.SAVEPOINT
+    assert coord.savepoint_id("early") == 1
+
+
+def test_unconfirmed_persists_can_be_sent_again_until_the_store_confirms() -> None:
+    coord, reg = started()
+    coord.tick(100)
+    (persist,) = ack_all(coord, reg, 1, 110)
+    assert coord.unconfirmed_persists() == [persist]
+    coord.apply(persist.metadata, 120)
+    assert coord.unconfirmed_persists() == []
+    with pytest.raises(TypeError):
+        coord.apply(object(), 130)  # type: ignore[arg-type]

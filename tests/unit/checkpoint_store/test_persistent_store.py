@@ -1,0 +1,116 @@
+"""The store over real filesystem storage: _metadata files, deletions, rejection, recovery."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from store_support import JOB, metadata, private_file, shared_file, write_files
+
+from tidemark.checkpoint_store import (
+    REJECTED_PREFIX,
+    CheckpointStoreOptions,
+    InMemoryCheckpointEventLog,
+    MetadataFormatError,
+    PersistentCheckpointStore,
+    decode_metadata,
+    encode_metadata,
+    read_metadata,
+)
+from tidemark.protocol.messages import CheckpointDiscarded, CheckpointMetadata
+from tidemark.storage.filesystem import FilesystemCheckpointStorage
+from tidemark.types import CheckpointId, CheckpointType
+
+
+@pytest.fixture
+def storage(tmp_path: Path) -> FilesystemCheckpointStorage:
+    return FilesystemCheckpointStorage(tmp_path / "checkpoints")
+
+
+def make(storage: FilesystemCheckpointStorage, n: int = 1) -> PersistentCheckpointStore:
+    return PersistentCheckpointStore(JOB, storage, InMemoryCheckpointEventLog(),
+                                     CheckpointStoreOptions(retained_checkpoints=n))
+
+
+def test_metadata_roundtrips_through_the_avro_file_format() -> None:
+    m = metadata(7, [private_file(7), shared_file("a")], CheckpointType.SAVEPOINT)
+    assert decode_metadata(encode_metadata(m)) == m
+    for garbage in (b"", b"\x00\x00\x00\x00\x01", b"{\"json\": true}", encode_metadata(m)[:-3]):
+        with pytest.raises(MetadataFormatError):
+            decode_metadata(garbage)
+
+
+def test_store_writes_metadata_publishes_and_deletes_discarded_files(storage) -> None:
+    s = make(storage, n=1)
+    first = metadata(1, write_files(storage, [private_file(1), shared_file("a")]))
+    assert s.store_checkpoint(first, 100) == first
+    assert read_metadata(storage, "job/chk-1/_metadata") == first == s.load(CheckpointId(1))
+    second = metadata(2, write_files(storage, [private_file(2), shared_file("a")]))
+    s.store_checkpoint(second, 200)
+    assert s.event_log.events[:2] == [first, second]
+    (discarded,) = s.event_log.events[2:]
+    assert isinstance(discarded, CheckpointDiscarded) and discarded.checkpoint_id == 1
+    assert set(discarded.released_files) == {"job/chk-1/_metadata", private_file(1).path}
+    assert sorted(storage.list("job/")) == sorted(
+        ["job/chk-2/_metadata", private_file(2).path, shared_file("a").path])
+
+
+def test_storing_again_republishes_the_confirmation(storage) -> None:
+    s = make(storage)
+    m = metadata(1, write_files(storage, [private_file(1)]))
+    s.store_checkpoint(m, 1)
+    assert s.store_checkpoint(m, 2) == m
+    assert s.event_log.events == [m, m]
+
+
+def test_missing_state_files_are_rejected_without_writing_metadata(storage) -> None:
+    s = make(storage)
+    m = metadata(1, [private_file(1)])  # never written
+    rejection = s.store_checkpoint(m, 5)
+    assert isinstance(rejection, CheckpointDiscarded)
+    assert rejection.reason.startswith(REJECTED_PREFIX) and private_file(1).path in rejection.reason
+    assert not storage.exists("job/chk-1/_metadata") and s.store.retained() == ()
+
+
+def test_savepoints_survive_retention_until_deleted(storage) -> None:
+    s = make(storage, n=1)
+    sp = metadata(1, write_files(storage, [private_file(1, "sp"), shared_file("a")]), CheckpointType.SAVEPOINT)
+    s.store_checkpoint(sp, 1)
+    for i in range(2, 5):
+        s.store_checkpoint(metadata(i, write_files(storage, [private_file(i), shared_file("a")])), i)
+    assert storage.exists("job/savepoints/sp-1/_metadata") and storage.exists(shared_file("a").path)
+    event = s.delete_savepoint(CheckpointId(1), 10)
+    assert event is not None and event.reason == "deleted by request"
+    assert not storage.exists("job/savepoints/sp-1/_metadata")
+    assert not storage.exists(private_file(1, "sp").path)
+    assert storage.exists(shared_file("a").path)  # checkpoint 4 still uses it
+    assert s.delete_savepoint(CheckpointId(1), 11) is None
+
+
+def test_recover_finishes_a_discard_interrupted_before_it_was_published(storage) -> None:
+    one = metadata(1, write_files(storage, [private_file(1)]))
+    two = metadata(2, write_files(storage, [private_file(2)]))
+    first = make(storage, n=1)
+    first.store_checkpoint(one, 1)
+    storage.write_bytes("job/chk-2/_metadata", encode_metadata(two))  # crashed after publishing
+    log: list[CheckpointMetadata | CheckpointDiscarded] = [one, two]  # ... only the metadata
+    restarted = make(storage, n=1)
+    deleted = restarted.recover(log, 50)
+    assert set(deleted) == {"job/chk-1/_metadata", private_file(1).path}
+    assert [e.checkpoint_id for e in restarted.event_log.events] == [1]
+    assert not storage.exists(private_file(1).path)
+    assert [m.checkpoint_id for m in restarted.store.retained()] == [2]
+
+
+def test_recover_redeletes_files_of_the_trailing_discards(storage) -> None:
+    s = make(storage, n=1)
+    one = metadata(1, write_files(storage, [private_file(1)]))
+    two = metadata(2, write_files(storage, [private_file(2)]))
+    s.store_checkpoint(one, 1)
+    s.store_checkpoint(two, 2)
+    write_files(storage, [private_file(1)])  # as if the delete after publishing never ran
+    restarted = make(storage, n=1)
+    restarted.recover(s.event_log.events, 3)
+    assert restarted.event_log.events == []  # nothing owed
+    assert not storage.exists(private_file(1).path) and storage.exists(private_file(2).path)
+    assert restarted.store.registry.reference_counts() == s.store.registry.reference_counts()

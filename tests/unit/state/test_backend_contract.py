@@ -1,0 +1,237 @@
+"""One contract suite for every keyed state backend (heap and RocksDB)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tidemark.protocol.messages import StateChangeOp
+from tidemark.state import (
+    AggregatingStateDescriptor,
+    AvroSerializer,
+    KeyGroupRange,
+    KeyNotInRangeError,
+    ListStateDescriptor,
+    MapStateDescriptor,
+    ReducingStateDescriptor,
+    StateRegistrationError,
+    ValueStateDescriptor,
+    assign_to_key_group,
+)
+from tidemark.state.table import KeyedStateChange
+
+BACKENDS = ["heap", "rocksdb"]
+
+pytestmark = pytest.mark.parametrize("new_backend", BACKENDS, indirect=True)
+
+
+class Average:
+    """An AggregateFunction computing a mean."""
+
+    def create_accumulator(self) -> tuple[int, int]:
+        return (0, 0)
+
+    def add(self, value: int, acc: tuple[int, int]) -> tuple[int, int]:
+        return (acc[0] + value, acc[1] + 1)
+
+    def get_result(self, acc: tuple[int, int]) -> float:
+        return acc[0] / acc[1]
+
+    def merge(self, a: tuple[int, int], b: tuple[int, int]) -> tuple[int, int]:
+        return (a[0] + b[0], a[1] + b[1])
+
+
+def test_value_state(backend) -> None:
+    state = backend.get_state(ValueStateDescriptor("count", default=0))
+    backend.set_current_key("a")
+    assert state.value() == 0
+    state.update(5)
+    backend.set_current_key("b")
+    assert state.value() == 0
+    state.update({"nested": [1, b"x", (2, None)]})
+    assert state.value() == {"nested": [1, b"x", (2, None)]}
+    backend.set_current_key("a")
+    assert state.value() == 5
+    state.clear()
+    assert state.value() == 0
+    state.update(7)
+    state.update(None)
+    assert state.value() == 0
+
+
+def test_list_state(backend) -> None:
+    state = backend.get_state(ListStateDescriptor("events"))
+    backend.set_current_key(1)
+    assert state.get() == []
+    state.add("x")
+    state.add_all([1, 2.5])
+    assert state.get() == ["x", 1, 2.5]
+    state.update([b"only"])
+    assert state.get() == [b"only"]
+    state.update([])
+    assert state.get() == []
+    with pytest.raises(ValueError):
+        state.add(None)
+
+
+def test_map_state(backend) -> None:
+    state = backend.get_state(MapStateDescriptor("index"))
+    backend.set_current_key(b"k")
+    assert state.is_empty() and state.get("missing") is None and not state.contains("x")
+    state.put("x", 1)
+    state.put_all({"y": None, "z": [3]})
+    assert state.contains("y") and state.get("y") is None
+    assert dict(state.items()) == {"x": 1, "y": None, "z": [3]}
+    assert sorted(state.keys()) == ["x", "y", "z"]
+    assert sorted(map(str, state.values())) == ["1", "None", "[3]"]
+    state.remove("x")
+    assert not state.contains("x")
+    backend.set_current_key(b"other")
+    assert state.is_empty()
+    backend.set_current_key(b"k")
+    state.clear()
+    assert state.is_empty()
+
+
+def test_reducing_and_aggregating_state(backend) -> None:
+    total = backend.get_state(ReducingStateDescriptor("sum", lambda a, b: a + b))
+    mean = backend.get_state(AggregatingStateDescriptor("mean", Average()))
+    backend.set_current_key("k")
+    assert total.get() is None and mean.get() is None
+    for value in (1, 2, 6):
+        total.add(value)
+        mean.add(value)
+    assert total.get() == 9 and mean.get() == 3.0
+    total.clear()
+    assert total.get() is None
+
+
+def test_namespaces_are_independent(backend) -> None:
+    state = backend.get_state(ListStateDescriptor("window-contents"))
+    backend.set_current_key("k")
+    state.set_current_namespace(("window", 0, 10))
+    state.add(1)
+    state.set_current_namespace(("window", 10, 20))
+    state.add(2)
+    assert state.get() == [2]
+    state.set_current_namespace(("window", 0, 10))
+    assert state.get() == [1]
+    state.clear()
+    state.set_current_namespace(None)
+    assert state.get() == []
+
+
+def test_avro_serializer(backend) -> None:
+    schema = {"type": "record", "name": "Point", "fields": [
+        {"name": "x", "type": "int"}, {"name": "label", "type": "string"}]}
+    state = backend.get_state(ValueStateDescriptor("point", serializer=AvroSerializer(schema)))
+    backend.set_current_key("k")
+    state.update({"x": 3, "label": "p"})
+    assert state.value() == {"x": 3, "label": "p"}
+
+
+def test_key_outside_range_is_refused(new_backend) -> None:
+    backend = new_backend(KeyGroupRange(0, 63), 128)
+    outside = next(k for k in range(1000) if assign_to_key_group(k, 128) >= 64)
+    with pytest.raises(KeyNotInRangeError):
+        backend.set_current_key(outside)
+    with pytest.raises(TypeError):
+        backend.set_current_key(1.5)
+
+
+def test_current_key_and_key_group(backend) -> None:
+    backend.set_current_key("user-1")
+    assert backend.get_current_key() == "user-1"
+    assert backend.current_key_group == assign_to_key_group("user-1", 128)
+    backend.set_current_key(1)
+    assert backend.get_current_key() == 1
+
+
+def test_registration_conflicts(backend) -> None:
+    first = backend.get_state(ValueStateDescriptor("s"))
+    assert backend.get_state(ValueStateDescriptor("s")) is first
+    with pytest.raises(StateRegistrationError):
+        backend.get_state(ListStateDescriptor("s"))
+
+
+def test_changes_are_observed_and_replayable(new_backend) -> None:
+    source, mirror = new_backend(), new_backend()
+    changes: list[KeyedStateChange] = []
+    source.add_change_listener(changes.append)
+    descriptors = [ValueStateDescriptor("v"), ListStateDescriptor("l"), MapStateDescriptor("m")]
+    v, lst, m = (source.get_state(d) for d in descriptors)
+    for key in ("a", "b"):
+        source.set_current_key(key)
+        v.update(key * 2)
+        lst.add(1)
+        lst.add_all([2, 3])
+        m.put("x", 1)
+        m.put("y", 2)
+        m.remove("x")
+    source.set_current_key("b")
+    v.clear()
+    lst.update([9])
+    m.clear()
+    ops = {c.op for c in changes}
+    assert ops == {StateChangeOp.PUT, StateChangeOp.ADD, StateChangeOp.DELETE, StateChangeOp.CLEAR}
+    assert all(c.key_group == assign_to_key_group(c.key[1:].decode(), 128) for c in changes)
+    for change in changes:  # through the wire record, as the changelog will do
+        mirror.apply_change(KeyedStateChange.from_message(change.to_message("job", "op#0")))
+    mv, ml, mm = (mirror.get_state(d) for d in descriptors)
+    for key in ("a", "b"):
+        mirror.set_current_key(key)
+        source.set_current_key(key)
+        assert (mv.value(), ml.get(), dict(mm.items())) == (v.value(), lst.get(), dict(m.items()))
+    mirror.set_current_key("a")
+    assert (mv.value(), ml.get(), dict(mm.items())) == ("aa", [1, 2, 3], {"y": 2})
+
+
+def test_snapshot_restore_round_trip_into_both_backends(new_backend, storage) -> None:
+    source = new_backend()
+    v = source.get_state(ValueStateDescriptor("v", default=-1))
+    m = source.get_state(MapStateDescriptor("m"))
+    for key in range(200):
+        source.set_current_key(key)
+        v.update(key * 10)
+        m.put(key % 7, str(key))
+    handles = source.snapshot(1, storage)
+    for kind in ("heap", "rocksdb"):
+        target = new_backend(kind=kind)
+        target.restore(handles, storage)
+        tv = target.get_state(ValueStateDescriptor("v", default=-1))
+        tm = target.get_state(MapStateDescriptor("m"))
+        for key in range(200):
+            target.set_current_key(key)
+            assert tv.value() == key * 10 and dict(tm.items()) == {key % 7: str(key)}
+
+
+def test_restore_refuses_a_different_definition(new_backend, storage) -> None:
+    source = new_backend()
+    source.get_state(ValueStateDescriptor("v"))
+    source.set_current_key("k")
+    source.get_state(ValueStateDescriptor("v")).update(1)
+    handles = source.snapshot(1, storage)
+    target = new_backend()
+    target.restore(handles, storage)
+    with pytest.raises(StateRegistrationError):
+        target.get_state(ListStateDescriptor("v"))
+
+
+def test_unregistered_restored_state_survives_the_next_snapshot(new_backend, storage) -> None:
+    source = new_backend()
+    source.set_current_key("k")
+    source.get_state(ListStateDescriptor("l")).add_all([1, 2])
+    middle = new_backend()
+    middle.restore(source.snapshot(1, storage), storage)
+    handles = middle.snapshot(2, storage)  # "l" never registered on middle
+    final = new_backend()
+    final.restore(handles, storage)
+    final.set_current_key("k")
+    assert final.get_state(ListStateDescriptor("l")).get() == [1, 2]
+
+
+def test_closed_backend_refuses_use(new_backend) -> None:
+    backend = new_backend()
+    backend.close()
+    with pytest.raises(RuntimeError):
+        backend.get_state(ValueStateDescriptor("v"))
+    backend.close()
