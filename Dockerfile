@@ -13,7 +13,7 @@ RUN python -m venv /opt/tidemark
 COPY pyproject.toml README.md* ./
 COPY src ./src
 # Byte-code is compiled at install time: the root filesystem is read-only at run time.
-RUN /opt/tidemark/bin/pip install . \
+RUN /opt/tidemark/bin/pip install ".[s3]" \
  && /opt/tidemark/bin/python -c "import tidemark"
 
 FROM ${PYTHON_IMAGE} AS runtime

@@ -30,6 +30,7 @@ class UnknownStorageScheme(StorageError, ValueError):
 
 _REGISTRY: dict[str, Union[str, StorageFactory]] = {
     "file": "tidemark.storage.filesystem:FilesystemCheckpointStorage.from_url",
+    "s3": "tidemark.storage.s3:S3CheckpointStorage.from_url",
 }
 
 

@@ -11,6 +11,7 @@ Writes are atomic: a reader sees either no file or the whole file, never a parti
 
 from __future__ import annotations
 
+import hashlib
 from typing import BinaryIO, Iterator, Protocol, runtime_checkable
 
 from tidemark.protocol.messages import StateFile
@@ -26,6 +27,16 @@ class InvalidStoragePath(StorageError):
 
 class CorruptStateFile(StorageError):
     """A file's content does not match its recorded checksum or size."""
+
+
+def verified(ref: StateFile, data: bytes) -> bytes:
+    """``data`` if it matches ``ref``'s recorded size and SHA-256; else ``CorruptStateFile``."""
+    if len(data) != ref.size_bytes:
+        raise CorruptStateFile(f"{ref.path}: size {len(data)} differs from the recorded {ref.size_bytes}")
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != ref.sha256:
+        raise CorruptStateFile(f"{ref.path}: sha256 {digest} differs from the recorded {ref.sha256}")
+    return data
 
 
 @runtime_checkable

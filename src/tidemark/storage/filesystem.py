@@ -16,7 +16,7 @@ from typing import BinaryIO, Iterator
 from urllib.parse import unquote, urlparse
 
 from tidemark.protocol.messages import StateFile
-from tidemark.storage.base import CorruptStateFile, InvalidStoragePath
+from tidemark.storage.base import InvalidStoragePath, verified
 
 _TMP_PREFIX = ".tmp-"
 _CHUNK = 1 << 20
@@ -115,15 +115,7 @@ class FilesystemCheckpointStorage:
         return self._resolve(path).read_bytes()
 
     def read_verified(self, ref: StateFile) -> bytes:
-        data = self.read_bytes(ref.path)
-        if len(data) != ref.size_bytes:
-            raise CorruptStateFile(
-                f"{ref.path}: size {len(data)} differs from the recorded {ref.size_bytes}"
-            )
-        digest = hashlib.sha256(data).hexdigest()
-        if digest != ref.sha256:
-            raise CorruptStateFile(f"{ref.path}: sha256 {digest} differs from the recorded {ref.sha256}")
-        return data
+        return verified(ref, self.read_bytes(ref.path))
 
     def exists(self, path: str) -> bool:
         return self._resolve(path).is_file()

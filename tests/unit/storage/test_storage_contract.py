@@ -16,16 +16,21 @@ from tidemark.storage.base import CheckpointStorage, CorruptStateFile, InvalidSt
 from tidemark.storage.filesystem import FilesystemCheckpointStorage
 
 
-def filesystem(tmp_path: Path) -> CheckpointStorage:
+def filesystem(request: pytest.FixtureRequest, tmp_path: Path) -> CheckpointStorage:
     return open_storage((tmp_path / "root").as_uri())
 
 
-IMPLEMENTATIONS = {"filesystem": filesystem}
+def s3(request: pytest.FixtureRequest, tmp_path: Path) -> CheckpointStorage:
+    """A fresh bucket on a real moto S3 server (fixtures in tests/integration/storage)."""
+    return open_storage(f"s3://{request.getfixturevalue('s3_bucket')}/root")
+
+
+IMPLEMENTATIONS = {"filesystem": filesystem, "s3": s3}
 
 
 @pytest.fixture(params=sorted(IMPLEMENTATIONS))
 def storage(request: pytest.FixtureRequest, tmp_path: Path) -> CheckpointStorage:
-    return IMPLEMENTATIONS[request.param](tmp_path)
+    return IMPLEMENTATIONS[request.param](request, tmp_path)
 
 
 def test_is_a_checkpoint_storage(storage) -> None:
@@ -134,8 +139,8 @@ def test_failed_write_leaves_nothing(tmp_path: Path) -> None:
 
 
 def test_registry(tmp_path: Path) -> None:
-    with pytest.raises(UnknownStorageScheme, match="s3"):
-        open_storage("s3://bucket/prefix")
+    with pytest.raises(UnknownStorageScheme, match="gs"):
+        open_storage("gs://bucket/prefix")
     with pytest.raises(ValueError):
         open_storage("file://remotehost/x")
     register_scheme("memtest", lambda url: FilesystemCheckpointStorage(tmp_path / "m"))

@@ -1,12 +1,14 @@
 """Coordinator service: triggers checkpoints and savepoints, collects acks, completes or aborts.
 
 The decisions are :class:`tidemark.checkpoint.CheckpointCoordinator`'s (pure); this package is
-its edge: settings, Kafka in and out (:mod:`.edge`), Prometheus metrics (:mod:`.metrics`).
+its edge: settings, Kafka in and out (:mod:`.edge`), Prometheus metrics (:mod:`.metrics`), the
+operator HTTP API (:mod:`.api`).
 """
 
 from __future__ import annotations
 
 from tidemark.service.app import ServiceApp
+from tidemark.services.coordinator.api import install_api
 from tidemark.services.coordinator.edge import CoordinatorEdge
 from tidemark.services.coordinator.settings import CoordinatorSettings
 
@@ -19,4 +21,5 @@ def build(settings: CoordinatorSettings) -> ServiceApp:
     app.follow_log([app.topics.control, app.topics.acks, app.topics.checkpoint_events],
                    edge.on_record, edge.on_caught_up)
     app.every(settings.tick_interval_ms / 1000)(edge.tick)
+    install_api(app, edge, settings.api_token, settings.resolved_storage_url)
     return app

@@ -28,8 +28,9 @@ from tidemark.checkpoint import (
     EmitTrigger,
     FailJob,
     PersistCheckpoint,
+    RestoreRequest,
 )
-from tidemark.protocol.messages import CheckpointMetadata
+from tidemark.protocol.messages import CheckpointMetadata, RestoreCommand, SavepointRequest
 from tidemark.service.app import ServiceApp
 from tidemark.service.dead_letters import RawRecord
 from tidemark.service.logs import get_logger
@@ -52,6 +53,7 @@ class CoordinatorEdge:
         self.coordinators: dict[JobId, CheckpointCoordinator] = {}
         self.metrics: dict[JobId, CoordinatorMetrics] = {}
         self._replayed: dict[JobId, list[tuple[int, int, Any]]] = defaultdict(list)
+        self.savepoint_requests: dict[str, SavepointRequest] = {}
         self.live = False
         self._last_resend = time.monotonic()
 
@@ -66,6 +68,8 @@ class CoordinatorEdge:
             return
         if isinstance(message, CheckpointMetadata) and raw.topic != self.app.topics.checkpoint_events:
             return
+        if isinstance(message, SavepointRequest):
+            self.savepoint_requests.setdefault(message.request_id, message)
         if not self.live:
             self._replayed[message.job_id].append((raw.timestamp or 0, raw.offset, message))
             return
@@ -91,6 +95,21 @@ class CoordinatorEdge:
             await self._run(job, commands)
         if resend:
             self._last_resend = time.monotonic()
+
+    async def request_savepoint(self, request: SavepointRequest) -> None:
+        """Write an operator's savepoint request to the control topic; the coordinator acts on it
+        when it reads the record back (so a restarted coordinator sees it too)."""
+        await self.app.publish(self.app.topics.control, request, request.job_id.encode())
+        self.savepoint_requests.setdefault(request.request_id, request)
+
+    async def request_restore(self, request: RestoreRequest) -> RestoreCommand:
+        """Have the job's coordinator restore from ``request`` (live only); carry out its commands."""
+        if not self.live:
+            raise RuntimeError("the coordinator is still replaying its topics")
+        job = request.metadata.job_id
+        commands = self._coordinator(job).request_restore(request, now_ms())
+        await self._run(job, commands)
+        return next(c.restore for c in commands if isinstance(c, EmitRestore))
 
     async def _run(self, job: JobId, commands: list[Command]) -> None:
         for command in commands:

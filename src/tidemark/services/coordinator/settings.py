@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from tidemark.checkpoint.options import CheckpointingOptions
 from tidemark.config.settings import TidemarkSettings
 from tidemark.types import CheckpointingMode
+
+MIN_API_TOKEN_LENGTH = 16
 
 
 class CheckpointSettings(BaseModel):
@@ -33,3 +35,11 @@ class CoordinatorSettings(TidemarkSettings):
     http_port: int = Field(9400, ge=0, le=65535)
     tick_interval_ms: int = Field(100, ge=10, le=10000)
     checkpoint: CheckpointSettings = CheckpointSettings()
+
+    @field_validator("api_token")
+    @classmethod
+    def _token_strength(cls, value: str | None) -> str | None:
+        """``TIDEMARK_API_TOKEN``, when set, must be a real secret (at least 16 characters)."""
+        if value is not None and len(value.strip()) < MIN_API_TOKEN_LENGTH:
+            raise ValueError(f"must be at least {MIN_API_TOKEN_LENGTH} characters (e.g. openssl rand -hex 32)")
+        return value

@@ -1,0 +1,121 @@
+"""A small blocking client of the coordinator's operator API (what the CLI uses).
+
+Lifecycle: ``CoordinatorClient(url, token)``; every method is one HTTP request (no connection
+is kept), returns the decoded JSON document, and raises :class:`ApiError` for an HTTP error
+status (with the server's message), an unreachable coordinator, or a response that is not JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from typing import Any
+from urllib.parse import quote, urlparse
+
+DEFAULT_URL = "http://127.0.0.1:9400"
+TERMINAL_SAVEPOINT_STATES = frozenset({"COMPLETED", "FAILED", "UNKNOWN"})
+
+
+class ApiError(Exception):
+    """The request failed; ``status`` is the HTTP status, or None when there was no answer."""
+
+    def __init__(self, status: int | None, message: str) -> None:
+        super().__init__(message if status is None else f"HTTP {status}: {message}")
+        self.status = status
+        self.message = message
+
+
+def _segment(value: str | int) -> str:
+    return quote(str(value), safe="")
+
+
+class CoordinatorClient:
+    """Calls ``/api/v1/`` of one coordinator."""
+
+    def __init__(self, url: str = DEFAULT_URL, token: str | None = None, *,
+                 timeout_s: float = 10.0) -> None:
+        parsed = urlparse(url)
+        if parsed.scheme not in ("http", "https") or not parsed.netloc:
+            raise ValueError(f"coordinator URL must be http(s)://host:port, got {url!r}")
+        self.url = url.rstrip("/")
+        self.token = token or None
+        self.timeout_s = timeout_s
+
+    def request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        """``method`` ``/api/v1{path}`` with a JSON ``body``; the decoded JSON answer."""
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(f"{self.url}/api/v1{path}", data=data, method=method)
+        req.add_header("Accept", "application/json")
+        if data is not None:
+            req.add_header("Content-Type", "application/json")
+        if self.token:
+            req.add_header("Authorization", f"Bearer {self.token}")
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout_s) as response:
+                return self._decode(response.status, response.read())
+        except urllib.error.HTTPError as exc:
+            raise ApiError(exc.code, self._error_message(exc.code, exc.read())) from None
+        except (urllib.error.URLError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise ApiError(None, f"cannot reach the coordinator at {self.url}: {reason}") from None
+
+    @staticmethod
+    def _decode(status: int, raw: bytes) -> Any:
+        try:
+            return json.loads(raw)
+        except ValueError:
+            raise ApiError(status, f"response is not JSON: {raw[:200]!r}") from None
+
+    @staticmethod
+    def _error_message(status: int, raw: bytes) -> str:
+        try:
+            document = json.loads(raw)
+        except ValueError:
+            return raw.decode(errors="replace").strip()[:500] or f"HTTP {status}"
+        if isinstance(document, dict) and isinstance(document.get("error"), str):
+            return document["error"]
+        return json.dumps(document)[:500]
+
+    # ------------------------------------------------------------------ endpoints
+
+    def jobs(self) -> Any:
+        return self.request("GET", "/jobs")
+
+    def history(self, job: str) -> Any:
+        return self.request("GET", f"/jobs/{_segment(job)}/checkpoints")
+
+    def retained_checkpoints(self, job: str) -> Any:
+        return self.request("GET", f"/jobs/{_segment(job)}/checkpoints/retained")
+
+    def savepoints(self, job: str) -> Any:
+        return self.request("GET", f"/jobs/{_segment(job)}/savepoints")
+
+    def trigger_savepoint(self, job: str, *, stop: bool = False, target: str | None = None) -> Any:
+        body: dict[str, Any] = {"stop": stop}
+        if target is not None:
+            body["target"] = target
+        return self.request("POST", f"/jobs/{_segment(job)}/savepoints", body)
+
+    def savepoint_status(self, job: str, request_id: str) -> Any:
+        return self.request("GET", f"/jobs/{_segment(job)}/savepoints/requests/{_segment(request_id)}")
+
+    def wait_for_savepoint(self, job: str, request_id: str, *, timeout_s: float = 300.0,
+                           poll_s: float = 0.5) -> Any:
+        """Poll until the request is COMPLETED, FAILED or UNKNOWN; ``TimeoutError`` otherwise."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            status = self.savepoint_status(job, request_id)
+            if status.get("status") in TERMINAL_SAVEPOINT_STATES:
+                return status
+            if time.monotonic() >= deadline:
+                raise TimeoutError(
+                    f"savepoint request {request_id} still {status.get('status')} after {timeout_s:g}s")
+            time.sleep(poll_s)
+
+    def restore(self, job: str, *, parallelism: int, checkpoint_id: int | None = None,
+                savepoint_path: str | None = None) -> Any:
+        body = {"checkpoint_id": checkpoint_id, "savepoint_path": savepoint_path,
+                "parallelism": parallelism}
+        return self.request("POST", f"/jobs/{_segment(job)}/restore", body)

@@ -1,0 +1,125 @@
+"""The HTTP API's response documents, rendered from the coordinator's state and statistics and
+from ``_metadata`` files. Every function returns plain JSON-serializable data; times are epoch
+milliseconds, durations milliseconds, sizes bytes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tidemark.checkpoint import CheckpointCoordinator, CheckpointStatsEntry, CheckpointStatsSnapshot
+from tidemark.protocol.messages import CheckpointMetadata, RestoreCommand, SavepointRequest
+from tidemark.types import CheckpointId, JobId
+
+
+def error_document(status: int, message: str) -> dict[str, Any]:
+    return {"error": message, "status": status}
+
+
+def entry_document(entry: CheckpointStatsEntry) -> dict[str, Any]:
+    """One checkpoint of the history (Flink's checkpoint stats, per checkpoint)."""
+    return {
+        "id": entry.checkpoint_id,
+        "type": entry.checkpoint_type.value,
+        "status": entry.status.value,
+        "triggered_at": entry.triggered_at,
+        "ended_at": entry.ended_at,
+        "duration_ms": entry.duration_ms,
+        "checkpointed_size_bytes": entry.checkpointed_size_bytes,
+        "full_size_bytes": entry.state_size_bytes,
+        "num_tasks": entry.num_tasks,
+        "num_acknowledged": entry.num_acknowledged,
+        "failure_reason": entry.failure_reason,
+        "metadata_path": entry.metadata_path,
+    }
+
+
+def counts_document(snapshot: CheckpointStatsSnapshot) -> dict[str, int]:
+    counts = snapshot.counts
+    return {"triggered": counts.triggered, "in_progress": counts.in_progress,
+            "completed": counts.completed, "failed": counts.failed, "restored": counts.restored}
+
+
+def history_document(job: JobId, snapshot: CheckpointStatsSnapshot) -> dict[str, Any]:
+    """The bounded checkpoint history of ``job``, newest first, with its counts."""
+    return {
+        "job": job,
+        "counts": counts_document(snapshot),
+        "last_restore_at": snapshot.last_restore_at,
+        "last_restored_checkpoint_id": snapshot.last_restored_checkpoint_id,
+        "checkpoints": [entry_document(e) for e in sorted(
+            snapshot.history, key=lambda e: e.checkpoint_id, reverse=True)],
+    }
+
+
+def job_document(job: JobId, coordinator: CheckpointCoordinator) -> dict[str, Any]:
+    """What ``GET /jobs`` says about one job."""
+    snapshot = coordinator.stats()
+    last = snapshot.last_completed
+    return {
+        "job": job,
+        "epoch": coordinator.active_epoch,
+        "stopping": coordinator.is_stopping,
+        "finishing": coordinator.is_finishing,
+        "pending_checkpoints": list(coordinator.pending_checkpoint_ids),
+        "consecutive_failures": coordinator.consecutive_failures,
+        "counts": counts_document(snapshot),
+        "last_completed": None if last is None else entry_document(last),
+    }
+
+
+def metadata_document(path: str, metadata: CheckpointMetadata) -> dict[str, Any]:
+    """A retained checkpoint or savepoint, from its ``_metadata`` file at ``path``."""
+    return {
+        "id": metadata.checkpoint_id,
+        "type": metadata.checkpoint_type.value,
+        "path": path,
+        "epoch": metadata.epoch,
+        "triggered_at": metadata.triggered_at,
+        "completed_at": metadata.completed_at,
+        "duration_ms": metadata.completed_at - metadata.triggered_at,
+        "checkpointed_size_bytes": metadata.checkpointed_size_bytes,
+        "full_size_bytes": metadata.state_size_bytes,
+        "max_parallelism": metadata.max_parallelism,
+        "num_tasks": len(metadata.tasks),
+    }
+
+
+def savepoint_request_document(
+    request: SavepointRequest, savepoint_id: CheckpointId | None, status: str,
+    entry: CheckpointStatsEntry | None, metadata_path: str | None,
+) -> dict[str, Any]:
+    """Where a savepoint request stands: PENDING (not triggered yet), IN_PROGRESS, COMPLETED,
+    FAILED, or UNKNOWN (triggered, but gone from the bounded history and not in storage)."""
+    return {
+        "request_id": request.request_id,
+        "job": request.job_id,
+        "stop": request.stop,
+        "target": request.target_location,
+        "requested_at": request.requested_at,
+        "savepoint_id": savepoint_id,
+        "status": status,
+        "metadata_path": metadata_path,
+        "failure_reason": None if entry is None else entry.failure_reason,
+        "checkpoint": None if entry is None else entry_document(entry),
+    }
+
+
+def restore_document(command: RestoreCommand) -> dict[str, Any]:
+    """The restore command the coordinator issued (also written to the control topic)."""
+    return {
+        "restore_id": command.restore_id,
+        "job": command.job_id,
+        "checkpoint_id": command.checkpoint_id,
+        "is_savepoint": command.is_savepoint,
+        "metadata_path": command.metadata_path,
+        "parallelism": command.parallelism,
+        "max_parallelism": command.max_parallelism,
+        "epoch": command.epoch,
+        "issued_at": command.issued_at,
+        "assignments": [
+            {"task_id": a.task_id, "operator_id": a.operator_id, "subtask_index": a.subtask_index,
+             "key_group_start": a.key_group_start, "key_group_end": a.key_group_end}
+            for a in command.assignments
+        ],
+    }

@@ -1,0 +1,99 @@
+"""Human-readable text for the API's documents: aligned tables, durations, sizes, UTC times."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from typing import Any
+
+_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
+
+
+def format_bytes(size: int | None) -> str:
+    if size is None:
+        return "-"
+    value = float(size)
+    for unit in _UNITS:
+        if value < 1024 or unit == _UNITS[-1]:
+            return f"{size} B" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def format_duration(ms: int | None) -> str:
+    if ms is None:
+        return "-"
+    if ms < 1000:
+        return f"{ms} ms"
+    if ms < 60_000:
+        return f"{ms / 1000:.2f} s"
+    minutes, seconds = divmod(ms // 1000, 60)
+    return f"{minutes}m{seconds:02d}s"
+
+
+def format_time(epoch_ms: int | None) -> str:
+    if epoch_ms is None:
+        return "-"
+    moment = datetime.fromtimestamp(epoch_ms / 1000, tz=timezone.utc)
+    return moment.strftime("%Y-%m-%d %H:%M:%S.") + f"{epoch_ms % 1000:03d}Z"
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """Columns padded to their widest cell, separated by two spaces."""
+    cells = [[str(h) for h in headers], *[["-" if c is None else str(c) for c in r] for r in rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells)
+
+
+def history_text(document: dict[str, Any]) -> str:
+    """``GET /jobs/{job}/checkpoints`` as a table, newest first, with a counts line."""
+    counts = document["counts"]
+    rows = [
+        (e["id"], e["type"], e["status"], format_time(e["triggered_at"]),
+         format_duration(e["duration_ms"]), format_bytes(e["checkpointed_size_bytes"]),
+         format_bytes(e["full_size_bytes"]), f"{e['num_acknowledged']}/{e['num_tasks']}",
+         e["failure_reason"] or "")
+        for e in document["checkpoints"]
+    ]
+    summary = (f"job {document['job']}: {counts['completed']} completed, {counts['failed']} failed, "
+               f"{counts['in_progress']} in progress, {counts['restored']} restores")
+    headers = ("ID", "TYPE", "STATUS", "TRIGGERED", "DURATION", "CHECKPOINTED", "FULL SIZE",
+               "ACKED", "FAILURE")
+    return f"{summary}\n{table(headers, rows)}"
+
+
+def retained_text(document: dict[str, Any], key: str) -> str:
+    """``.../checkpoints/retained`` or ``.../savepoints`` (``key``) as a table."""
+    entries = document[key]
+    rows = [
+        (e["id"], e["type"], format_time(e["completed_at"]), format_duration(e["duration_ms"]),
+         format_bytes(e["checkpointed_size_bytes"]), format_bytes(e["full_size_bytes"]),
+         e["epoch"], e["path"])
+        for e in entries
+    ]
+    headers = ("ID", "TYPE", "COMPLETED", "DURATION", "CHECKPOINTED", "FULL SIZE", "EPOCH", "PATH")
+    lines = [f"job {document['job']}: {len(entries)} retained {key}", table(headers, rows)]
+    lines.extend(f"unreadable metadata: {path}" for path in document.get("unreadable", ()))
+    return "\n".join(lines)
+
+
+def savepoint_text(document: dict[str, Any]) -> str:
+    kind = "stop-with-savepoint" if document["stop"] else "savepoint"
+    parts = [f"{kind} request {document['request_id']} for job {document['job']}: {document['status']}"]
+    if document.get("savepoint_id") is not None:
+        parts.append(f"id {document['savepoint_id']}")
+    if document.get("metadata_path"):
+        parts.append(f"metadata {document['metadata_path']}")
+    if document.get("failure_reason"):
+        parts.append(f"reason: {document['failure_reason']}")
+    return ", ".join(parts)
+
+
+def restore_text(document: dict[str, Any]) -> str:
+    source = "savepoint" if document["is_savepoint"] else "checkpoint"
+    header = (f"restore {document['restore_id']} of job {document['job']} from {source} "
+              f"{document['checkpoint_id']} ({document['metadata_path']}) at parallelism "
+              f"{document['parallelism']}, epoch {document['epoch']}")
+    rows = [(a["task_id"], a["subtask_index"], f"{a['key_group_start']}..{a['key_group_end']}")
+            for a in document["assignments"]]
+    return f"{header}\n{table(('TASK', 'SUBTASK', 'KEY GROUPS'), rows)}"

@@ -1,0 +1,145 @@
+"""Operator request bodies and URL parts, parsed strictly into frozen dataclasses.
+
+Contract: a body is a JSON object holding only the documented fields, each of its documented
+type; anything else raises :class:`BadRequest` (HTTP 400) with a message naming the field.
+A storage path given by a request must be a relative POSIX path without empty, ``.`` or ``..``
+parts, backslashes, control characters or percent-encoding, at most :data:`MAX_PATH_LENGTH`
+characters; the storage layer checks the resolved location (symlinks included) again and raises
+``InvalidStoragePath``, which the API also answers with 400.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from tidemark.checkpoint_store.layout import METADATA_FILE, validate_job_id
+from tidemark.types import CheckpointId, JobId
+
+MAX_PATH_LENGTH = 1024
+MAX_PARALLELISM = 32768
+_REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
+
+
+class BadRequest(ValueError):
+    """The request is malformed: not JSON, wrong fields or types, or an unusable path."""
+
+
+def parse_object(raw: bytes, *, empty_is_object: bool = False) -> dict[str, Any]:
+    """The JSON object in ``raw``; ``BadRequest`` for anything else."""
+    if not raw.strip():
+        if empty_is_object:
+            return {}
+        raise BadRequest("request body must be a JSON object")
+    try:
+        value = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BadRequest(f"request body is not valid JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise BadRequest(f"request body must be a JSON object, not {type(value).__name__}")
+    return value
+
+
+def _reject_unknown(body: dict[str, Any], allowed: frozenset[str]) -> None:
+    unknown = sorted(set(body) - allowed)
+    if unknown:
+        raise BadRequest(f"unknown field(s): {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}")
+
+
+def _optional_int(body: dict[str, Any], field: str) -> int | None:
+    value = body.get(field)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise BadRequest(f"{field} must be an integer or null, got {json.dumps(value)}")
+    return value
+
+
+def _optional_str(body: dict[str, Any], field: str) -> str | None:
+    value = body.get(field)
+    if value is not None and not isinstance(value, str):
+        raise BadRequest(f"{field} must be a string or null, got {json.dumps(value)}")
+    return value
+
+
+def validate_relative_path(path: str, field: str) -> str:
+    """``path`` if it is a safe relative storage path (see the module contract)."""
+    if not path or len(path) > MAX_PATH_LENGTH:
+        raise BadRequest(f"{field} must be 1..{MAX_PATH_LENGTH} characters")
+    if path.startswith("/") or re.match(r"^[A-Za-z][A-Za-z0-9+.-]*:", path):
+        raise BadRequest(f"{field} must be relative to the checkpoint storage: {path!r}")
+    if "%" in path or "\\" in path or any(ord(c) < 32 or ord(c) == 127 for c in path):
+        raise BadRequest(f"{field} must not contain '%', '\\' or control characters: {path!r}")
+    if any(part in ("", ".", "..") for part in path.split("/")):
+        raise BadRequest(f"{field} must not have empty, '.' or '..' parts: {path!r}")
+    return path
+
+
+def parse_job_id(value: str) -> JobId:
+    """A job id from a URL (one storage path segment); ``BadRequest`` otherwise."""
+    try:
+        return validate_job_id(JobId(value))
+    except ValueError as exc:
+        raise BadRequest(str(exc)) from None
+
+
+def parse_request_id(value: str) -> str:
+    if not _REQUEST_ID.fullmatch(value):
+        raise BadRequest(f"not a savepoint request id: {value!r}")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class SavepointBody:
+    """``POST /jobs/{job}/savepoints``: ``{"stop": bool, "target": relative dir | null}``."""
+
+    stop: bool = False
+    target: str | None = None
+
+    @classmethod
+    def parse(cls, raw: bytes) -> SavepointBody:
+        body = parse_object(raw, empty_is_object=True)
+        _reject_unknown(body, frozenset({"stop", "target"}))
+        stop = body.get("stop", False)
+        if not isinstance(stop, bool):
+            raise BadRequest(f"stop must be true or false, got {json.dumps(stop)}")
+        target = _optional_str(body, "target")
+        return cls(stop, None if target is None else validate_relative_path(target, "target"))
+
+
+@dataclass(frozen=True, slots=True)
+class RestoreBody:
+    """``POST /jobs/{job}/restore``: exactly one of ``checkpoint_id`` and ``savepoint_path``,
+    and the new ``parallelism`` of every operator."""
+
+    parallelism: int
+    checkpoint_id: CheckpointId | None = None
+    savepoint_path: str | None = None
+
+    @classmethod
+    def parse(cls, raw: bytes) -> RestoreBody:
+        body = parse_object(raw)
+        _reject_unknown(body, frozenset({"checkpoint_id", "savepoint_path", "parallelism"}))
+        checkpoint_id = _optional_int(body, "checkpoint_id")
+        savepoint_path = _optional_str(body, "savepoint_path")
+        parallelism = _optional_int(body, "parallelism")
+        if (checkpoint_id is None) == (savepoint_path is None):
+            raise BadRequest("give exactly one of checkpoint_id and savepoint_path")
+        if checkpoint_id is not None and checkpoint_id < 1:
+            raise BadRequest(f"checkpoint_id must be >= 1, got {checkpoint_id}")
+        if parallelism is None or not 1 <= parallelism <= MAX_PARALLELISM:
+            raise BadRequest(f"parallelism must be an integer in 1..{MAX_PARALLELISM}")
+        if savepoint_path is not None:
+            savepoint_path = validate_relative_path(savepoint_path, "savepoint_path")
+        return cls(parallelism, None if checkpoint_id is None else CheckpointId(checkpoint_id),
+                   savepoint_path)
+
+    @property
+    def metadata_path(self) -> str | None:
+        """``savepoint_path`` naming the ``_metadata`` file (a directory gets it appended)."""
+        path = self.savepoint_path
+        if path is None or path == METADATA_FILE or path.endswith(f"/{METADATA_FILE}"):
+            return path
+        return f"{path}/{METADATA_FILE}"

@@ -1,0 +1,269 @@
+"""The coordinator's operator HTTP API under ``/api/v1/`` (reference: docs/api.md).
+
+Lifecycle: :func:`install_api` once while the service is built, before ``ServiceApp.run``; the
+views then serve on the service's HTTP port (next to the unauthenticated ``/livez``,
+``/readyz`` and ``/metrics``) for the life of the process, on the event loop that also runs the
+:class:`CoordinatorEdge`, so a view reads and drives the coordinators without locks.
+
+Contract of every view: when ``api_token`` is configured the request must carry
+``Authorization: Bearer <token>`` (compared in constant time) or gets 401; until the edge has
+caught up with its topics the answer is 503. Errors are JSON ``{"error": message, "status":
+code}``: 400 malformed request (body, field, job id, or a path that is not a safe relative path
+or resolves outside checkpoint storage), 401, 404 unknown job / checkpoint / request, 422 a
+well-formed request that cannot be carried out, 503 not caught up, 500 a bug (logged).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import uuid
+from collections.abc import Callable
+from typing import Any, ClassVar, TypeVar
+
+from faust.web import Request, Response, View
+
+from tidemark.checkpoint import CheckpointCoordinator, CheckpointStatus, RestoreRequest
+from tidemark.checkpoint_store.layout import metadata_path
+from tidemark.operator import catalog
+from tidemark.operator.documents import (
+    error_document,
+    history_document,
+    job_document,
+    metadata_document,
+    restore_document,
+    savepoint_request_document,
+)
+from tidemark.operator.requests import (
+    BadRequest,
+    RestoreBody,
+    SavepointBody,
+    parse_job_id,
+    parse_request_id,
+)
+from tidemark.protocol.messages import SavepointRequest
+from tidemark.service.app import ServiceApp
+from tidemark.service.logs import get_logger
+from tidemark.services.coordinator.edge import CoordinatorEdge, now_ms
+from tidemark.storage import open_storage
+from tidemark.storage.base import CheckpointStorage, InvalidStoragePath
+from tidemark.types import CheckpointType, JobId
+
+log = get_logger(__name__)
+API_PREFIX = "/api/v1"
+_T = TypeVar("_T")
+
+
+class ApiError(Exception):
+    """An answer other than success: HTTP ``status`` with ``message`` (and extra headers)."""
+
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.headers = headers or {}
+
+
+def _digest(value: str) -> bytes:
+    return hashlib.sha256(value.encode("utf-8", "surrogateescape")).digest()
+
+
+class BearerTokenCheck:
+    """Checks ``Authorization`` headers against the configured token; no token: allow all."""
+
+    def __init__(self, token: str | None) -> None:
+        self._digest = None if token is None else _digest(token)
+
+    @property
+    def required(self) -> bool:
+        return self._digest is not None
+
+    def check(self, header: str | None) -> None:
+        """Return when allowed; else raise ``ApiError(401)`` saying what is wrong."""
+        if self._digest is None:
+            return
+        challenge = 'Bearer realm="tidemark"'
+        if not header:
+            raise ApiError(401, "missing bearer token: send 'Authorization: Bearer <token>'",
+                           {"WWW-Authenticate": challenge})
+        scheme, _, credentials = header.strip().partition(" ")
+        if scheme.lower() != "bearer" or not credentials.strip():
+            raise ApiError(401, "malformed Authorization header: expected 'Bearer <token>'",
+                           {"WWW-Authenticate": f'{challenge}, error="invalid_request"'})
+        if not hmac.compare_digest(_digest(credentials.strip()), self._digest):
+            raise ApiError(401, "invalid bearer token",
+                           {"WWW-Authenticate": f'{challenge}, error="invalid_token"'})
+
+
+class OperatorApi:
+    """What the views answer, over one edge and the deployment's checkpoint storage."""
+
+    def __init__(self, edge: CoordinatorEdge, storage: CheckpointStorage, token: str | None) -> None:
+        self.edge = edge
+        self.storage = storage
+        self.auth = BearerTokenCheck(token)
+
+    def admit(self, request: Request) -> None:
+        self.auth.check(request.headers.get("Authorization"))
+        if not self.edge.live:
+            raise ApiError(503, "the coordinator is still replaying its topics; retry shortly")
+
+    async def _in_storage(self, fn: Callable[..., _T], *args: Any) -> _T:
+        return await asyncio.to_thread(fn, *args)
+
+    def coordinator(self, job: JobId) -> CheckpointCoordinator:
+        found = self.edge.coordinators.get(job)
+        if found is None:
+            raise ApiError(404, f"unknown job {job!r}")
+        return found
+
+    async def _require_known(self, job: JobId) -> None:
+        if job not in self.edge.coordinators and not await self._in_storage(
+            catalog.job_in_storage, self.storage, job
+        ):
+            raise ApiError(404, f"unknown job {job!r}")
+
+    # ------------------------------------------------------------------ reads
+
+    def jobs(self) -> dict[str, Any]:
+        return {"jobs": [job_document(j, c) for j, c in sorted(self.edge.coordinators.items())]}
+
+    def history(self, job: JobId) -> dict[str, Any]:
+        return history_document(job, self.coordinator(job).stats())
+
+    async def retained(self, job: JobId, *, savepoints: bool) -> dict[str, Any]:
+        await self._require_known(job)
+        listing = await self._in_storage(
+            lambda: catalog.list_retained(self.storage, job, savepoints=savepoints))
+        key = "savepoints" if savepoints else "checkpoints"
+        return {"job": job, key: [metadata_document(e.path, e.metadata) for e in listing.entries],
+                "unreadable": list(listing.unreadable)}
+
+    async def savepoint_status(self, job: JobId, request_id: str) -> dict[str, Any]:
+        coordinator = self.coordinator(job)
+        request = self.edge.savepoint_requests.get(request_id)
+        if request is None or request.job_id != job:
+            raise ApiError(404, f"job {job!r} has no savepoint request {request_id!r}")
+        savepoint_id = coordinator.savepoint_id(request_id)
+        if savepoint_id is None:
+            return savepoint_request_document(request, None, "PENDING", None, None)
+        entry = next((e for e in coordinator.stats().history if e.checkpoint_id == savepoint_id), None)
+        if entry is not None:
+            return savepoint_request_document(
+                request, savepoint_id, entry.status.value, entry, entry.metadata_path)
+        path = metadata_path(job, savepoint_id, CheckpointType.SAVEPOINT)
+        stored = await self._in_storage(self.storage.exists, path)
+        status = CheckpointStatus.COMPLETED.value if stored else "UNKNOWN"
+        return savepoint_request_document(request, savepoint_id, status, None, path if stored else None)
+
+    # ------------------------------------------------------------------ requests
+
+    async def trigger_savepoint(self, job: JobId, body: SavepointBody) -> dict[str, Any]:
+        self.coordinator(job)
+        request = SavepointRequest(job_id=job, request_id=uuid.uuid4().hex, stop=body.stop,
+                                   requested_at=now_ms(), target_location=body.target)
+        await self.edge.request_savepoint(request)
+        log.info("savepoint requested", job=job, request_id=request.request_id, stop=body.stop)
+        return savepoint_request_document(request, None, "PENDING", None, None)
+
+    async def restore(self, job: JobId, body: RestoreBody) -> dict[str, Any]:
+        source = await self._in_storage(catalog.resolve_restore_source, self.storage, job,
+                                        body.checkpoint_id, body.metadata_path)
+        try:
+            request = RestoreRequest(uuid.uuid4().hex, source.metadata, source.path,
+                                     body.parallelism, now_ms())
+        except ValueError as exc:
+            raise ApiError(422, str(exc)) from None
+        command = await self.edge.request_restore(request)
+        log.info("restore requested", job=job, restore_id=command.restore_id,
+                 checkpoint_id=command.checkpoint_id, parallelism=command.parallelism)
+        return restore_document(command)
+
+
+# ---------------------------------------------------------------------- views
+
+
+class _ApiView(View):
+    """Admits the request, then maps every failure to a JSON error."""
+
+    api: ClassVar[OperatorApi]
+
+    async def dispatch(self, request: Any) -> Any:
+        try:
+            self.api.admit(request)
+            return await super().dispatch(request)
+        except ApiError as exc:
+            return self._error(exc.status, exc.message, exc.headers)
+        except (BadRequest, InvalidStoragePath) as exc:
+            return self._error(400, str(exc))
+        except catalog.RestoreSourceNotFound as exc:
+            return self._error(404, str(exc))
+        except catalog.UnusableRestoreSource as exc:
+            return self._error(422, str(exc))
+        except Exception:
+            log.exception("operator API request failed", path=str(request.path))
+            return self._error(500, "internal error; see the coordinator's log")
+
+    def _error(self, status: int, message: str, headers: dict[str, str] | None = None) -> Response:
+        return self.json(error_document(status, message), status=status, headers=headers)
+
+
+class JobsView(_ApiView):
+    async def get(self, request: Request) -> Response:
+        return self.json(self.api.jobs())
+
+
+class CheckpointHistoryView(_ApiView):
+    async def get(self, request: Request, job: str) -> Response:
+        return self.json(self.api.history(parse_job_id(job)))
+
+
+class RetainedCheckpointsView(_ApiView):
+    async def get(self, request: Request, job: str) -> Response:
+        return self.json(await self.api.retained(parse_job_id(job), savepoints=False))
+
+
+class SavepointsView(_ApiView):
+    async def get(self, request: Request, job: str) -> Response:
+        return self.json(await self.api.retained(parse_job_id(job), savepoints=True))
+
+    async def post(self, request: Request, job: str) -> Response:
+        job_id = parse_job_id(job)
+        body = SavepointBody.parse(await self.read_request_content(request))
+        return self.json(await self.api.trigger_savepoint(job_id, body), status=202)
+
+
+class SavepointRequestView(_ApiView):
+    async def get(self, request: Request, job: str, request_id: str) -> Response:
+        job_id, rid = parse_job_id(job), parse_request_id(request_id)
+        return self.json(await self.api.savepoint_status(job_id, rid))
+
+
+class RestoreView(_ApiView):
+    async def post(self, request: Request, job: str) -> Response:
+        job_id = parse_job_id(job)
+        body = RestoreBody.parse(await self.read_request_content(request))
+        return self.json(await self.api.restore(job_id, body), status=202)
+
+
+ROUTES: tuple[tuple[str, type[_ApiView]], ...] = (
+    ("/jobs", JobsView),
+    ("/jobs/{job}/checkpoints", CheckpointHistoryView),
+    ("/jobs/{job}/checkpoints/retained", RetainedCheckpointsView),
+    ("/jobs/{job}/savepoints", SavepointsView),
+    ("/jobs/{job}/savepoints/requests/{request_id}", SavepointRequestView),
+    ("/jobs/{job}/restore", RestoreView),
+)
+
+
+def install_api(app: ServiceApp, edge: CoordinatorEdge, token: str | None,
+                storage_url: str) -> OperatorApi:
+    """Serve the operator API on ``app``'s HTTP port; returns the object behind the views."""
+    api = OperatorApi(edge, open_storage(storage_url), token)
+    for path, view in ROUTES:
+        bound = type(view.__name__, (view,), {"api": api, "__module__": __name__})
+        app.faust.page(f"{API_PREFIX}{path}", name=f"api-{view.__name__}")(bound)
+    if not api.auth.required:
+        log.warning("operator API runs without authentication: set TIDEMARK_API_TOKEN")
+    return api

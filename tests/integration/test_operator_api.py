@@ -1,0 +1,438 @@
+"""The operator HTTP API and CLI against the real coordinator and checkpoint-store services on a
+real broker, with the test as the job's participant (the pattern of test_checkpoint_services).
+
+One deployment serves the whole module (token configured); every test uses its own job id.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from tidemark.checkpoint import plan_assignments
+from tidemark.checkpoint_store import checkpoint_dir, encode_metadata
+from tidemark.kafka.clients import consumer_config, producer_config
+from tidemark.kafka.topics import TopicNames
+from tidemark.local.cluster import LocalCluster
+from tidemark.protocol import codec
+from tidemark.protocol.messages import (
+    CheckpointCompleted,
+    CheckpointMetadata,
+    CheckpointTrigger,
+    JobRegistration,
+    RestoreCommand,
+    SavepointRequest,
+    StateHandle,
+    StateHandleKind,
+    TaskAck,
+    TaskAssignment,
+    TaskSnapshot,
+    TaskTimings,
+)
+from tidemark.storage import open_storage
+from tidemark.types import CheckpointingMode, CheckpointType, Epoch, JobId, KeyGroup, OperatorId, task_id
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+
+TOKEN = "operator-api-test-token-7f3a9c"
+OPERATOR = OperatorId("counts")
+MAX_PARALLELISM = 128
+TASKS = (TaskAssignment(task_id(OPERATOR, 0), OPERATOR, 0, KeyGroup(0), KeyGroup(63)),
+         TaskAssignment(task_id(OPERATOR, 1), OPERATOR, 1, KeyGroup(64), KeyGroup(127)))
+
+
+@dataclass(frozen=True)
+class Deployment:
+    url: str
+    bootstrap: str
+    topics: TopicNames
+    storage_url: str
+    root: Path
+
+
+@pytest.fixture(scope="module")
+def deployment(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory):
+    home = tmp_path_factory.mktemp("operator-api")
+    storage_url = (home / "checkpoints").as_uri()
+    topics = TopicNames(prefix=f"t-operator-api-{uuid.uuid4().hex[:8]}")
+    env = {"TIDEMARK_CHECKPOINT_STORAGE_URL": storage_url, "TIDEMARK_API_TOKEN": TOKEN,
+           "TIDEMARK_CHECKPOINT__INTERVAL_MS": "1000", "TIDEMARK_CHECKPOINT__TIMEOUT_MS": "60000",
+           "TIDEMARK_CHECKPOINT__TOLERABLE_FAILURES": "100", "TIDEMARK_RETAINED_CHECKPOINTS": "5"}
+    with LocalCluster(home, kafka_bootstrap, topic_prefix=topics.prefix, env=env) as cluster:
+        cluster.start(["coordinator", "checkpoint-store"])
+        cluster.wait_ready(timeout_s=60)
+        yield Deployment(cluster.services["coordinator"].url, kafka_bootstrap, topics, storage_url,
+                         home / "checkpoints")
+
+
+class Participant:
+    """A two-task job speaking the protocol over Kafka; ``pump`` acks every trigger it reads."""
+
+    def __init__(self, deployment: Deployment, job: str) -> None:
+        base = {"bootstrap.servers": deployment.bootstrap}
+        self.job = JobId(job)
+        self.topics = deployment.topics
+        self.storage = open_storage(deployment.storage_url)
+        self.producer = Producer(producer_config(base))
+        self.consumer = Consumer(consumer_config(base, None))
+        self.consumer.assign([TopicPartition(self.topics.control, 0, 0)])
+        self.seen: list[Any] = []
+        self.written: dict[int, int] = {}  # checkpoint id -> bytes written by both tasks
+        self._acked: set[int] = set()
+
+    def send(self, topic: str, message: Any) -> None:
+        self.producer.produce(topic, key=self.job.encode(), value=codec.encode(message))
+        self.producer.flush(10)
+
+    def register(self) -> None:
+        self.send(self.topics.control, JobRegistration(
+            job_id=self.job, epoch=Epoch(1), mode=CheckpointingMode.EXACTLY_ONCE,
+            max_parallelism=MAX_PARALLELISM, tasks=TASKS, source_tasks=tuple(t.task_id for t in TASKS),
+            registered_at=int(time.time() * 1000)))
+
+    def _ack(self, trigger: CheckpointTrigger) -> None:
+        folder = checkpoint_dir(self.job, trigger.checkpoint_id, trigger.checkpoint_type)
+        for task in TASKS:
+            data = f"state of {task.task_id} at {trigger.checkpoint_id}".encode()
+            ref = self.storage.write_bytes(f"{folder}/{task.task_id.replace('#', '-')}.state", data)
+            self.written[trigger.checkpoint_id] = self.written.get(trigger.checkpoint_id, 0) + ref.size_bytes
+            handle = StateHandle(StateHandleKind.KEYED_FULL, OPERATOR, task.key_group_start,
+                                 task.key_group_end, (ref,), ref.size_bytes, ref.size_bytes)
+            self.send(self.topics.acks, TaskAck(
+                job_id=self.job, checkpoint_id=trigger.checkpoint_id,
+                task=TaskSnapshot(task.task_id, OPERATOR, task.subtask_index, task.key_group_start,
+                                  task.key_group_end, state_handles=(handle,)),
+                timings=TaskTimings(sync_ms=1, async_ms=2), acked_at=int(time.time() * 1000),
+                epoch=trigger.epoch))
+
+    def find(self, kind: type, predicate: Callable[[Any], bool] = lambda m: True) -> Any:
+        return next((m for m in self.seen if isinstance(m, kind) and predicate(m)), None)
+
+    def pump(self, until: Callable[[], bool], timeout_s: float = 30.0, *, ack: bool = True) -> None:
+        """Read the control topic (acking this job's triggers) until ``until()``."""
+        deadline = time.monotonic() + timeout_s
+        while not until():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"condition not met within {timeout_s}s; seen {self.seen[-5:]}")
+            record = self.consumer.poll(0.2)
+            if record is None or record.error():
+                continue
+            message = codec.decode(record.value())
+            if getattr(message, "job_id", None) != self.job:
+                continue
+            self.seen.append(message)
+            if ack and isinstance(message, CheckpointTrigger) and message.checkpoint_id not in self._acked:
+                self._acked.add(message.checkpoint_id)
+                self._ack(message)
+
+    def wait_for(self, kind: type, predicate: Callable[[Any], bool] = lambda m: True,
+                 timeout_s: float = 30.0, *, ack: bool = True) -> Any:
+        self.pump(lambda: self.find(kind, predicate) is not None, timeout_s, ack=ack)
+        return self.find(kind, predicate)
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+@pytest.fixture
+def participant(deployment: Deployment, request: pytest.FixtureRequest):
+    job = f"job-{request.node.name[5:30].strip('_').replace('_', '-')}-{uuid.uuid4().hex[:6]}"
+    running = Participant(deployment, job)
+    try:
+        yield running
+    finally:
+        running.close()
+
+
+def call(deployment: Deployment, method: str, path: str, body: Any = None, *,
+         token: str | None = TOKEN, raw: bytes | None = None,
+         headers: dict[str, str] | None = None) -> tuple[int, Any, dict[str, str]]:
+    data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
+    req = urllib.request.Request(deployment.url + path, data=data, method=method)
+    for name, value in (headers or {}).items():
+        req.add_header(name, value)
+    if token is not None:
+        req.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(req, timeout=10) as response:
+            status, content, hdrs = response.status, response.read(), dict(response.headers)
+    except urllib.error.HTTPError as exc:
+        status, content, hdrs = exc.code, exc.read(), dict(exc.headers)
+    try:
+        return status, json.loads(content), hdrs
+    except ValueError:
+        return status, content.decode(errors="replace"), hdrs
+
+
+def cli(deployment: Deployment, *args: str, token: str | None = TOKEN) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("TIDEMARK_API_TOKEN", "TIDEMARK_COORDINATOR_URL")}
+    env["TIDEMARK_COORDINATOR_URL"] = deployment.url
+    if token is not None:
+        env["TIDEMARK_API_TOKEN"] = token
+    return subprocess.run([sys.executable, "-m", "tidemark.cli", *args], env=env,
+                          capture_output=True, text=True, timeout=60)
+
+
+def completed_checkpoints(participant: Participant, count: int) -> list[CheckpointCompleted]:
+    participant.register()
+    participant.pump(lambda: len([m for m in participant.seen if isinstance(m, CheckpointCompleted)
+                                  and m.checkpoint_type is CheckpointType.CHECKPOINT]) >= count)
+    return [m for m in participant.seen if isinstance(m, CheckpointCompleted)][:count]
+
+
+# ---------------------------------------------------------------------- authentication
+
+
+def test_bearer_token_required_refused_and_accepted(deployment: Deployment):
+    status, body, headers = call(deployment, "GET", "/api/v1/jobs", token=None)
+    assert (status, body["status"]) == (401, 401) and "missing bearer token" in body["error"]
+    assert headers["WWW-Authenticate"].startswith("Bearer")
+    status, body, headers = call(deployment, "GET", "/api/v1/jobs", token="not-the-token-at-all")
+    assert status == 401 and body["error"] == "invalid bearer token"
+    assert 'error="invalid_token"' in headers["WWW-Authenticate"]
+    status, body, _ = call(deployment, "GET", "/api/v1/jobs", token=None,
+                           headers={"Authorization": f"Basic {TOKEN}"})
+    assert status == 401 and "malformed Authorization header" in body["error"]
+    status, body, _ = call(deployment, "POST", "/api/v1/jobs/any/savepoints", {"stop": True}, token=TOKEN[:-1])
+    assert status == 401, "a request with a wrong token does nothing, whatever it asks"
+    status, body, _ = call(deployment, "GET", "/api/v1/jobs")
+    assert status == 200 and isinstance(body["jobs"], list)
+    for open_path in ("/livez", "/readyz", "/metrics"):
+        assert call(deployment, "GET", open_path, token=None)[0] == 200, open_path
+
+
+def test_cli_reports_http_failures_clearly(deployment: Deployment):
+    refused = cli(deployment, "checkpoints", "history", "some-job", token="a-wrong-token-0000000")
+    assert refused.returncode == 1 and "HTTP 401: invalid bearer token" in refused.stderr
+    unknown = cli(deployment, "checkpoints", "history", "no-such-job")
+    assert unknown.returncode == 1 and "HTTP 404: unknown job 'no-such-job'" in unknown.stderr
+    usage = cli(deployment, "restore", "some-job", "--parallelism", "2")
+    assert usage.returncode == 2 and "exactly one of --from-checkpoint and --from-savepoint" in usage.stderr
+    down = cli(deployment, "jobs", "list", "--url", "http://127.0.0.1:9")
+    assert down.returncode == 1 and "cannot reach the coordinator" in down.stderr
+
+
+# ---------------------------------------------------------------------- malformed requests
+
+
+def test_malformed_requests_are_refused_with_clear_status(deployment: Deployment, participant: Participant):
+    participant.register()
+    job = participant.job
+    deadline = time.monotonic() + 15
+    while call(deployment, "GET", f"/api/v1/jobs/{job}/checkpoints")[0] != 200:
+        assert time.monotonic() < deadline, "the coordinator never learned the registered job"
+        time.sleep(0.2)
+    cases = [
+        ("POST", f"/jobs/{job}/savepoints", b"{not json", 400, "not valid JSON"),
+        ("POST", f"/jobs/{job}/savepoints", b"[true]", 400, "must be a JSON object"),
+        ("POST", f"/jobs/{job}/savepoints", b'{"stop": "yes"}', 400, "stop must be true or false"),
+        ("POST", f"/jobs/{job}/savepoints", b'{"stop": true, "when": 1}', 400, "unknown field(s): when"),
+        ("POST", f"/jobs/{job}/savepoints", b'{"target": 7}', 400, "target must be a string"),
+        ("POST", f"/jobs/{job}/restore", b"", 400, "must be a JSON object"),
+        ("POST", f"/jobs/{job}/restore", b'{"parallelism": 2}', 400, "exactly one of"),
+        ("POST", f"/jobs/{job}/restore", b'{"checkpoint_id": 1, "savepoint_path": "a", "parallelism": 2}',
+         400, "exactly one of"),
+        ("POST", f"/jobs/{job}/restore", b'{"checkpoint_id": "1", "parallelism": 2}', 400, "checkpoint_id must be an integer"),
+        ("POST", f"/jobs/{job}/restore", b'{"checkpoint_id": 1, "parallelism": 0}', 400, "parallelism must be"),
+        ("POST", f"/jobs/{job}/restore", b'{"checkpoint_id": 1, "parallelism": true}', 400, "parallelism must be"),
+        ("POST", f"/jobs/{job}/restore", b'{"checkpoint_id": 99999, "parallelism": 2}', 404, "no retained checkpoint"),
+        ("GET", "/jobs/bad%24job/checkpoints", None, 400, "job id not usable"),
+        ("GET", "/jobs/no-such-job/checkpoints", None, 404, "unknown job"),
+        ("GET", "/jobs/no-such-job/savepoints", None, 404, "unknown job"),
+        ("POST", "/jobs/no-such-job/savepoints", b"{}", 404, "unknown job"),
+        ("GET", f"/jobs/{job}/savepoints/requests/0123abcd", None, 404, "no savepoint request"),
+        ("GET", f"/jobs/{job}/savepoints/requests/bad%20id", None, 400, "not a savepoint request id"),
+    ]
+    for method, path, raw, expected, fragment in cases:
+        status, body, _ = call(deployment, method, "/api/v1" + path, raw=raw)
+        assert status == expected, (method, path, raw, body)
+        assert body["status"] == expected and fragment in body["error"], (path, raw, body)
+    status, body, _ = call(deployment, "DELETE", "/api/v1/jobs")
+    assert status == 405
+
+
+# ---------------------------------------------------------------------- path escapes
+
+
+ESCAPES = ["../../etc/passwd", "/etc/passwd", "%2e%2e/%2e%2e/etc/passwd", "sp/../../../etc",
+           "file:///etc/passwd", "a\\..\\..\\etc", "ok/./x", "", "a//b", "..%2F..%2Fetc"]
+
+
+def test_paths_outside_checkpoint_storage_are_refused(deployment: Deployment, participant: Participant,
+                                                      tmp_path: Path):
+    [first] = completed_checkpoints(participant, 1)
+    job = participant.job
+    for path in ESCAPES:
+        status, body, _ = call(deployment, "POST", f"/api/v1/jobs/{job}/savepoints", {"target": path})
+        assert status == 400, (path, body)
+        status, body, _ = call(deployment, "POST", f"/api/v1/jobs/{job}/restore",
+                               {"savepoint_path": path, "parallelism": 1})
+        assert status == 400, (path, body)
+    for path in ("/api/v1/jobs/%2e%2e/savepoints", "/api/v1/jobs/..%2F..%2Fetc/savepoints",
+                 "/api/v1/jobs/%2e%2e%2f%2e%2e%2fetc/checkpoints/retained"):
+        status, body, _ = call(deployment, "GET", path)
+        assert status in (400, 404) and "savepoints" not in str(body), (path, body)
+    # a symlink inside storage pointing outside it: the storage layer refuses to follow it
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    metadata = codec_metadata_of(participant, first.checkpoint_id)
+    (outside / "_metadata").write_bytes(encode_metadata(metadata))
+    (deployment.root / job / "escape").symlink_to(outside, target_is_directory=True)
+    status, body, _ = call(deployment, "POST", f"/api/v1/jobs/{job}/restore",
+                           {"savepoint_path": f"{job}/escape", "parallelism": 1})
+    assert status == 400 and "escapes the root" in body["error"], body
+    settle_until = time.monotonic() + 1.5
+    participant.pump(lambda: time.monotonic() > settle_until, ack=False)
+    assert participant.find(SavepointRequest) is None, "no refused request reached the control topic"
+    assert participant.find(RestoreCommand) is None
+
+
+def codec_metadata_of(participant: Participant, checkpoint_id: int) -> CheckpointMetadata:
+    from tidemark.checkpoint_store import read_metadata
+
+    path = f"{participant.job}/chk-{checkpoint_id}/_metadata"
+    return read_metadata(participant.storage, path)
+
+
+# ---------------------------------------------------------------------- history
+
+
+def test_history_shows_completed_checkpoints_with_durations_and_sizes(deployment: Deployment,
+                                                                      participant: Participant):
+    completed = completed_checkpoints(participant, 2)
+    job = participant.job
+    status, body, _ = call(deployment, "GET", f"/api/v1/jobs/{job}/checkpoints")
+    assert status == 200 and body["job"] == job and body["counts"]["completed"] >= 2
+    by_id = {e["id"]: e for e in body["checkpoints"]}
+    for done in completed:
+        entry = by_id[done.checkpoint_id]
+        assert entry["status"] == "COMPLETED" and entry["type"] == "CHECKPOINT"
+        assert entry["ended_at"] == done.completed_at
+        assert entry["duration_ms"] == entry["ended_at"] - entry["triggered_at"] >= 0
+        assert entry["checkpointed_size_bytes"] == participant.written[done.checkpoint_id] > 0
+        assert entry["full_size_bytes"] == participant.written[done.checkpoint_id]
+        assert entry["num_acknowledged"] == entry["num_tasks"] == 2
+        assert entry["metadata_path"] == f"{job}/chk-{done.checkpoint_id}/_metadata"
+    ids = [e["id"] for e in body["checkpoints"]]
+    assert ids == sorted(ids, reverse=True), "newest first"
+
+    status, retained, _ = call(deployment, "GET", f"/api/v1/jobs/{job}/checkpoints/retained")
+    assert status == 200
+    kept = {e["id"]: e for e in retained["checkpoints"]}
+    assert {c.checkpoint_id for c in completed} <= set(kept)
+    assert kept[completed[0].checkpoint_id]["checkpointed_size_bytes"] == participant.written[completed[0].checkpoint_id]
+
+    text = cli(deployment, "checkpoints", "history", job)
+    assert text.returncode == 0, text.stderr
+    lines = text.stdout.splitlines()
+    assert lines[1].split() == ["ID", "TYPE", "STATUS", "TRIGGERED", "DURATION", "CHECKPOINTED",
+                                "FULL", "SIZE", "ACKED", "FAILURE"]
+    row = next(line.split() for line in lines[2:] if line.split()[0] == str(completed[0].checkpoint_id))
+    size = participant.written[completed[0].checkpoint_id]
+    assert row[1:3] == ["CHECKPOINT", "COMPLETED"] and f"{size}" in row and row.count("B") == 2
+    as_json = cli(deployment, "checkpoints", "history", job, "--json")
+    assert as_json.returncode == 0 and json.loads(as_json.stdout)["job"] == job
+    listed = cli(deployment, "checkpoints", "list", job)
+    assert listed.returncode == 0 and f"{job}/chk-{completed[0].checkpoint_id}/_metadata" in listed.stdout
+
+
+# ---------------------------------------------------------------------- savepoints
+
+
+def test_savepoint_through_the_api_completes_and_is_listed(deployment: Deployment, participant: Participant):
+    completed_checkpoints(participant, 1)
+    job = participant.job
+    status, accepted, _ = call(deployment, "POST", f"/api/v1/jobs/{job}/savepoints", {"stop": False})
+    assert status == 202 and accepted["status"] == "PENDING" and accepted["savepoint_id"] is None
+    request_id = accepted["request_id"]
+    status, pending, _ = call(deployment, "GET", f"/api/v1/jobs/{job}/savepoints/requests/{request_id}")
+    assert status == 200 and pending["status"] in ("PENDING", "IN_PROGRESS")
+    done = participant.wait_for(CheckpointCompleted, lambda m: m.checkpoint_type is CheckpointType.SAVEPOINT)
+    status, finished, _ = call(deployment, "GET", f"/api/v1/jobs/{job}/savepoints/requests/{request_id}")
+    assert status == 200 and finished["status"] == "COMPLETED"
+    assert finished["savepoint_id"] == done.checkpoint_id
+    assert finished["metadata_path"] == f"{job}/savepoints/sp-{done.checkpoint_id}/_metadata"
+    status, listing, _ = call(deployment, "GET", f"/api/v1/jobs/{job}/savepoints")
+    assert status == 200 and [s["id"] for s in listing["savepoints"]] == [done.checkpoint_id]
+    assert listing["savepoints"][0]["checkpointed_size_bytes"] == participant.written[done.checkpoint_id]
+    listed = cli(deployment, "savepoints", "list", job)
+    assert listed.returncode == 0 and finished["metadata_path"] in listed.stdout
+
+    # the CLI's trigger --wait returns once the participant has acked its savepoint
+    env = {**os.environ, "TIDEMARK_COORDINATOR_URL": deployment.url, "TIDEMARK_API_TOKEN": TOKEN}
+    process = subprocess.Popen([sys.executable, "-m", "tidemark.cli", "savepoint", "trigger", job,
+                                "--wait", "--timeout", "60", "--json"],
+                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        participant.pump(lambda: process.poll() is not None, timeout_s=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    out, err = process.communicate()
+    assert process.returncode == 0, err
+    result = json.loads(out)
+    assert result["status"] == "COMPLETED" and result["savepoint_id"] > done.checkpoint_id
+    status, listing, _ = call(deployment, "GET", f"/api/v1/jobs/{job}/savepoints")
+    assert [s["id"] for s in listing["savepoints"]] == [done.checkpoint_id, result["savepoint_id"]]
+
+    # restoring from the savepoint's directory, at a new parallelism
+    status, body, _ = call(deployment, "POST", f"/api/v1/jobs/{job}/restore",
+                           {"savepoint_path": f"{job}/savepoints/sp-{done.checkpoint_id}", "parallelism": 4})
+    assert status == 202 and body["is_savepoint"] and body["parallelism"] == 4
+    command = participant.wait_for(RestoreCommand, lambda m: m.restore_id == body["restore_id"], ack=False)
+    assert command.metadata_path == f"{job}/savepoints/sp-{done.checkpoint_id}/_metadata"
+    assert command.assignments == plan_assignments((OPERATOR,), 4, MAX_PARALLELISM)
+
+
+# ---------------------------------------------------------------------- restore
+
+
+def test_restore_publishes_a_restore_command_with_the_new_assignments(deployment: Deployment,
+                                                                      participant: Participant):
+    [first] = completed_checkpoints(participant, 1)
+    job = participant.job
+    status, body, _ = call(deployment, "POST", f"/api/v1/jobs/{job}/restore",
+                           {"checkpoint_id": first.checkpoint_id, "parallelism": MAX_PARALLELISM + 1})
+    assert status == 422 and f"1..{MAX_PARALLELISM}" in body["error"]
+    status, body, _ = call(deployment, "POST", f"/api/v1/jobs/{job}/restore",
+                           {"checkpoint_id": first.checkpoint_id, "parallelism": 3})
+    assert status == 202, body
+    assert (body["checkpoint_id"], body["parallelism"], body["epoch"]) == (first.checkpoint_id, 3, 2)
+    command = participant.wait_for(RestoreCommand, lambda m: m.restore_id == body["restore_id"], ack=False)
+    expected = plan_assignments((OPERATOR,), 3, MAX_PARALLELISM)
+    assert command.assignments == expected and len(expected) == 3
+    assert [(a.key_group_start, a.key_group_end) for a in expected] == [(0, 42), (43, 85), (86, 127)]
+    assert (command.parallelism, command.max_parallelism, command.epoch) == (3, MAX_PARALLELISM, 2)
+    assert command.metadata_path == f"{job}/chk-{first.checkpoint_id}/_metadata"
+    assert not command.is_savepoint
+
+    # another job's metadata cannot restore this one
+    other = f"{job}-other"
+    foreign = codec_metadata_of(participant, first.checkpoint_id)
+    participant.storage.write_bytes(f"{other}/savepoints/sp-1/_metadata", encode_metadata(foreign))
+    status, body, _ = call(deployment, "POST", f"/api/v1/jobs/{other}/restore",
+                           {"savepoint_path": f"{other}/savepoints/sp-1", "parallelism": 2})
+    assert status == 422 and f"belongs to job {job!r}" in body["error"]
+
+    result = cli(deployment, "restore", job, "--from-checkpoint", str(first.checkpoint_id), "--parallelism", "2")
+    assert result.returncode == 0, result.stderr
+    assert f"from checkpoint {first.checkpoint_id}" in result.stdout and "epoch 3" in result.stdout
+    assert f"{OPERATOR}#1" in result.stdout and "64..127" in result.stdout
+    second = participant.wait_for(RestoreCommand, lambda m: m.epoch == 3, ack=False)
+    assert second.assignments == plan_assignments((OPERATOR,), 2, MAX_PARALLELISM)
+    status, jobs, _ = call(deployment, "GET", "/api/v1/jobs")
+    mine = next(j for j in jobs["jobs"] if j["job"] == job)
+    assert mine["epoch"] == 3 and mine["counts"]["restored"] == 2
