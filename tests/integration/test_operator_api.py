@@ -262,6 +262,9 @@ def test_malformed_requests_are_refused_with_clear_status(deployment: Deployment
         assert body["status"] == expected and fragment in body["error"], (path, raw, body)
     status, body, _ = call(deployment, "DELETE", "/api/v1/jobs")
     assert status == 405
+    oversized = b'{"target": "' + b"a" * (1024 * 1024 + 1) + b'"}'
+    status, body, _ = call(deployment, "POST", f"/api/v1/jobs/{job}/savepoints", raw=oversized)
+    assert status == 413 and body["error"] == "Request Entity Too Large"
 
 
 # ---------------------------------------------------------------------- path escapes

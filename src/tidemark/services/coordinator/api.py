@@ -22,6 +22,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any, ClassVar, TypeVar
 
+from aiohttp import web
 from faust.web import Request, Response, View
 
 from tidemark.checkpoint import CheckpointCoordinator, CheckpointStatus, RestoreRequest
@@ -201,12 +202,18 @@ class _ApiView(View):
             return self._error(404, str(exc))
         except catalog.UnusableRestoreSource as exc:
             return self._error(422, str(exc))
+        except web.HTTPException as exc:  # raised by aiohttp itself, e.g. a body over its limit
+            return self._error(exc.status, exc.reason)
         except Exception:
             log.exception("operator API request failed", path=str(request.path))
             return self._error(500, "internal error; see the coordinator's log")
 
     def _error(self, status: int, message: str, headers: dict[str, str] | None = None) -> Response:
         return self.json(error_document(status, message), status=status, headers=headers)
+
+    async def body(self, request: Any) -> bytes:
+        """The request body, at most aiohttp's ``client_max_size`` (1 MiB; else 413)."""
+        return bytes(await request.read())
 
 
 class JobsView(_ApiView):
@@ -230,7 +237,7 @@ class SavepointsView(_ApiView):
 
     async def post(self, request: Request, job: str) -> Response:
         job_id = parse_job_id(job)
-        body = SavepointBody.parse(await self.read_request_content(request))
+        body = SavepointBody.parse(await self.body(request))
         return self.json(await self.api.trigger_savepoint(job_id, body), status=202)
 
 
@@ -243,7 +250,7 @@ class SavepointRequestView(_ApiView):
 class RestoreView(_ApiView):
     async def post(self, request: Request, job: str) -> Response:
         job_id = parse_job_id(job)
-        body = RestoreBody.parse(await self.read_request_content(request))
+        body = RestoreBody.parse(await self.body(request))
         return self.json(await self.api.restore(job_id, body), status=202)
 
 

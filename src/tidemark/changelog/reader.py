@@ -1,0 +1,250 @@
+"""Reading exactly the changes that changelog ranges stand for.
+
+A range ``[start, end)`` of one partition is written by one writer (a task attempt), but a
+partition may also hold, inside that range, records of other writers: tasks whose key groups
+share the partition, and a failed attempt still writing (a zombie). The record at ``start`` is
+always the range writer's own (the writer learned ``start`` from its delivery report), so the
+reader takes the range's owner - job, task and epoch - from that record and applies, inside the
+range, only the owner's records, and of those only the key groups of the range's ``clip`` (the
+key groups of the task whose snapshot listed the range) that the restoring backend owns.
+
+Contract of :meth:`ChangelogReader.read`: yields each such record once (even when several
+ranges cover it), in offset order per partition, reading with an assign()-mode consumer that
+seeks to each range's start and stops at its end; anything outside the ranges is never
+yielded. A range whose start record is gone, an end that cannot be reached within the idle
+timeout, or an undecodable record inside a range raise :class:`ChangelogReadError`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+
+from tidemark.changelog.errors import ChangelogReadError
+from tidemark.changelog.options import ChangelogReaderOptions
+from tidemark.changelog.partitioning import key_group_of_record_key, key_groups_of
+from tidemark.protocol.codec import Codec, default_codec
+from tidemark.protocol.errors import DecodeError
+from tidemark.changelog.source import ChangelogSource
+from tidemark.protocol.messages import StateChange
+from tidemark.state.keygroups import KeyGroupRange
+from tidemark.state.table import KeyedStateChange
+
+_POLL_S = 0.2
+Owner = tuple[str, str, int]  # job id, task id, epoch of a range's writer
+
+
+@dataclass(slots=True)
+class ReadStats:
+    records: int = 0  # records consumed inside the ranges
+    applied: int = 0  # records yielded
+    foreign: int = 0  # inside a range but written by another writer (other task, zombie)
+    outside_key_groups: int = 0  # the owner's records of key groups not restored here
+
+
+@dataclass(slots=True)
+class _Range:
+    start: int
+    end: int
+    clip: KeyGroupRange
+    owner: Owner | None = None
+
+
+@dataclass(slots=True)
+class _Cursor:
+    """Reading state of one partition: its ranges, merged into intervals read in order."""
+
+    tp: TopicPartition
+    ranges: list[_Range]
+    intervals: list[tuple[int, int]]
+    index: int = 0
+    position: int = 0
+    last_progress: float = field(default_factory=time.monotonic)
+    next_start: int = 0  # ranges[next_start:] are not activated yet
+    active: list[_Range] = field(default_factory=list)
+
+    @property
+    def done(self) -> bool:
+        return self.index >= len(self.intervals)
+
+    @property
+    def end(self) -> int:
+        return self.intervals[self.index][1]
+
+
+def _intervals(ranges: list[_Range]) -> list[tuple[int, int]]:
+    merged: list[list[int]] = []
+    for r in ranges:
+        if merged and r.start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], r.end)
+        else:
+            merged.append([r.start, r.end])
+    return [(s, e) for s, e in merged]
+
+
+class ChangelogReader:
+    """Reads changelog ranges of one operator's topic; one ``read`` at a time."""
+
+    def __init__(
+        self,
+        client: dict[str, Any],
+        *,
+        partitions: int,
+        max_parallelism: int,
+        options: ChangelogReaderOptions = ChangelogReaderOptions(),
+        codec: Codec | None = None,
+    ) -> None:
+        self._client = client
+        self.partitions = partitions
+        self.max_parallelism = max_parallelism
+        self.options = options
+        self._codec = codec or default_codec()
+        self.last_stats = ReadStats()
+
+    def _cursors(self, sources: Sequence[ChangelogSource], target: KeyGroupRange) -> list[_Cursor]:
+        by_partition: dict[tuple[str, int], list[_Range]] = {}
+        for source in sources:
+            clip = source.key_groups.intersection(target)
+            for r in source.ranges:
+                held = key_groups_of(r.partition, self.partitions, self.max_parallelism)
+                if r.end_offset > r.start_offset and len(clip.intersection(held)):
+                    by_partition.setdefault((r.topic, r.partition), []).append(
+                        _Range(r.start_offset, r.end_offset, clip.intersection(held)))
+        cursors = []
+        for (topic, partition), ranges in sorted(by_partition.items()):
+            ranges.sort(key=lambda r: r.start)
+            intervals = _intervals(ranges)
+            cursors.append(_Cursor(TopicPartition(topic, partition, intervals[0][0]), ranges,
+                                   intervals, position=intervals[0][0]))
+        return cursors
+
+    def read(self, sources: Sequence[ChangelogSource], target: KeyGroupRange) -> Iterator[KeyedStateChange]:
+        """The changes of ``sources`` that a backend owning ``target`` must apply (see module)."""
+        self.last_stats = stats = ReadStats()
+        cursors = {(c.tp.topic, c.tp.partition): c for c in self._cursors(sources, target)}
+        if not cursors:
+            return
+        consumer = Consumer(self._consumer_config())
+        try:
+            consumer.assign([c.tp for c in cursors.values()])
+            open_cursors = len(cursors)
+            while open_cursors:
+                for message in consumer.consume(self.options.batch_records, _POLL_S):
+                    self._check_error(message)
+                    cursor = cursors.get((message.topic(), message.partition()))
+                    if cursor is None or cursor.done:
+                        continue
+                    change = self._accept(cursor, message, stats)
+                    if change is not None:
+                        yield change
+                open_cursors = self._advance(consumer, cursors.values())
+        finally:
+            consumer.close()
+
+    def _consumer_config(self) -> dict[str, Any]:
+        config = {
+            **self._client,
+            "group.id": "tidemark-changelog-reader-unused",  # assign() mode: never joins
+            "enable.auto.commit": False,
+            "enable.partition.eof": False,
+            "auto.offset.reset": "error",
+            "isolation.level": "read_uncommitted",  # the changelog is never transactional
+        }
+        config.update(dict(self.options.consumer_overrides))
+        return config
+
+    @staticmethod
+    def _check_error(message: Message) -> None:
+        error = message.error()
+        if error is not None and error.code() != KafkaError._PARTITION_EOF:
+            raise ChangelogReadError(f"{message.topic()}/{message.partition()}: {error}")
+
+    def _accept(self, cursor: _Cursor, message: Message, stats: ReadStats) -> KeyedStateChange | None:
+        if message.error() is not None:
+            return None
+        offset = message.offset()
+        start, end = cursor.intervals[cursor.index]
+        if not start <= offset < end or offset < cursor.position:
+            return None  # prefetched before a seek, or beyond the interval
+        cursor.position = offset + 1
+        cursor.last_progress = time.monotonic()
+        stats.records += 1
+        ranges = cursor.ranges
+        starts_here = cursor.next_start < len(ranges) and ranges[cursor.next_start].start <= offset
+        key_group = key_group_of_record_key(message.key())
+        if not starts_here and not any(key_group in r.clip for r in cursor.active):
+            stats.outside_key_groups += 1
+            return None
+        record = self._decode(cursor, message)
+        owner = (record.job_id, record.task_id, record.epoch)
+        if starts_here:
+            self._activate(cursor, offset, owner)
+        cursor.active = [r for r in cursor.active if r.end > offset]
+        mine = [r for r in cursor.active if r.owner == owner]
+        if not mine:
+            stats.foreign += 1
+            return None
+        if not any(record.key_group in r.clip for r in mine):
+            stats.outside_key_groups += 1
+            return None
+        stats.applied += 1
+        return KeyedStateChange.from_message(record)
+
+    def _decode(self, cursor: _Cursor, message: Message) -> StateChange:
+        try:
+            return self._codec.decode_as(message.value(), StateChange)
+        except DecodeError as exc:
+            raise ChangelogReadError(
+                f"{cursor.tp.topic}/{cursor.tp.partition}@{message.offset()}: "
+                f"undecodable record inside a changelog range: {exc}"
+            ) from None
+
+    @staticmethod
+    def _activate(cursor: _Cursor, offset: int, owner: Owner) -> None:
+        ranges = cursor.ranges
+        while cursor.next_start < len(ranges) and ranges[cursor.next_start].start <= offset:
+            r = ranges[cursor.next_start]
+            if r.start < offset:
+                raise ChangelogReadError(
+                    f"{cursor.tp.topic}/{cursor.tp.partition}: the first record of range "
+                    f"[{r.start}, {r.end}) is gone (next readable offset {offset}); "
+                    "its writer cannot be identified"
+                )
+            r.owner = owner
+            cursor.active.append(r)
+            cursor.next_start += 1
+
+    def _advance(self, consumer: Consumer, cursors: Any) -> int:
+        """Move finished cursors to their next interval or unassign them; count open ones."""
+        open_cursors = 0
+        for cursor in cursors:
+            if cursor.done:
+                continue
+            if cursor.position < cursor.end:
+                self._check_progress(consumer, cursor)
+            if cursor.position >= cursor.end:
+                cursor.index += 1
+                if cursor.done:
+                    consumer.incremental_unassign([cursor.tp])
+                    continue
+                cursor.position = cursor.intervals[cursor.index][0]
+                cursor.last_progress = time.monotonic()
+                consumer.seek(TopicPartition(cursor.tp.topic, cursor.tp.partition, cursor.position))
+            open_cursors += 1
+        return open_cursors
+
+    def _check_progress(self, consumer: Consumer, cursor: _Cursor) -> None:
+        if time.monotonic() - cursor.last_progress <= self.options.idle_timeout_s:
+            return
+        reported = consumer.position([TopicPartition(cursor.tp.topic, cursor.tp.partition)])[0].offset
+        if reported >= cursor.end:  # offsets without records (e.g. transaction markers)
+            cursor.position = reported
+            return
+        raise ChangelogReadError(
+            f"{cursor.tp.topic}/{cursor.tp.partition}: position {cursor.position} did not reach "
+            f"the range end {cursor.end} within {self.options.idle_timeout_s}s"
+        )
