@@ -85,6 +85,15 @@ class KeyedStateBackend(ABC):
 
     # ------------------------------------------------------------------ current key
 
+    def _merge_metas(self, metas: list[dict[str, Any]], source: str) -> None:
+        """Record restored state definitions; the same name with another definition is refused."""
+        for meta in metas:
+            known = self._restored_meta.setdefault(meta["name"], meta)
+            if known != meta:
+                raise StateRegistrationError(
+                    f"{source}: state {meta['name']!r} was written with a different definition"
+                )
+
     def set_current_key(self, key: Any) -> None:
         """Make ``key`` current; ``KeyNotInRangeError`` if its key group is not ours."""
         ctx = self._key_cache.get(key)

@@ -135,14 +135,6 @@ class HashMapStateBackend(KeyedStateBackend):
                         e.state_name, e.key_group, e.key, e.namespace,
                         StateChangeOp.PUT, e.user_key, e.value))
 
-    def _merge_metas(self, metas: list[dict[str, Any]], source: str) -> None:
-        for meta in metas:
-            known = self._restored_meta.setdefault(meta["name"], meta)
-            if known != meta:
-                raise StateRegistrationError(
-                    f"{source}: state {meta['name']!r} was written with a different definition"
-                )
-
     def _close(self) -> None:
         self._tables.clear()
         self._raw.clear()

@@ -279,14 +279,6 @@ class RocksDBStateBackend(KeyedStateBackend):
                 if item["shared"]:
                     self._uploaded[item["name"]] = by_path[item["path"]]
 
-    def _merge_metas(self, metas: list[dict[str, Any]], source: str) -> None:
-        for meta in metas:
-            known = self._restored_meta.setdefault(meta["name"], meta)
-            if known != meta:
-                raise StateRegistrationError(
-                    f"{source}: state {meta['name']!r} was written with a different definition"
-                )
-
     def _write_entries(self, entries: Iterator[Entry]) -> None:
         batch, count = rocksdict.WriteBatch(raw_mode=True), 0
         for e in entries:
