@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tidemark.protocol.messages import ChangelogRange, StateHandle, TaskSnapshot
+from tidemark.protocol.messages import ChangelogRange, MaterializationRef, StateHandle, TaskSnapshot
 from tidemark.state.keygroups import KeyGroupRange
 
 
@@ -21,8 +21,9 @@ class ChangelogSource:
     key_groups: KeyGroupRange
     handles: tuple[StateHandle, ...] = ()
     ranges: tuple[ChangelogRange, ...] = ()
+    materialization: MaterializationRef | None = None
 
     @classmethod
     def from_task_snapshot(cls, task: TaskSnapshot) -> ChangelogSource:
         return cls(KeyGroupRange(task.key_group_start, task.key_group_end),
-                   tuple(task.state_handles), tuple(task.changelog_ranges))
+                   tuple(task.state_handles), tuple(task.changelog_ranges), task.materialization)
