@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka.admin import AdminClient
 
 from tidemark.changelog.errors import ChangelogWriteError
 from tidemark.changelog.options import ChangelogWriterOptions
@@ -38,8 +39,6 @@ from tidemark.protocol.codec import Codec, default_codec
 from tidemark.protocol.messages import ChangelogRange
 from tidemark.state.table import KeyedStateChange
 from tidemark.types import CheckpointId, Epoch, JobId, SequenceNumber, TaskId
-
-_ORIGIN = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +60,7 @@ class ChangelogMark:
         return 0
 
 
-ORIGIN = ChangelogMark(0, _ORIGIN)
+ORIGIN = ChangelogMark(0, ())
 """The mark before a writer's first change."""
 
 
@@ -115,7 +114,7 @@ class ChangelogWriter:
         self.options = options
         self._codec = codec or default_codec()
         self._producer = Producer(self._config(client, options))
-        self._check_topic()
+        self._check_topic(client)
         self._logs: dict[int, _PartitionLog] = {}
         self._sequence = 0
         self._since_poll = 0
@@ -137,8 +136,9 @@ class ChangelogWriter:
         config.update({"enable.idempotence": True, "acks": "all"})
         return config
 
-    def _check_topic(self) -> None:
-        metadata = self._producer.list_topics(self.topic, timeout=self.options.persist_timeout_s)
+    def _check_topic(self, client: dict[str, Any]) -> None:
+        admin = AdminClient(client)  # admin metadata requests never auto-create a topic
+        metadata = admin.list_topics(timeout=self.options.persist_timeout_s)
         topic = metadata.topics.get(self.topic)
         if topic is None or topic.error is not None or not topic.partitions:
             raise ChangelogWriteError(f"changelog topic {self.topic!r} does not exist")

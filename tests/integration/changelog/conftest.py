@@ -1,0 +1,111 @@
+"""Fixtures for the changelog tests: a changelog topic on the real broker, writers, backends."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka.admin import AdminClient
+
+from tidemark.changelog import (
+    ChangelogReader,
+    ChangelogReaderOptions,
+    ChangelogStateBackend,
+    ChangelogWriter,
+    ChangelogWriterOptions,
+    changelog_topic,
+)
+from tidemark.kafka.admin import ensure_topics
+from tidemark.kafka.topics import TopicNames
+from tidemark.state import HashMapStateBackend, KeyedStateBackend, KeyGroupRange, RocksDBOptions
+from tidemark.state import RocksDBStateBackend
+from tidemark.storage.filesystem import FilesystemCheckpointStorage
+from tidemark.types import Epoch, JobId, TaskId
+
+MAX_P = 128
+SMALL_ROCKS = RocksDBOptions(block_cache_bytes=4 << 20, write_buffer_total_bytes=4 << 20,
+                             write_buffer_bytes=1 << 20)
+_counter = itertools.count()
+
+
+@pytest.fixture
+def client(kafka_bootstrap: str) -> dict[str, Any]:
+    return {"bootstrap.servers": kafka_bootstrap}
+
+
+@pytest.fixture
+def make_topic(client: dict[str, Any], unique_name: Callable[[str], str]) -> Callable[[int], str]:
+    """``make_topic(partitions)`` -> the name of a fresh changelog topic."""
+    admin = AdminClient(client)
+
+    def make(partitions: int) -> str:
+        spec = changelog_topic(TopicNames(unique_name("tm")), "job", f"op{next(_counter)}", partitions)
+        ensure_topics(admin, [spec])
+        return spec.name
+
+    return make
+
+
+@pytest.fixture
+def storage(tmp_path: Path) -> FilesystemCheckpointStorage:
+    return FilesystemCheckpointStorage(tmp_path / "checkpoints")
+
+
+@pytest.fixture
+def make_writer(client: dict[str, Any]) -> Iterator[Callable[..., ChangelogWriter]]:
+    created: list[ChangelogWriter] = []
+
+    def make(topic: str, partitions: int, task: str = "op#0", epoch: int = 0,
+             **options: Any) -> ChangelogWriter:
+        writer = ChangelogWriter(client, topic, partitions=partitions, max_parallelism=MAX_P,
+                                 job_id=JobId("job"), task_id=TaskId(task), epoch=Epoch(epoch),
+                                 options=ChangelogWriterOptions(**options))
+        created.append(writer)
+        return writer
+
+    yield make
+    for writer in created:
+        writer.close()
+
+
+@pytest.fixture
+def make_reader(client: dict[str, Any]) -> Callable[[int], ChangelogReader]:
+    def make(partitions: int, idle_timeout_s: float = 10.0) -> ChangelogReader:
+        return ChangelogReader(client, partitions=partitions, max_parallelism=MAX_P,
+                               options=ChangelogReaderOptions(idle_timeout_s=idle_timeout_s))
+
+    return make
+
+
+@pytest.fixture
+def make_backend(tmp_path: Path) -> Iterator[Callable[[str, KeyGroupRange], KeyedStateBackend]]:
+    created: list[KeyedStateBackend] = []
+
+    def make(kind: str, key_groups: KeyGroupRange) -> KeyedStateBackend:
+        backend: KeyedStateBackend
+        if kind == "heap":
+            backend = HashMapStateBackend(key_groups, MAX_P)
+        else:
+            backend = RocksDBStateBackend(tmp_path / f"rocks-{next(_counter)}", key_groups, MAX_P,
+                                          options=SMALL_ROCKS)
+        created.append(backend)
+        return backend
+
+    yield make
+    for backend in created:
+        backend.close()
+
+
+@pytest.fixture
+def make_changelog_backend(make_backend: Any, make_writer: Any) -> Callable[..., ChangelogStateBackend]:
+    """``make_changelog_backend(kind, key_groups, topic, partitions, task=..., epoch=...)``."""
+
+    def make(kind: str, key_groups: KeyGroupRange, topic: str, partitions: int, *,
+             task: str = "op#0", epoch: int = 0) -> ChangelogStateBackend:
+        return ChangelogStateBackend(make_backend(kind, key_groups),
+                                     make_writer(topic, partitions, task=task, epoch=epoch))
+
+    return make
