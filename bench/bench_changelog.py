@@ -28,7 +28,7 @@ from typing import Any
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
-from tidemark.broker.embedded import EmbeddedBroker
+from tidemark.broker.embedded import kafka_or_embedded
 from tidemark.changelog import (
     ChangelogReader,
     ChangelogStateBackend,
@@ -139,17 +139,9 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=10_000)
     parser.add_argument("--partitions", type=int, default=4)
     args = parser.parse_args()
-    bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
-    broker = None
-    if not bootstrap:
-        broker = EmbeddedBroker(tempfile.mkdtemp(prefix="tidemark-bench-"))
-        bootstrap = broker.start(tie_to_parent=True).bootstrap_servers
-    try:
-        with tempfile.TemporaryDirectory(prefix="tidemark-bench-changelog-") as work:
+    with tempfile.TemporaryDirectory(prefix="tidemark-bench-changelog-") as work:
+        with kafka_or_embedded(os.path.join(work, "broker")) as (bootstrap, broker):
             rows = run(bootstrap, args.changes, args.keys, args.partitions, work)
-    finally:
-        if broker is not None:
-            broker.stop()
     print(f"\n{args.changes} ValueState updates over {args.keys} int keys, {args.partitions} "
           f"changelog partitions, broker {'external' if broker is None else 'embedded'}")
     print(f"{'path':<28}{'changes':>10}{'seconds':>10}{'changes/s':>12}{'us/change':>11}")

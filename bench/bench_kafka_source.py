@@ -14,7 +14,6 @@ Rows measured:
 from __future__ import annotations
 
 import argparse
-import os
 import tempfile
 import time
 import uuid
@@ -23,7 +22,7 @@ from collections.abc import Callable
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
-from tidemark.broker.embedded import EmbeddedBroker
+from tidemark.broker.embedded import kafka_or_embedded
 from tidemark.kafka.admin import ensure_topics
 from tidemark.kafka.topics import TopicSpec
 from tidemark.spark.offsets import OffsetRange, PartitionOffsets
@@ -114,16 +113,9 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=2)
     parser.add_argument("--value-bytes", type=int, default=100)
     args = parser.parse_args()
-    bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
-    broker = None
-    if not bootstrap:
-        broker = EmbeddedBroker(tempfile.mkdtemp(prefix="tidemark-bench-"))
-        bootstrap = broker.start(tie_to_parent=True).bootstrap_servers
-    try:
-        results = run(bootstrap, args.records, args.partitions, args.value_bytes)
-    finally:
-        if broker is not None:
-            broker.stop()
+    with tempfile.TemporaryDirectory(prefix="tidemark-bench-") as work:
+        with kafka_or_embedded(work) as (bootstrap, broker):
+            results = run(bootstrap, args.records, args.partitions, args.value_bytes)
     print(f"\n{args.records} records x {args.value_bytes} B values, {args.partitions} partitions, "
           f"broker {'external' if broker is None else 'embedded'}")
     print(f"{'path':<32}{'records':>10}{'seconds':>10}{'records/s':>14}")

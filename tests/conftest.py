@@ -7,30 +7,20 @@ test process itself is killed).
 
 from __future__ import annotations
 
-import os
 import re
 import uuid
 from collections.abc import Callable, Iterator
 
 import pytest
 
-from tidemark.broker.embedded import EmbeddedBroker
+from tidemark.broker.embedded import kafka_or_embedded
 from tidemark.kafka.topics import TopicNames
 
 
 @pytest.fixture(scope="session")
 def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    external = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
-    if external:
-        yield external
-        return
-    broker = EmbeddedBroker(tmp_path_factory.mktemp("embedded-broker"))
-    status = broker.start(tie_to_parent=True)
-    assert status.bootstrap_servers
-    try:
-        yield status.bootstrap_servers
-    finally:
-        broker.stop()
+    with kafka_or_embedded(tmp_path_factory.mktemp("embedded-broker")) as (bootstrap, _):
+        yield bootstrap
 
 
 @pytest.fixture

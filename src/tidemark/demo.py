@@ -8,7 +8,6 @@ consumes the ack), and stops everything. Ctrl-C at any point stops everything to
 
 from __future__ import annotations
 
-import os
 import re
 import signal
 import time
@@ -17,7 +16,7 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from tidemark.broker.embedded import EmbeddedBroker
+from tidemark.broker.embedded import BrokerStatus, kafka_or_embedded
 from tidemark.kafka.clients import consumer_config, producer_config
 from tidemark.kafka.topics import TopicNames
 from tidemark.local.cluster import LocalCluster
@@ -102,24 +101,17 @@ def run_demo(home: Path) -> int:
     signal.signal(signal.SIGTERM, _interrupt)
     progress = _Progress()
     home = Path(home) / "demo"
-    external = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
-    prefix = f"tidemark-demo-{uuid.uuid4().hex[:6]}" if external else "tidemark"
-    broker = EmbeddedBroker(home / "broker")
     try:
-        if external:
-            bootstrap = external
-            progress.step(f"using Kafka at {bootstrap}")
-        else:
-            status = broker.start(tie_to_parent=True)
-            bootstrap = status.bootstrap_servers or ""
-            progress.step(f"embedded broker ready at {bootstrap} (pid {status.pid})")
-        with LocalCluster(home, bootstrap, topic_prefix=prefix) as cluster:
+        with kafka_or_embedded(home / "broker") as (bootstrap, status), \
+                LocalCluster(home, bootstrap, topic_prefix=_prefix(status)) as cluster:
+            progress.step(f"embedded broker ready at {bootstrap} (pid {status.pid})" if status
+                          else f"using Kafka at {bootstrap}")
             cluster.start(list(SERVICES))
             cluster.wait_ready(timeout_s=90)
             for name, service in cluster.services.items():
                 code, body = service.get("/readyz")
                 progress.step(f"{name:<17} {service.url}/readyz -> {code} {body.decode()}")
-            _round_trip(cluster, TopicNames(prefix), progress)
+            _round_trip(cluster, TopicNames(cluster.topic_prefix), progress)
             codes = cluster.stop()
         progress.step(f"services stopped: {codes}")
         if any(codes.values()):
@@ -130,5 +122,8 @@ def run_demo(home: Path) -> int:
     except KeyboardInterrupt:
         progress.step("interrupted; stopping everything")
         return 130
-    finally:
-        broker.stop()
+
+
+def _prefix(embedded: BrokerStatus | None) -> str:
+    """A fresh topic prefix on a shared Kafka; the default one on the demo's own broker."""
+    return "tidemark" if embedded else f"tidemark-demo-{uuid.uuid4().hex[:6]}"

@@ -15,6 +15,8 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -172,3 +174,20 @@ class EmbeddedBroker:
                     self._process.wait()
             else:
                 self._process.poll()
+
+
+@contextmanager
+def kafka_or_embedded(state_dir: Path | str) -> Iterator[tuple[str, BrokerStatus | None]]:
+    """Yield ``(bootstrap, status)``: ``KAFKA_BOOTSTRAP_SERVERS`` with ``None`` when it is set,
+    else an embedded broker started in ``state_dir`` (tied to this process) and its status; the
+    embedded broker is stopped on exit, also on an exception or Ctrl-C."""
+    external = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
+    if external:
+        yield external, None
+        return
+    broker = EmbeddedBroker(state_dir)
+    try:
+        status = broker.start(tie_to_parent=True)
+        yield status.bootstrap_servers or "", status
+    finally:
+        broker.stop()

@@ -30,6 +30,7 @@ from tidemark.changelog.partitioning import key_group_of_record_key, key_groups_
 from tidemark.protocol.codec import Codec, default_codec
 from tidemark.protocol.errors import DecodeError
 from tidemark.changelog.source import ChangelogSource
+from tidemark.kafka.clients import consumer_config
 from tidemark.protocol.messages import StateChange
 from tidemark.state.keygroups import KeyGroupRange
 from tidemark.state.table import KeyedStateChange
@@ -146,16 +147,11 @@ class ChangelogReader:
             consumer.close()
 
     def _consumer_config(self) -> dict[str, Any]:
-        config = {
-            **self._client,
-            "group.id": "tidemark-changelog-reader-unused",  # assign() mode: never joins
-            "enable.auto.commit": False,
-            "enable.partition.eof": False,
-            "auto.offset.reset": "error",
-            "isolation.level": "read_uncommitted",  # the changelog is never transactional
-        }
-        config.update(dict(self.options.consumer_overrides))
-        return config
+        # assign() mode; the changelog is never transactional, and a range start that is gone
+        # (truncated) must fail loudly instead of silently resetting
+        return consumer_config(dict(self._client), None, **{
+            "auto.offset.reset": "error", "isolation.level": "read_uncommitted",
+            **dict(self.options.consumer_overrides)})
 
     @staticmethod
     def _check_error(message: Message) -> None:

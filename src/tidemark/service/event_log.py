@@ -22,6 +22,7 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
+from tidemark.kafka.clients import consumer_config
 from tidemark.service.dead_letters import RawRecord, headers_of
 
 
@@ -35,8 +36,7 @@ class EventLogReader:
     """Reads ``topics`` from their beginning to their end, then keeps following them."""
 
     def __init__(self, config: dict[str, Any], topics: list[str], *, metadata_timeout_s: float = 15.0) -> None:
-        self._config = {**config, "group.id": "tidemark-event-log", "enable.auto.commit": False,
-                        "isolation.level": "read_committed", "enable.partition.eof": False}
+        self._config = consumer_config(config, None)
         self.topics = list(topics)
         self._timeout = metadata_timeout_s
         self._consumer: Consumer | None = None

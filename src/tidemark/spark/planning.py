@@ -17,6 +17,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
+from tidemark.kafka.clients import consumer_config
 from tidemark.spark.offsets import EARLIEST, LATEST, OffsetRange, PartitionOffsets, StartingOffsets, StartKind
 
 
@@ -26,14 +27,7 @@ class TopicNotFoundError(LookupError):
 
 def metadata_consumer(client: Mapping[str, Any], isolation_level: str = "read_committed") -> Consumer:
     """An assign()-only consumer for metadata and watermark queries (no group is joined)."""
-    return Consumer(
-        {
-            **client,
-            "group.id": "tidemark-source-unused",
-            "enable.auto.commit": False,
-            "isolation.level": isolation_level,
-        }
-    )
+    return Consumer(consumer_config(dict(client), None, **{"isolation.level": isolation_level}))
 
 
 def list_partitions(consumer: Consumer, topics: Iterable[str], timeout_s: float = 10.0) -> list[tuple[str, int]]:

@@ -21,6 +21,7 @@ from typing import Any
 import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
+from tidemark.kafka.clients import consumer_config
 from tidemark.spark.arrow import RecordColumns, arrow_schema
 from tidemark.spark.offsets import OffsetRange
 
@@ -33,16 +34,8 @@ class RangeNotReachedError(RuntimeError):
 
 def range_consumer(client: Mapping[str, Any], isolation_level: str = "read_committed") -> Consumer:
     """An assign()-mode consumer (no group) that reports partition EOF."""
-    return Consumer(
-        {
-            **client,
-            "group.id": "tidemark-source-unused",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "auto.offset.reset": "earliest",
-            "isolation.level": isolation_level,
-        }
-    )
+    return Consumer(consumer_config(dict(client), None, **{"enable.partition.eof": True,
+                                                            "isolation.level": isolation_level}))
 
 
 def read_range(
