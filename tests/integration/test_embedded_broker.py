@@ -64,3 +64,26 @@ def test_delete_records_is_detected_when_unsupported(kafka_bootstrap, unique_nam
         assert result is TruncationResult.PHYSICAL
     else:  # the embedded broker does not implement DeleteRecords (notes/embedded-broker.md)
         assert result is TruncationResult.UNSUPPORTED
+
+
+def test_broker_cli_start_status_stop(tmp_path):
+    import subprocess
+    import sys
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "tidemark.cli", "broker", *args, "--home", str(tmp_path)],
+                              capture_output=True, text=True, timeout=60)
+
+    started = cli("start")
+    assert started.returncode == 0, started.stderr
+    assert "bootstrap=127.0.0.1:" in started.stdout
+    status = cli("status", "--json")
+    assert status.returncode == 0 and '"running": true' in status.stdout
+    pid = EmbeddedBroker(tmp_path / "broker").status().pid
+    try:
+        assert cli("stop").stdout.strip() == "broker stopped"
+    finally:
+        EmbeddedBroker(tmp_path / "broker").stop()
+    assert not _pid_alive(pid)
+    assert cli("status").returncode == 1
+    assert "port" in cli("start", "--port", "70000").stderr  # out of range: says what was expected
