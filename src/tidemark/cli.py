@@ -12,12 +12,15 @@ import typer
 from tidemark.broker.embedded import EmbeddedBroker, EmbeddedBrokerError
 from tidemark.config.settings import DEFAULT_HOME
 from tidemark.operator.commands import install as install_operator_commands
+from tidemark.operator.commands import jobs_app
+from tidemark.runtime.commands import install as install_job_commands
 
 app = typer.Typer(help="Tidemark: stateful PySpark streaming on Kafka.", no_args_is_help=True,
                   pretty_exceptions_enable=False)
 broker_app = typer.Typer(help="The embedded Kafka-API broker (Tansu).", no_args_is_help=True)
 app.add_typer(broker_app, name="broker")
 install_operator_commands(app)
+install_job_commands(jobs_app)
 
 HomeOption = typer.Option(DEFAULT_HOME, "--home", envvar="TIDEMARK_HOME",
                           help="Directory for local state (broker record, logs, checkpoints).")

@@ -9,8 +9,11 @@ materialization of a completed checkpoint of this task is announced, ``notify_ma
 ``close`` (closes the writer and the wrapped backend).
 
 The wrapped backend's change listener hands each mutation, already serialized, to the writer;
-nothing is serialized twice. A snapshot runs no state snapshot: it persists pending changes and
-returns ranges plus the handles of the latest materialization.
+nothing is serialized twice. The first ``get_state`` of a state in this attempt also logs the
+state's definition (``writer.append_state_meta``), so whoever rebuilds the state from the
+changelog alone (a restore, the materializer) knows its serializers. A snapshot runs no state
+snapshot: it persists pending changes and returns ranges plus the handles of the latest
+materialization.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from tidemark.protocol.messages import (
 from tidemark.state.backend import KeyedStateBackend, StateRegistrationError
 from tidemark.state.descriptors import StateDescriptor
 from tidemark.state.keygroups import KeyGroupRange
+from tidemark.state.snapshot import state_meta
 from tidemark.state.table import ChangeListener
 from tidemark.storage.base import CheckpointStorage
 from tidemark.types import CheckpointId, KeyGroup, OperatorId, TaskId
@@ -80,6 +84,7 @@ class ChangelogStateBackend:
         self._handles: tuple[StateHandle, ...] = ()
         self._carried: tuple[ChangelogRange, ...] = ()  # restored ranges, until materialized
         self._marks: dict[CheckpointId, ChangelogMark] = {}
+        self._logged_states: set[str] = set()
         self._started = False
         backend.add_change_listener(self._on_change)
 
@@ -112,8 +117,13 @@ class ChangelogStateBackend:
         return self.backend.get_current_key()
 
     def get_state(self, descriptor: StateDescriptor) -> Any:
+        """The wrapped backend's handle; the first call per state also logs its definition."""
         self._started = True
-        return self.backend.get_state(descriptor)
+        handle = self.backend.get_state(descriptor)
+        if descriptor.name not in self._logged_states:
+            self.writer.append_state_meta(state_meta(descriptor), self.key_group_range)
+            self._logged_states.add(descriptor.name)
+        return handle
 
     def registered_states(self) -> list[str]:
         return self.backend.registered_states()

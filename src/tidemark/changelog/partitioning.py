@@ -49,6 +49,11 @@ def partitions_of(key_groups: KeyGroupRange, partitions: int, max_parallelism: i
                  partition_of(key_groups.end, partitions, max_parallelism) + 1)
 
 
+STATE_META_KEY = b"tidemark-state-meta"
+"""Kafka key of a state-metadata record (a state's definition, logged when a writer's task
+registers it). It is not a key-group key, so readers that do not know it skip the record."""
+
+
 def record_key(key_group: int) -> bytes:
     """Kafka key of a change record: its key group, 2 bytes big-endian (a cheap pre-filter)."""
     return _KEY.pack(key_group)

@@ -13,12 +13,19 @@ ranges cover it), in offset order per partition, reading with an assign()-mode c
 seeks to each range's start and stops at its end; anything outside the ranges is never
 yielded. A range whose start record is gone, an end that cannot be reached within the idle
 timeout, or an undecodable record inside a range raise :class:`ChangelogReadError`.
+
+State-metadata records (``STATE_META_KEY``) of a range's owner are not changes: each goes to
+``on_state_meta`` (a state's definition as ``state_meta`` gives it). ``resume`` lets a caller
+that already applied a prefix of the ranges (the materializer's replica) read on from there:
+records below ``resume[(topic, partition)]`` are only used to identify range owners, never
+yielded, and the reader seeks past them once every range starting below has its owner.
 """
 
 from __future__ import annotations
 
+import json
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,7 +33,7 @@ from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
 from tidemark.changelog.errors import ChangelogReadError
 from tidemark.changelog.options import ChangelogReaderOptions
-from tidemark.changelog.partitioning import key_group_of_record_key, key_groups_of
+from tidemark.changelog.partitioning import STATE_META_KEY, key_group_of_record_key, key_groups_of
 from tidemark.protocol.codec import Codec, default_codec
 from tidemark.protocol.errors import DecodeError
 from tidemark.changelog.source import ChangelogSource
@@ -37,6 +44,7 @@ from tidemark.state.table import KeyedStateChange
 
 _POLL_S = 0.2
 Owner = tuple[str, str, int]  # job id, task id, epoch of a range's writer
+StateMetaCallback = Callable[[dict[str, Any]], None]
 
 
 @dataclass(slots=True)
@@ -45,6 +53,9 @@ class ReadStats:
     applied: int = 0  # records yielded
     foreign: int = 0  # inside a range but written by another writer (other task, zombie)
     outside_key_groups: int = 0  # the owner's records of key groups not restored here
+    metas: int = 0  # the owners' state-metadata records
+    resumed: int = 0  # the owners' changes below ``resume``: already applied, not yielded
+    lowest_offsets: dict[tuple[str, int], int] = field(default_factory=dict)  # first record read
 
 
 @dataclass(slots=True)
@@ -67,6 +78,7 @@ class _Cursor:
     last_progress: float = field(default_factory=time.monotonic)
     next_start: int = 0  # ranges[next_start:] are not activated yet
     active: list[_Range] = field(default_factory=list)
+    resume: int = 0  # records below are not yielded (already applied by the caller)
 
     @property
     def done(self) -> bool:
@@ -106,7 +118,8 @@ class ChangelogReader:
         self._codec = codec or default_codec()
         self.last_stats = ReadStats()
 
-    def _cursors(self, sources: Sequence[ChangelogSource], target: KeyGroupRange) -> list[_Cursor]:
+    def _cursors(self, sources: Sequence[ChangelogSource], target: KeyGroupRange,
+                 resume: Mapping[tuple[str, int], int]) -> list[_Cursor]:
         by_partition: dict[tuple[str, int], list[_Range]] = {}
         for source in sources:
             clip = source.key_groups.intersection(target)
@@ -120,13 +133,16 @@ class ChangelogReader:
             ranges.sort(key=lambda r: r.start)
             intervals = _intervals(ranges)
             cursors.append(_Cursor(TopicPartition(topic, partition, intervals[0][0]), ranges,
-                                   intervals, position=intervals[0][0]))
+                                   intervals, position=intervals[0][0],
+                                   resume=resume.get((topic, partition), 0)))
         return cursors
 
-    def read(self, sources: Sequence[ChangelogSource], target: KeyGroupRange) -> Iterator[KeyedStateChange]:
+    def read(self, sources: Sequence[ChangelogSource], target: KeyGroupRange, *,
+             resume: Mapping[tuple[str, int], int] | None = None,
+             on_state_meta: StateMetaCallback | None = None) -> Iterator[KeyedStateChange]:
         """The changes of ``sources`` that a backend owning ``target`` must apply (see module)."""
         self.last_stats = stats = ReadStats()
-        cursors = {(c.tp.topic, c.tp.partition): c for c in self._cursors(sources, target)}
+        cursors = {(c.tp.topic, c.tp.partition): c for c in self._cursors(sources, target, resume or {})}
         if not cursors:
             return
         consumer = Consumer(self._consumer_config())
@@ -139,7 +155,7 @@ class ChangelogReader:
                     cursor = cursors.get((message.topic(), message.partition()))
                     if cursor is None or cursor.done:
                         continue
-                    change = self._accept(cursor, message, stats)
+                    change = self._accept(cursor, message, stats, on_state_meta)
                     if change is not None:
                         yield change
                 open_cursors = self._advance(consumer, cursors.values())
@@ -159,7 +175,8 @@ class ChangelogReader:
         if error is not None and error.code() != KafkaError._PARTITION_EOF:
             raise ChangelogReadError(f"{message.topic()}/{message.partition()}: {error}")
 
-    def _accept(self, cursor: _Cursor, message: Message, stats: ReadStats) -> KeyedStateChange | None:
+    def _accept(self, cursor: _Cursor, message: Message, stats: ReadStats,
+                on_state_meta: StateMetaCallback | None) -> KeyedStateChange | None:
         if message.error() is not None:
             return None
         offset = message.offset()
@@ -169,10 +186,12 @@ class ChangelogReader:
         cursor.position = offset + 1
         cursor.last_progress = time.monotonic()
         stats.records += 1
+        stats.lowest_offsets.setdefault((cursor.tp.topic, cursor.tp.partition), offset)
         ranges = cursor.ranges
         starts_here = cursor.next_start < len(ranges) and ranges[cursor.next_start].start <= offset
+        is_meta = message.key() == STATE_META_KEY
         key_group = key_group_of_record_key(message.key())
-        if not starts_here and not any(key_group in r.clip for r in cursor.active):
+        if not starts_here and not is_meta and not any(key_group in r.clip for r in cursor.active):
             stats.outside_key_groups += 1
             return None
         record = self._decode(cursor, message)
@@ -184,11 +203,30 @@ class ChangelogReader:
         if not mine:
             stats.foreign += 1
             return None
+        if is_meta:
+            stats.metas += 1
+            if on_state_meta is not None:
+                on_state_meta(self._state_meta(cursor, offset, record))
+            return None
         if not any(record.key_group in r.clip for r in mine):
             stats.outside_key_groups += 1
             return None
+        if offset < cursor.resume:
+            stats.resumed += 1
+            return None
         stats.applied += 1
         return KeyedStateChange.from_message(record)
+
+    @staticmethod
+    def _state_meta(cursor: _Cursor, offset: int, record: StateChange) -> dict[str, Any]:
+        try:
+            meta = json.loads(record.value or b"")
+        except ValueError:
+            meta = None
+        if not isinstance(meta, dict) or meta.get("name") != record.state_name:
+            raise ChangelogReadError(f"{cursor.tp.topic}/{cursor.tp.partition}@{offset}: "
+                                     "malformed state-metadata record inside a changelog range")
+        return meta
 
     def _decode(self, cursor: _Cursor, message: Message) -> StateChange:
         try:
@@ -220,6 +258,11 @@ class ChangelogReader:
         for cursor in cursors:
             if cursor.done:
                 continue
+            if cursor.position < cursor.resume:
+                self._skip_resumed(consumer, cursor)
+                if cursor.done:
+                    consumer.incremental_unassign([cursor.tp])
+                    continue
             if cursor.position < cursor.end:
                 self._check_progress(consumer, cursor)
             if cursor.position >= cursor.end:
@@ -232,6 +275,21 @@ class ChangelogReader:
                 consumer.seek(TopicPartition(cursor.tp.topic, cursor.tp.partition, cursor.position))
             open_cursors += 1
         return open_cursors
+
+    @staticmethod
+    def _skip_resumed(consumer: Consumer, cursor: _Cursor) -> None:
+        """Seek past records below ``resume`` once every range starting there has its owner."""
+        pending = cursor.ranges[cursor.next_start].start if cursor.next_start < len(cursor.ranges) else None
+        target = cursor.resume if pending is None else min(cursor.resume, pending)
+        if target <= cursor.position:
+            return
+        while not cursor.done and cursor.intervals[cursor.index][1] <= target:
+            cursor.index += 1  # every range in it started below target: owners are known
+        if cursor.done:
+            return
+        cursor.position = max(target, cursor.intervals[cursor.index][0])
+        cursor.last_progress = time.monotonic()
+        consumer.seek(TopicPartition(cursor.tp.topic, cursor.tp.partition, cursor.position))
 
     def _check_progress(self, consumer: Consumer, cursor: _Cursor) -> None:
         if time.monotonic() - cursor.last_progress <= self.options.idle_timeout_s:

@@ -9,13 +9,16 @@ state registered, nothing applied yet) with the state of its key groups at the c
    RocksDB files, state metadata checked); a wider one - carried by a task restored after
    rescaling - is read entry by entry, clipped to the source's key groups;
 2. then the records of the sources' ranges, as :class:`~tidemark.changelog.reader.ChangelogReader`
-   selects them, applied with ``backend.apply_change`` (change listeners are not notified).
+   selects them, applied with ``backend.apply_change`` (change listeners are not notified); the
+   state definitions logged in the ranges are recorded with ``backend.restore_state_metas``,
+   so registering a state afterwards is checked against them, as after a snapshot restore.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from tidemark.changelog.reader import ChangelogReader, ReadStats
 from tidemark.changelog.source import ChangelogSource
@@ -77,6 +80,9 @@ def restore_from_changelog(
                 backend.apply_change(KeyedStateChange(e.state_name, e.key_group, e.key, e.namespace,
                                                       StateChangeOp.PUT, e.user_key, e.value))
                 entries += 1
-    for change in reader.read(sources, target):
+    def on_state_meta(meta: dict[str, Any]) -> None:
+        backend.restore_state_metas([meta], "changelog")
+
+    for change in reader.read(sources, target, on_state_meta=on_state_meta):
         backend.apply_change(change)
     return RestoreResult(tuple(native), len(clipped), entries, reader.last_stats)

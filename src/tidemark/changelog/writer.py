@@ -3,7 +3,9 @@
 Lifecycle, and which call must follow which:
 
 1. construct (checks that the topic exists with the expected partition count);
-2. ``append(change)`` any number of times, at any point until ``close``;
+2. ``append(change)`` any number of times, at any point until ``close``; before the first
+   change of a state, ``append_state_meta`` logs the state's definition (a task does this when
+   it registers the state), so a reader of the ranges learns serializers and kinds;
 3. ``next_sequence_number()`` takes a :class:`ChangelogMark` (typically at a checkpoint
    barrier); ``persist(up_to, checkpoint_id)`` then flushes and returns the exact
    ``[start, end)`` Kafka offset ranges, per partition, of every change appended after the
@@ -24,7 +26,9 @@ instance per task attempt; not thread-safe.
 
 from __future__ import annotations
 
+import json
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,12 +37,19 @@ from confluent_kafka.admin import AdminClient
 
 from tidemark.changelog.errors import ChangelogWriteError
 from tidemark.changelog.options import ChangelogWriterOptions
-from tidemark.changelog.partitioning import check_partitions, record_key
+from tidemark.changelog.partitioning import (
+    STATE_META_KEY,
+    check_partitions,
+    key_groups_of,
+    partitions_of,
+    record_key,
+)
 from tidemark.kafka.clients import producer_config
 from tidemark.protocol.codec import Codec, default_codec
-from tidemark.protocol.messages import ChangelogRange
+from tidemark.protocol.messages import ChangelogRange, StateChange, StateChangeOp
+from tidemark.state.keygroups import KeyGroupRange
 from tidemark.state.table import KeyedStateChange
-from tidemark.types import CheckpointId, Epoch, JobId, SequenceNumber, TaskId
+from tidemark.types import CheckpointId, Epoch, JobId, KeyGroup, SequenceNumber, TaskId
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,11 +167,27 @@ class ChangelogWriter:
         partition = change.key_group * self.partitions // self.max_parallelism
         message = change.to_message(self.job_id, self.task_id, epoch=self.epoch,
                                     timestamp=time.time_ns() // 1_000_000)
-        value = self._codec.encode(message)
+        self._append_record(partition, record_key(change.key_group), self._codec.encode(message))
+
+    def append_state_meta(self, meta: Mapping[str, Any], key_groups: KeyGroupRange) -> None:
+        """Log a state's definition (``tidemark.state.snapshot.state_meta``: name, kind,
+        serializers, TTL) into every partition holding ``key_groups``, so that a reader of any
+        of this writer's ranges there learns it. Counted like a change (marks and ranges
+        include it); JSON, keyed ``STATE_META_KEY``, never applied as state."""
+        self._check_usable()
+        body = json.dumps(dict(meta), sort_keys=True).encode()
+        now = time.time_ns() // 1_000_000
+        for partition in partitions_of(key_groups, self.partitions, self.max_parallelism):
+            first = max(key_groups.start, key_groups_of(partition, self.partitions, self.max_parallelism).start)
+            message = StateChange(self.job_id, self.task_id, KeyGroup(first), str(meta["name"]),
+                                  StateChangeOp.PUT, b"", value=body, timestamp=now, epoch=self.epoch)
+            self._append_record(partition, STATE_META_KEY, self._codec.encode(message))
+
+    def _append_record(self, partition: int, key: bytes, value: bytes) -> None:
         log = self._logs.get(partition)
         if log is None:
             log = self._logs[partition] = _PartitionLog()
-        self._produce(partition, record_key(change.key_group), value)
+        self._produce(partition, key, value)
         log.appended += 1
         self._sequence += 1
         self.appended_bytes += len(value)

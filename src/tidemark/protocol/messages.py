@@ -206,6 +206,9 @@ class JobRegistration:
     The coordinator waits for an ack from every task of the newest registered epoch; a
     registration with a higher epoch supersedes the older attempt (its pending checkpoints abort).
     ``finished`` marks a job attempt that ended (stop-with-savepoint or end of input).
+    ``changelog_operators`` (v2) are the operators whose keyed state runs in changelog mode: the
+    changelog service creates their topics with ``changelog_partitions`` partitions (0: the
+    service's default).
     """
 
     job_id: JobId
@@ -216,6 +219,8 @@ class JobRegistration:
     source_tasks: tuple[TaskId, ...]  # tasks that receive triggers and inject barriers
     registered_at: int
     finished: bool = False
+    changelog_operators: tuple[OperatorId, ...] = ()
+    changelog_partitions: int = 0
 
 
 # --------------------------------------------------------------------------- acks topic

@@ -91,6 +91,22 @@ def find_commit(
     Call it after ``init_transactions`` of the slot's transactional id, so no earlier attempt of
     the same slot can still commit.
     """
+    found = newest_commit(client, topic, query_id, partition, at_most=batch_id, window=window,
+                          idle_timeout_s=idle_timeout_s)
+    return found if found is not None and found.batch_id == batch_id else None
+
+
+def newest_commit(
+    client: Mapping[str, Any],
+    topic: str,
+    query_id: str,
+    partition: int,
+    *,
+    at_most: int,
+    window: int = 1_000,
+    idle_timeout_s: float = 90.0,
+) -> CommitMarker | None:
+    """The newest committed marker of slot (query, partition) whose batch is ``<= at_most``."""
     key = marker_key(query_id, partition)
     part = marker_partition(key, marker_partition_count(client, topic))
     consumer = metadata_consumer(client, "read_uncommitted")
@@ -102,9 +118,9 @@ def find_commit(
     end = high
     while end > low:
         begin = max(low, end - window)
-        found = _newest_in(client, OffsetRange(topic, part, begin, end), key, batch_id, schema, idle_timeout_s)
+        found = _newest_in(client, OffsetRange(topic, part, begin, end), key, at_most, schema, idle_timeout_s)
         if found is not None:
-            return found if found.batch_id == batch_id else None
+            return found
         end = begin
     return None
 
@@ -125,4 +141,4 @@ def _newest_in(
     return newest
 
 
-__all__ = ["CommitMarker", "ensure_marker_topic", "find_commit", "marker_key", "marker_partition"]
+__all__ = ["CommitMarker", "ensure_marker_topic", "find_commit", "marker_key", "marker_partition", "newest_commit"]

@@ -170,6 +170,14 @@ class KeyedStateBackend(ABC):
     def registered_states(self) -> list[str]:
         return sorted(self._states)
 
+    def restore_state_metas(self, metas: list[dict[str, Any]], source: str) -> None:
+        """Record state definitions read outside a snapshot (a changelog's state-metadata
+        records), as restored snapshot headers are; the same name with another definition
+        raises :class:`StateRegistrationError`. Registering such a state later is checked
+        against them."""
+        self._check_open()
+        self._merge_metas(metas, source)
+
     def _state_metas(self) -> list[dict[str, Any]]:
         """Metas of registered states plus restored ones not registered yet."""
         metas = {name: state_meta(h.descriptor) for name, h in self._states.items()}

@@ -75,6 +75,8 @@ SAMPLES: dict[type, tuple[Any, ...]] = {
     m.JobRegistration: (
         m.JobRegistration(JOB, Epoch(4), CheckpointingMode.EXACTLY_ONCE, 128, ASSIGNMENTS, (TaskId("op-a#0"),), T0),
         m.JobRegistration(JOB, Epoch(5), CheckpointingMode.AT_LEAST_ONCE, 128, (), (), T0, finished=True),
+        m.JobRegistration(JOB, Epoch(6), CheckpointingMode.EXACTLY_ONCE, 128, ASSIGNMENTS, (TaskId("op-a#0"),), T0,
+                          changelog_operators=(OperatorId("op-a"),), changelog_partitions=8),
     ),
     m.TaskAck: (
         m.TaskAck(JOB, CheckpointId(42), SNAPSHOT, m.TaskTimings(12, 3, 250, 65_536), T0 + 400, Epoch(1)),
@@ -137,7 +139,7 @@ def to_jsonable(value: Any) -> Any:
 
 _INT32 = st.integers(-(2**31), 2**31 - 1)
 _INT64 = st.integers(-(2**63), 2**63 - 1)
-_INT32_FIELDS = {"partition", "subtask_index", "key_group", "key_group_start", "key_group_end",
+_INT32_FIELDS = {"partition", "subtask_index", "key_group", "key_group_start", "key_group_end", "changelog_partitions",
                  "parallelism", "max_parallelism", "producer_epoch", "origin_partition"}
 
 

@@ -1,0 +1,1 @@
+"""Example jobs: the seed's access-log counts, single-stage and two-stage."""

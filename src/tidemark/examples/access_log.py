@@ -1,0 +1,96 @@
+"""The seed's access-log example: count hits per URL from nginx-like JSON records.
+
+Input records (one JSON document per Kafka record, see :mod:`tidemark.examples.generator`)::
+
+    {"ts": 1700000000123, "ip": "10.0.0.7", "method": "GET", "url": "/cart", "status": 200, "bytes": 512}
+
+* :func:`url_counts` - single stage: key by URL, keep a ValueState counter, emit
+  ``{"url", "hits"}`` on every record (the output of one URL is the sequence 1, 2, ..., n).
+* :func:`top_urls` - two stages connected by a Kafka topic: ``minute_counts`` keys by URL and
+  counts hits per (URL, minute) in a MapState, emitting ``{"minute", "url", "hits"}``;
+  ``top_urls`` keys by minute, keeps the newest count per URL in a MapState and a ValueState
+  sequence number, and emits ``{"minute", "seq", "top": [[url, hits], ...]}`` on every update.
+  The last record of a minute (``seq`` = the minute's number of input records) holds its final
+  top URLs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tidemark.runtime.api import JobSpec, KeyedProcessFunction, Stage, StateBackendKind
+from tidemark.state import MapStateDescriptor, ValueStateDescriptor
+from tidemark.types import CheckpointingMode, JobId
+
+TOP_N = 3
+MINUTE_MS = 60_000
+
+
+def _url(record: dict[str, Any]) -> str:
+    url = record["url"]
+    if not isinstance(url, str) or not url:
+        raise ValueError(f"record has no url: {record!r}")
+    return url
+
+
+class CountHits(KeyedProcessFunction):
+    def open(self, ctx: Any) -> None:
+        self.hits = ctx.get_state(ValueStateDescriptor("hits", default=0))
+
+    def process(self, value: Any, ctx: Any) -> None:
+        hits = self.hits.value() + 1
+        self.hits.update(hits)
+        ctx.emit(ctx.key, {"url": ctx.key, "hits": hits})
+
+
+class CountPerMinute(KeyedProcessFunction):
+    def open(self, ctx: Any) -> None:
+        self.per_minute = ctx.get_state(MapStateDescriptor("hits_per_minute"))
+
+    def process(self, value: Any, ctx: Any) -> None:
+        minute = int(value["ts"]) // MINUTE_MS * MINUTE_MS
+        hits = (self.per_minute.get(minute) or 0) + 1
+        self.per_minute.put(minute, hits)
+        ctx.emit(minute, {"minute": minute, "url": ctx.key, "hits": hits})
+
+
+class TopUrls(KeyedProcessFunction):
+    def open(self, ctx: Any) -> None:
+        self.counts = ctx.get_state(MapStateDescriptor("url_hits"))
+        self.seq = ctx.get_state(ValueStateDescriptor("seq", default=0))
+
+    def process(self, value: Any, ctx: Any) -> None:
+        url, hits = value["url"], int(value["hits"])
+        if hits > (self.counts.get(url) or 0):
+            self.counts.put(url, hits)
+        seq = self.seq.value() + 1
+        self.seq.update(seq)
+        ctx.emit(ctx.key, {"minute": ctx.key, "seq": seq, "top": top_of(self.counts.items())})
+
+
+def top_of(counts: Any, n: int = TOP_N) -> list[list[Any]]:
+    """The ``n`` URLs with most hits, ties by URL."""
+    return [[url, hits] for url, hits in sorted(counts, key=lambda item: (-item[1], item[0]))[:n]]
+
+
+def url_counts(job_id: str = "access-log-counts", input_topic: str = "access-log",
+               output_topic: str = "url-counts", parallelism: int = 2, mode: str = "EXACTLY_ONCE",
+               state_backend: str = "heap") -> JobSpec:
+    return JobSpec(
+        job_id=JobId(job_id),
+        stages=(Stage("count_hits", (input_topic,), _url, CountHits, output_topic),),
+        mode=CheckpointingMode(mode), parallelism=parallelism,
+        state_backend=StateBackendKind(state_backend))
+
+
+def top_urls(job_id: str = "access-log-top-urls", input_topic: str = "access-log",
+             channel_topic: str = "url-minute-counts", output_topic: str = "top-urls",
+             parallelism: int = 2, mode: str = "EXACTLY_ONCE", state_backend: str = "heap") -> JobSpec:
+    return JobSpec(
+        job_id=JobId(job_id),
+        stages=(
+            Stage("minute_counts", (input_topic,), _url, CountPerMinute, channel_topic),
+            Stage("top_urls", (channel_topic,), lambda v: int(v["minute"]), TopUrls, output_topic),
+        ),
+        mode=CheckpointingMode(mode), parallelism=parallelism,
+        state_backend=StateBackendKind(state_backend))

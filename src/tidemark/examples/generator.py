@@ -1,0 +1,83 @@
+"""Deterministic access-log records, written to Kafka, and what the example jobs must output.
+
+``generate(n, seed)`` yields the same ``n`` records for the same seed: URLs drawn from a skewed
+(Zipf-like) catalogue, timestamps spread over a few minutes, a small share of malformed records
+when asked (they must reach the dead-letter topic, not the output).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import uuid
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from confluent_kafka import Producer
+
+from tidemark.examples.access_log import MINUTE_MS, top_of
+from tidemark.kafka.clients import producer_config
+
+URLS = tuple(f"/{section}/{item}" for section in ("shop", "cart", "blog", "api", "img") for item in range(12))
+START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
+
+
+def generate(n: int, seed: int = 7, minutes: int = 5, malformed_every: int = 0) -> Iterator[bytes]:
+    rng = random.Random(seed)
+    weights = [1.0 / (rank + 1) for rank in range(len(URLS))]
+    span = minutes * MINUTE_MS
+    for i in range(n):
+        if malformed_every and i % malformed_every == malformed_every - 1:
+            yield b'{"ts": "not a number", "url": '  # truncated JSON
+            continue
+        record = {"ts": START_MS + i * span // max(n, 1), "ip": f"10.0.{rng.randrange(4)}.{rng.randrange(250)}",
+                  "method": rng.choice(("GET", "GET", "GET", "POST")), "url": rng.choices(URLS, weights)[0],
+                  "status": rng.choice((200, 200, 200, 304, 404)), "bytes": rng.randrange(100, 50_000)}
+        yield json.dumps(record).encode()
+
+
+def produce(bootstrap: str, topic: str, records: Iterable[bytes], partitions: int | None = None,
+            chunk: int = 1000) -> int:
+    """Write ``records`` in order (round-robin over partitions when given) in transactions of
+    ``chunk`` records, so every broker reports exact end offsets; returns the count."""
+    producer = Producer(producer_config({"bootstrap.servers": bootstrap}, f"tidemark-generator-{uuid.uuid4().hex}"))
+    producer.init_transactions(30)
+    count = 0
+    producer.begin_transaction()
+    for i, value in enumerate(records):
+        kwargs: dict[str, Any] = {"value": value}
+        if partitions:
+            kwargs["partition"] = i % partitions
+        while True:
+            try:
+                producer.produce(topic, **kwargs)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        count += 1
+        if count % chunk == 0:
+            producer.commit_transaction(60)
+            producer.begin_transaction()
+    producer.commit_transaction(60)
+    return count
+
+
+def _valid(records: Iterable[bytes]) -> Iterator[dict[str, Any]]:
+    for raw in records:
+        try:
+            yield json.loads(raw)
+        except ValueError:
+            continue
+
+
+def expected_url_counts(records: Iterable[bytes]) -> dict[str, int]:
+    return dict(Counter(r["url"] for r in _valid(records)))
+
+
+def expected_top_urls(records: Iterable[bytes]) -> dict[int, tuple[int, list[list[Any]]]]:
+    """Per minute: (number of records, final top URLs)."""
+    per_minute: dict[int, Counter[str]] = defaultdict(Counter)
+    for record in _valid(records):
+        per_minute[int(record["ts"]) // MINUTE_MS * MINUTE_MS][record["url"]] += 1
+    return {minute: (sum(c.values()), top_of(c.items())) for minute, c in per_minute.items()}

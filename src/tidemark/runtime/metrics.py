@@ -1,0 +1,29 @@
+"""Worker metrics (names are the contract in docs/operations.md; Flink's task metrics in brackets)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+_SECONDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+
+RECORDS_IN = Counter("tidemark_worker_records_in_total", "Records read (numRecordsIn)", ["job", "task"])
+RECORDS_OUT = Counter("tidemark_worker_records_out_total", "Records written (numRecordsOut)", ["job", "task"])
+CONSUMER_LAG = Gauge("tidemark_worker_consumer_lag_records",
+                     "Records behind the end of a source partition (records-lag)", ["job", "topic", "partition"])
+ALIGNMENT = Histogram("tidemark_worker_alignment_seconds",
+                      "Barrier alignment time (checkpointAlignmentTime)", ["job"], buckets=_SECONDS)
+SNAPSHOT_SYNC = Histogram("tidemark_worker_snapshot_sync_seconds",
+                          "Synchronous part of task snapshots (sync checkpoint duration)", ["job"],
+                          buckets=_SECONDS)
+SNAPSHOT_ASYNC = Histogram("tidemark_worker_snapshot_async_seconds",
+                           "Asynchronous part of task snapshots (async checkpoint duration)", ["job"],
+                           buckets=_SECONDS)
+RESTORE_DURATION = Gauge("tidemark_worker_restore_duration_seconds",
+                         "Duration of the last state restore (restore duration)", ["job"])
+
+
+def init_worker_metrics(job: str) -> None:
+    """Create the unlabelled-by-task children at zero so dashboards have data from the start."""
+    for histogram in (ALIGNMENT, SNAPSHOT_SYNC, SNAPSHOT_ASYNC):
+        histogram.labels(job)
+    RESTORE_DURATION.labels(job).set(0)

@@ -1,0 +1,288 @@
+"""Where a stage's results go: a channel to the next stage, or the job's output topic.
+
+Every output has the same lifecycle, driven by the stage worker:
+
+``recover(items, checkpoint_id)`` once after a restore (the sink's operator-state items of the
+restored checkpoint) -> per micro-batch ``write(batch)`` -> at each checkpoint of this stage
+``pre_commit(barrier)``, whose result is snapshotted as operator state -> ``commit(id)`` /
+``abort(id)`` when the coordinator announces the checkpoint completed / aborted -> ``close()``.
+
+* :class:`ChannelOutput` writes each micro-batch as one Kafka transaction of records tagged with
+  the writer's epoch and task, and at ``pre_commit`` a barrier per task into every partition,
+  after the checkpoint's data. Records of a failed attempt are dropped by the reading stage.
+* :class:`TwoPhaseCommitOutput` (exactly-once) keeps results in a write-ahead buffer that is part
+  of the checkpoint (pre-commit), and on the completed notification writes every buffer up to
+  that checkpoint in one Kafka transaction together with a commit marker (commit). An aborted
+  checkpoint's buffer stays pending and is committed with the next completed one. After a
+  restore, buffers of the restored checkpoint whose marker is missing are committed first.
+  (librdkafka cannot resume a transaction of a dead producer, which is what Flink's Kafka sink
+  does; the write-ahead buffer gives the same guarantee.)
+* :class:`AtLeastOnceOutput` writes at once and flushes at ``pre_commit``: after a failure,
+  results since the last completed checkpoint are written again.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from confluent_kafka import Producer
+
+from tidemark.kafka.clients import producer_config
+from tidemark.protocol import codec
+from tidemark.protocol.messages import Barrier
+from tidemark.runtime.faults import FAULTS
+from tidemark.runtime.records import barrier_headers, channel_headers
+from tidemark.spark.commit_markers import (
+    CommitMarker,
+    ensure_marker_topic,
+    marker_partition,
+    marker_partition_count,
+    newest_commit,
+)
+from tidemark.types import CheckpointId, Epoch, JobId, OperatorId, TaskId
+
+_TIMEOUT_S = 30.0
+
+OutputRecord = tuple[bytes | None, bytes]
+"""(key, value) as written to Kafka."""
+
+
+@dataclass(frozen=True, slots=True)
+class PendingBuffer:
+    """Results of one task between two checkpoints, sealed by checkpoint ``checkpoint_id``."""
+
+    task: TaskId
+    checkpoint_id: CheckpointId
+    records: tuple[OutputRecord, ...]
+
+    _MAGIC = b"TMPB"
+    _LEN = struct.Struct(">i")
+
+    def encode(self) -> bytes:
+        head = json.dumps({"task": self.task, "checkpoint_id": int(self.checkpoint_id),
+                           "records": len(self.records)}).encode()
+        parts = [self._MAGIC, self._LEN.pack(len(head)), head]
+        for key, value in self.records:
+            parts.append(self._LEN.pack(-1 if key is None else len(key)))
+            if key is not None:
+                parts.append(key)
+            parts.append(self._LEN.pack(len(value)))
+            parts.append(value)
+        return b"".join(parts)
+
+    @classmethod
+    def decode(cls, data: bytes) -> PendingBuffer:
+        if data[:4] != cls._MAGIC:
+            raise ValueError("not a pending sink buffer")
+        view = memoryview(data)
+        pos = 4
+
+        def take(n: int) -> bytes:
+            nonlocal pos
+            chunk = bytes(view[pos:pos + n])
+            if len(chunk) != n:
+                raise ValueError("truncated pending sink buffer")
+            pos += n
+            return chunk
+
+        head = json.loads(take(cls._LEN.unpack(take(4))[0]))
+        records: list[OutputRecord] = []
+        for _ in range(head["records"]):
+            klen = cls._LEN.unpack(take(4))[0]
+            key = None if klen < 0 else take(klen)
+            records.append((key, take(cls._LEN.unpack(take(4))[0])))
+        return cls(TaskId(head["task"]), CheckpointId(head["checkpoint_id"]), tuple(records))
+
+
+class StageOutput(Protocol):
+    """See the module docstring for the lifecycle."""
+
+    records_out: int
+
+    def recover(self, items: Sequence[bytes], checkpoint_id: CheckpointId) -> None: ...
+
+    def write(self, batch: Mapping[TaskId, list[OutputRecord]]) -> None: ...
+
+    def pre_commit(self, barriers: Mapping[TaskId, Barrier]) -> dict[TaskId, list[bytes]]: ...
+
+    def commit(self, checkpoint_id: CheckpointId) -> None: ...
+
+    def abort(self, checkpoint_id: CheckpointId) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def _produce(producer: Producer, topic: str, key: bytes | None, value: bytes,
+             headers: list[tuple[str, bytes]] | None = None, partition: int | None = None) -> None:
+    kwargs: dict[str, Any] = {"key": key, "value": value}
+    if headers:
+        kwargs["headers"] = headers
+    if partition is not None:
+        kwargs["partition"] = partition
+    while True:
+        try:
+            producer.produce(topic, **kwargs)
+            return
+        except BufferError:
+            producer.poll(0.05)
+
+
+class ChannelOutput:
+    """Transactional micro-batches of epoch-tagged records, then barriers (see module docstring)."""
+
+    def __init__(self, client: dict[str, Any], topic: str, partitions: int, transactional_id: str,
+                 epoch: Epoch) -> None:
+        self.topic = topic
+        self.partitions = partitions
+        self.epoch = epoch
+        self.records_out = 0
+        self._producer = Producer(producer_config(client, transactional_id))
+        self._producer.init_transactions(_TIMEOUT_S)
+
+    def recover(self, items: Sequence[bytes], checkpoint_id: CheckpointId) -> None:
+        """Nothing to do: ``init_transactions`` fenced the previous attempt."""
+
+    def write(self, batch: Mapping[TaskId, list[OutputRecord]]) -> None:
+        if not any(batch.values()):
+            return
+        self._producer.begin_transaction()
+        for task, records in batch.items():
+            headers = channel_headers(self.epoch, task)
+            for key, value in records:
+                _produce(self._producer, self.topic, key, value, headers)
+            self.records_out += len(records)
+        self._producer.commit_transaction(_TIMEOUT_S)
+        FAULTS.hit("after-channel-write")
+
+    def pre_commit(self, barriers: Mapping[TaskId, Barrier]) -> dict[TaskId, list[bytes]]:
+        self._producer.begin_transaction()
+        for barrier in barriers.values():
+            value = codec.encode(barrier)
+            for partition in range(self.partitions):
+                _produce(self._producer, self.topic, None, value, barrier_headers(barrier), partition)
+        self._producer.commit_transaction(_TIMEOUT_S)
+        return {}
+
+    def commit(self, checkpoint_id: CheckpointId) -> None:
+        """Channel records are already visible; the reading stage aligns on the barriers."""
+
+    def abort(self, checkpoint_id: CheckpointId) -> None:
+        """Nothing to undo: the reading stage's checkpoint is aborted as well."""
+
+    def close(self) -> None:
+        self._producer.flush(_TIMEOUT_S)
+
+
+class TwoPhaseCommitOutput:
+    """Write-ahead buffers committed on the completed notification (see module docstring)."""
+
+    def __init__(self, client: dict[str, Any], topic: str, job_id: JobId, operator_id: OperatorId,
+                 transactional_id: str, marker_topic: str) -> None:
+        self.topic = topic
+        self.client = client
+        self.marker_topic = marker_topic
+        self.query_id = f"{job_id}/{operator_id}"
+        self.transactional_id = transactional_id
+        self.records_out = 0
+        self.commits = 0
+        self._open: dict[TaskId, list[OutputRecord]] = {}
+        self._sealed: list[PendingBuffer] = []
+        ensure_marker_topic(client, marker_topic)
+        self._marker_partitions = marker_partition_count(client, marker_topic)
+        # linger long enough that nothing leaves the client before commit_transaction() flushes
+        self._producer = Producer(producer_config(client, transactional_id, **{"linger.ms": 1000}))
+        self._producer.init_transactions(_TIMEOUT_S)  # fences and aborts the previous attempt
+
+    @property
+    def pending_records(self) -> int:
+        return sum(len(b.records) for b in self._sealed) + sum(len(r) for r in self._open.values())
+
+    def recover(self, items: Sequence[bytes], checkpoint_id: CheckpointId) -> None:
+        """Commit the restored checkpoint's buffers unless its marker says they are committed."""
+        buffers = {(b.task, b.checkpoint_id): b for b in map(PendingBuffer.decode, items)}
+        if not buffers:
+            return
+        marker = newest_commit(self.client, self.marker_topic, self.query_id, 0, at_most=int(checkpoint_id))
+        done = marker.batch_id if marker is not None else 0
+        self._sealed = sorted((b for b in buffers.values() if b.checkpoint_id > done),
+                              key=lambda b: (b.checkpoint_id, b.task))
+        self.commit(checkpoint_id)
+
+    def write(self, batch: Mapping[TaskId, list[OutputRecord]]) -> None:
+        for task, records in batch.items():
+            if records:
+                self._open.setdefault(task, []).extend(records)
+
+    def pre_commit(self, barriers: Mapping[TaskId, Barrier]) -> dict[TaskId, list[bytes]]:
+        for task, barrier in barriers.items():
+            records = self._open.pop(task, [])
+            if records:
+                self._sealed.append(PendingBuffer(task, barrier.checkpoint_id, tuple(records)))
+        return {task: [b.encode() for b in self._sealed if b.task == task] for task in barriers}
+
+    def commit(self, checkpoint_id: CheckpointId) -> None:
+        due = [b for b in self._sealed if b.checkpoint_id <= checkpoint_id]
+        if not due:
+            return
+        producer = self._producer
+        producer.begin_transaction()
+        count = 0
+        for buffer in due:
+            for key, value in buffer.records:
+                _produce(producer, self.topic, key, value)
+            count += len(buffer.records)
+        marker = CommitMarker(self.query_id, int(checkpoint_id), 0, self.transactional_id, count,
+                              int(time.time() * 1000))
+        _produce(producer, self.marker_topic, marker.key, marker.encode(), None,
+                 marker_partition(marker.key, self._marker_partitions))
+        FAULTS.hit("during-commit")
+        producer.commit_transaction(_TIMEOUT_S)
+        FAULTS.hit("after-commit")
+        self._sealed = [b for b in self._sealed if b.checkpoint_id > checkpoint_id]
+        self.records_out += count
+        self.commits += 1
+
+    def abort(self, checkpoint_id: CheckpointId) -> None:
+        """The buffer sealed by ``checkpoint_id`` stays pending for the next completed checkpoint."""
+
+    def close(self) -> None:
+        self._producer.flush(_TIMEOUT_S)
+
+
+class AtLeastOnceOutput:
+    """Immediate idempotent writes, flushed at each checkpoint (no transactions)."""
+
+    def __init__(self, client: dict[str, Any], topic: str) -> None:
+        self.topic = topic
+        self.records_out = 0
+        self._producer = Producer(producer_config(client))
+
+    def recover(self, items: Sequence[bytes], checkpoint_id: CheckpointId) -> None:
+        """Nothing is buffered in at-least-once mode."""
+
+    def write(self, batch: Mapping[TaskId, list[OutputRecord]]) -> None:
+        for records in batch.values():
+            for key, value in records:
+                _produce(self._producer, self.topic, key, value)
+            self.records_out += len(records)
+        self._producer.poll(0)
+
+    def pre_commit(self, barriers: Mapping[TaskId, Barrier]) -> dict[TaskId, list[bytes]]:
+        remaining = self._producer.flush(_TIMEOUT_S)
+        if remaining:
+            raise RuntimeError(f"{remaining} records to {self.topic} not delivered at the checkpoint")
+        return {}
+
+    def commit(self, checkpoint_id: CheckpointId) -> None:
+        pass
+
+    def abort(self, checkpoint_id: CheckpointId) -> None:
+        pass
+
+    def close(self) -> None:
+        self._producer.flush(_TIMEOUT_S)

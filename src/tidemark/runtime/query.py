@@ -1,0 +1,83 @@
+"""Run one stage worker as a PySpark Structured Streaming query (the worker process's main).
+
+Lifecycle: ``run_attempt(settings, attempt)`` prepares the worker (restore included), starts a
+local SparkSession and the streaming query (``tidemark-kafka`` source -> ``foreachBatch``), writes
+the attempt's ready file, then loops: the control plane between micro-batches, consumer lag every
+few seconds, until the stage finishes (stop-with-savepoint completed: returns 0) or the query
+fails (raises). Metrics are served on ``settings.http_port`` from the start.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from typing import Any
+
+from prometheus_client import start_http_server
+
+from tidemark.config.settings import TidemarkSettings
+from tidemark.runtime.records import records_of
+from tidemark.runtime.worker import Attempt, StageWorker
+from tidemark.service.logs import get_logger
+from tidemark.spark.session import LocalSessionOptions, local_session
+
+log = get_logger(__name__)
+TRIGGER = "200 milliseconds"
+LAG_EVERY_S = 2.0
+
+
+class QueryFailed(RuntimeError):
+    """The streaming query stopped with an error."""
+
+
+def _source_options(worker: StageWorker) -> dict[str, str]:
+    options = {f"kafka.{k}": str(v) for k, v in worker.client.items()}
+    options.update({
+        "subscribe": ",".join(worker.stage.inputs),
+        "startingOffsets": worker.starting_offsets(),
+        "maxRecordsPerTrigger": str(worker.stage.max_records_per_batch),
+        "isolationLevel": "read_committed",
+    })
+    return options
+
+
+def run_attempt(settings: TidemarkSettings, attempt: Attempt) -> int:
+    if settings.http_port:
+        start_http_server(settings.http_port, addr=settings.http_host)
+    worker = StageWorker(settings, attempt)
+    worker.prepare()
+    spark = local_session(LocalSessionOptions(app_name=f"tidemark-{worker.job}-{worker.stage.name}"))
+
+    def on_batch(frame: Any, batch_id: int) -> None:
+        table = frame.toArrow()
+        with worker.lock:
+            worker.on_batch(records_of(table))
+
+    spark_checkpoints = tempfile.mkdtemp(prefix=f"tidemark-{worker.stage.name}-")
+    stream = spark.readStream.format("tidemark-kafka").options(**_source_options(worker)).load()
+    query = (stream.writeStream.foreachBatch(on_batch).option("checkpointLocation", spark_checkpoints)
+             .trigger(processingTime=TRIGGER).queryName(f"{worker.job}.{worker.stage.name}").start())
+    attempt.ready_file.parent.mkdir(parents=True, exist_ok=True)
+    attempt.ready_file.write_text(json.dumps({
+        "stage": worker.stage.name, "epoch": attempt.epoch, "metrics_port": settings.http_port,
+        "restored_from": worker.restored_from.checkpoint_id if worker.restored_from else None}))
+    log.info("stage running", job=worker.job, stage=worker.stage.name, epoch=attempt.epoch,
+             parallelism=attempt.parallelism, starting_offsets=_source_options(worker)["startingOffsets"])
+    last_lag = 0.0
+    try:
+        while not worker.finished:
+            if not query.isActive:
+                raise QueryFailed(f"stage {worker.stage.name} query stopped: {query.exception()}")
+            time.sleep(0.1)
+            with worker.lock:
+                worker.handle_control()
+            if time.monotonic() - last_lag > LAG_EVERY_S:
+                worker.report_lag()
+                last_lag = time.monotonic()
+        query.stop()
+        log.info("stage finished", job=worker.job, stage=worker.stage.name, epoch=attempt.epoch)
+        return 0
+    finally:
+        worker.close()
+        spark.stop()

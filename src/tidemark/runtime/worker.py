@@ -1,0 +1,399 @@
+"""The stage worker: one PySpark Structured Streaming query running one stage of a job.
+
+Lifecycle (one attempt, numbered by its epoch): build the stage's tasks (one per key-group
+range) -> restore them from a checkpoint or savepoint if one is given (state, operator state,
+source positions, pending sink buffers, the channel cut) -> start the query (Tidemark's Kafka
+source on Spark's Python Data Source API, from the restored positions) and write the ready file
+-> for every micro-batch (``foreachBatch``): route each record by key group to its task, run the
+user function, hand the results to the stage's output; between batches, act on the control
+plane -> until a stop-with-savepoint completes (exit 0) or the attempt dies (the supervisor
+restores a new attempt).
+
+Checkpoints: a *source stage* (reading the job's input topics) checkpoints when the
+coordinator's trigger arrives, at the next micro-batch boundary, with the positions after the
+last processed record. A stage reading a *channel* checkpoints when the barriers written by every
+upstream task are aligned (see :mod:`tidemark.runtime.alignment`), with the cut at the barriers.
+Either way: pre-commit the output (channel: barriers downstream; exactly-once sink: seal the
+write-ahead buffer), snapshot every task's keyed and operator state into checkpoint storage, ack
+each task to the coordinator. Completed / aborted notifications commit / keep the output.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient
+
+from tidemark.checkpoint.restore_planner import plan_assignments, plan_restore
+from tidemark.checkpoint_store.layout import checkpoint_dir, shared_dir
+from tidemark.checkpoint_store.persistent_store import read_metadata
+from tidemark.config.settings import TidemarkSettings
+from tidemark.kafka.admin import ensure_topics
+from tidemark.kafka.clients import base_config, producer_config
+from tidemark.kafka.topics import TopicNames, TopicSpec
+from tidemark.protocol import codec
+from tidemark.protocol.messages import (
+    Barrier,
+    CheckpointAborted,
+    CheckpointCompleted,
+    CheckpointMetadata,
+    CheckpointTrigger,
+    SourceOffset,
+    StateHandleKind,
+    TaskAck,
+    TaskSnapshot,
+    TaskTimings,
+)
+from tidemark.runtime.alignment import Aligned, BarrierAligner, Cancelled, Channel, Process
+from tidemark.runtime.api import JobSpec, Stage, load_job
+from tidemark.runtime.control import ControlPlane, now_ms
+from tidemark.runtime.faults import FAULTS
+from tidemark.runtime.metrics import (
+    ALIGNMENT,
+    CONSUMER_LAG,
+    RECORDS_IN,
+    RECORDS_OUT,
+    RESTORE_DURATION,
+    SNAPSHOT_ASYNC,
+    SNAPSHOT_SYNC,
+    init_worker_metrics,
+)
+from tidemark.runtime.outputs import (
+    AtLeastOnceOutput,
+    ChannelOutput,
+    OutputRecord,
+    StageOutput,
+    TwoPhaseCommitOutput,
+)
+from tidemark.runtime.records import InputRecord
+from tidemark.runtime.routing import KeyGroupRouter
+from tidemark.runtime.task import CUT_STATE, SINK_STATE, StageTask, create_backend
+from tidemark.service.dead_letters import RawRecord, record_failure
+from tidemark.service.logs import get_logger
+from tidemark.spark.planning import list_partitions, metadata_consumer, watermarks
+from tidemark.storage import open_storage
+from tidemark.storage.scoped import SnapshotStorage
+from tidemark.types import CheckpointId, CheckpointingMode, CheckpointType, Epoch, TaskId
+
+log = get_logger(__name__)
+SERVICE = "worker"
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """What the supervisor hands one stage worker."""
+
+    job_ref: str
+    stage: str
+    epoch: Epoch
+    parallelism: int
+    run_dir: Path
+    job_args: dict[str, Any] = field(default_factory=dict)
+    restore_path: str | None = None  # _metadata of the checkpoint or savepoint to restore
+
+    @property
+    def ready_file(self) -> Path:
+        return self.run_dir / f"{self.stage}.epoch-{self.epoch}.ready"
+
+
+def marker_topic(topics: TopicNames) -> str:
+    return f"{topics.prefix}.sink-commits"
+
+
+class StageWorker:
+    def __init__(self, settings: TidemarkSettings, attempt: Attempt) -> None:
+        self.settings = settings
+        self.attempt = attempt
+        self.spec: JobSpec = load_job(attempt.job_ref, attempt.job_args)
+        self.stage: Stage = self.spec.stage(attempt.stage)
+        self.upstream = self.spec.upstream_of(self.stage)
+        self.job = self.spec.job_id
+        self.epoch = attempt.epoch
+        self.client = base_config(settings)
+        self.topics = TopicNames(settings.topic_prefix)
+        self.storage = open_storage(settings.resolved_storage_url)
+        self.lock = threading.RLock()
+        self.tasks: list[StageTask] = []
+        self.positions: dict[tuple[str, int], int] = {}
+        self.aligner: BarrierAligner | None = None
+        self.output: StageOutput | None = None
+        self.control: ControlPlane | None = None
+        self.router: KeyGroupRouter | None = None
+        self.restored_from: CheckpointMetadata | None = None
+        self.stopping: CheckpointId | None = None
+        self.finished = False
+        self.checkpoints_taken = 0
+        self._batch: dict[TaskId, list[OutputRecord]] = defaultdict(list)
+        self._dead_letters = Producer(producer_config(self.client))
+        self._local = (settings.state_dir or settings.home / "state") / self.job / self.stage.name / f"epoch-{self.epoch}"
+
+    # ------------------------------------------------------------------ set-up
+
+    @property
+    def is_source(self) -> bool:
+        return self.upstream is None
+
+    def prepare(self) -> None:
+        """Topics, tasks, restore, output, control plane: everything before the query starts."""
+        spec, stage = self.spec, self.stage
+        admin = AdminClient(dict(self.client))
+        ensure_topics(admin, [TopicSpec(stage.output, spec.output_partitions)])
+        if self.upstream is not None:
+            ensure_topics(admin, [TopicSpec(self.upstream.output, spec.output_partitions)])
+        init_worker_metrics(self.job)
+        self.control = ControlPlane(self.client, self.topics, self.job)  # before anything can trigger
+        started = time.monotonic()
+        assignments = plan_assignments((stage.operator_id,), self.attempt.parallelism, spec.max_parallelism)
+        shutil.rmtree(self._local, ignore_errors=True)
+        for assignment in assignments:
+            kgr = _range(assignment)
+            backend = create_backend(spec.state_backend, kgr, spec.max_parallelism, stage.name,
+                                     self._local / assignment.task_id.replace("#", "-"))
+            self.tasks.append(StageTask(stage, assignment, self.attempt.parallelism, backend))
+        self.router = KeyGroupRouter(spec.max_parallelism, [t.key_groups for t in self.tasks])
+        sink_items, cut = self._restore() if self.attempt.restore_path else ([], {})
+        self.output = self._create_output()
+        restored_id = self.restored_from.checkpoint_id if self.restored_from else CheckpointId(0)
+        self.output.recover(sink_items, restored_id)
+        for task in self.tasks:
+            task.open()
+        if self.upstream is not None:
+            self.aligner = BarrierAligner(spec.mode, self.epoch, self._channels(), cut)
+        RESTORE_DURATION.labels(self.job).set(time.monotonic() - started if self.restored_from else 0)
+
+    def _restore(self) -> tuple[list[bytes], dict[Channel, int]]:
+        metadata = read_metadata(self.storage, self.attempt.restore_path or "")
+        if metadata.job_id != self.job:
+            raise ValueError(f"{self.attempt.restore_path} belongs to job {metadata.job_id}, not {self.job}")
+        self.restored_from = metadata
+        plan = plan_restore(metadata, self.attempt.parallelism)
+        op = self.stage.operator_id
+        operator_handles = [h for t in metadata.tasks if t.operator_id == op
+                            for h in t.state_handles if h.kind is StateHandleKind.OPERATOR]
+        sink_items: dict[bytes, None] = {}
+        cut: dict[Channel, int] = {}
+        for task in self.tasks:
+            part = plan.for_task(task.task_id)
+            task.restore(part.keyed_handles, operator_handles, self.storage)
+            sink_items.update(dict.fromkeys(task.restored_items(SINK_STATE)))
+            for item in task.restored_items(CUT_STATE):
+                doc = json.loads(item)
+                cut[(doc["topic"], doc["partition"], TaskId(doc["task"]))] = doc["offset"]
+            for offset in part.source_offsets:
+                self.positions[(offset.topic, offset.partition)] = offset.offset
+        log.info("restored", job=self.job, stage=self.stage.name, checkpoint=metadata.checkpoint_id,
+                 epoch=self.epoch, positions=len(self.positions), pending_buffers=len(sink_items))
+        return list(sink_items), cut
+
+    def _create_output(self) -> StageOutput:
+        spec, stage = self.spec, self.stage
+        txid = f"{self.topics.prefix}.{self.job}.{stage.name}"
+        if spec.is_channel(stage):
+            return ChannelOutput(self.client, stage.output, self._partitions(stage.output), txid, self.epoch)
+        if spec.mode is CheckpointingMode.EXACTLY_ONCE:
+            return TwoPhaseCommitOutput(self.client, stage.output, self.job, stage.operator_id, txid,
+                                        marker_topic(self.topics))
+        return AtLeastOnceOutput(self.client, stage.output)
+
+    def _partitions(self, topic: str) -> int:
+        consumer = metadata_consumer(self.client)
+        try:
+            return len(list_partitions(consumer, [topic]))
+        finally:
+            consumer.close()
+
+    def _channels(self) -> set[Channel]:
+        assert self.upstream is not None
+        upstream = [a.task_id for a in plan_assignments((self.upstream.operator_id,), self.attempt.parallelism,
+                                                        self.spec.max_parallelism)]
+        consumer = metadata_consumer(self.client)
+        try:
+            partitions = list_partitions(consumer, self.stage.inputs)
+        finally:
+            consumer.close()
+        return {(topic, partition, task) for topic, partition in partitions for task in upstream}
+
+    def starting_offsets(self) -> str:
+        """Restored positions (partitions not named start at earliest), else earliest."""
+        return json.dumps(_nested(self.positions)) if self.positions else "earliest"
+
+    # ------------------------------------------------------------------ records
+
+    def on_batch(self, records: Iterable[InputRecord]) -> None:
+        """One micro-batch, then the control plane (called under ``lock``)."""
+        if self.finished:
+            return
+        self.wait_while_stopping()
+        for record in records:
+            if self.finished:
+                return
+            if self.aligner is None:
+                self.positions[record.position] = record.offset + 1
+                self._process(record)
+            else:
+                self._feed(record)
+        self.flush_outputs()
+        FAULTS.hit("after-batch")
+        self.handle_control()
+
+    def _feed(self, record: InputRecord) -> None:
+        assert self.aligner is not None
+        self.positions[record.position] = record.offset + 1
+        for action in self.aligner.feed(record, now_ms()):
+            if isinstance(action, Process):
+                self._process(action.record)
+            elif isinstance(action, Aligned):
+                self.flush_outputs()
+                self.checkpoint(action.barrier.checkpoint_id, action.barrier.checkpoint_type, action)
+            elif isinstance(action, Cancelled):
+                for task in self.tasks:
+                    self.control.decline(action.checkpoint_id, task.task_id,  # type: ignore[union-attr]
+                                         "CHECKPOINT_DECLINED: alignment overtaken by a newer barrier", self.epoch)
+        if record.barrier is not None and self.aligner.aligning is not None:
+            FAULTS.hit("during-alignment")
+
+    def _process(self, record: InputRecord) -> None:
+        try:
+            value = self.stage.decode(record.key, record.value)
+            key = self.stage.key_by(value)
+        except Exception as exc:  # malformed input: dead-letter it with its origin, keep going
+            self._dead_letter(record, exc)
+            return
+        task = self.tasks[self.router.task_index(key)]  # type: ignore[union-attr]
+        outputs = task.process(key, value, record.timestamp_ms)
+        RECORDS_IN.labels(self.job, task.task_id).inc()
+        if outputs:
+            self._batch[task.task_id].extend(outputs)
+
+    def _dead_letter(self, record: InputRecord, error: BaseException) -> None:
+        raw = RawRecord(record.topic, record.partition, record.offset, record.timestamp_ms, record.key,
+                        record.value, {})
+        letter = record_failure(raw, error, SERVICE)
+        self._dead_letters.produce(self.topics.dead_letters, key=record.key, value=codec.encode(letter))
+        self._dead_letters.poll(0)
+
+    def flush_outputs(self) -> None:
+        if not self._batch:
+            return
+        batch, self._batch = dict(self._batch), defaultdict(list)
+        self.output.write(batch)  # type: ignore[union-attr]
+        for task, records in batch.items():
+            RECORDS_OUT.labels(self.job, task).inc(len(records))
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def handle_control(self) -> None:
+        """Act on new notifications of this attempt (called under ``lock``)."""
+        assert self.control is not None and self.output is not None
+        for note in self.control.poll():
+            if note.epoch != self.epoch:
+                continue
+            if isinstance(note, CheckpointTrigger):
+                if self.is_source and not self.finished and self.stopping is None:
+                    self.flush_outputs()
+                    self.checkpoint(note.checkpoint_id, note.checkpoint_type, None, note.target_location)
+            elif isinstance(note, CheckpointCompleted):
+                self.output.commit(note.checkpoint_id)
+                if note.checkpoint_id == self.stopping:
+                    self.finished = True
+                    log.info("stop-with-savepoint completed; finishing", job=self.job, stage=self.stage.name,
+                             savepoint=note.checkpoint_id)
+            elif isinstance(note, CheckpointAborted):
+                self.output.abort(note.checkpoint_id)
+                if note.checkpoint_id == self.stopping:
+                    log.warning("stop-with-savepoint aborted; resuming", job=self.job, reason=note.reason)
+                    self.stopping = None
+
+    def wait_while_stopping(self) -> None:
+        """After a stop-with-savepoint snapshot: process nothing until it completes or aborts."""
+        while self.stopping is not None and not self.finished:
+            self.handle_control()
+            time.sleep(0.05)
+
+    def checkpoint(self, checkpoint_id: CheckpointId, kind: CheckpointType, aligned: Aligned | None,
+                   target: str | None = None) -> None:
+        assert self.output is not None and self.control is not None
+        started = time.monotonic()
+        emitted = now_ms()
+        barriers = {t.task_id: Barrier(self.job, checkpoint_id, kind, self.spec.mode, t.task_id, emitted, self.epoch)
+                    for t in self.tasks}
+        items = self.output.pre_commit(barriers)
+        private = target or checkpoint_dir(self.job, checkpoint_id, kind)
+        storage = SnapshotStorage(self.storage, private, shared_dir(self.job))
+        positions = aligned.resume_offsets() if aligned is not None else dict(self.positions)
+        cut_items = [json.dumps({"topic": t, "partition": p, "task": task, "offset": o}).encode()
+                     for (t, p, task), o in sorted(aligned.cut.items())] if aligned is not None else []
+        snapshots = []
+        for task in self.tasks:
+            index = task.assignment.subtask_index
+            handles = task.snapshot(checkpoint_id, storage, canonical=kind.is_savepoint, operator_items={
+                SINK_STATE.name: items.get(task.task_id, []), CUT_STATE.name: cut_items if index == 0 else []})
+            offsets = tuple(SourceOffset(t, p, o) for (t, p), o in sorted(positions.items())
+                            if p % len(self.tasks) == index)
+            snapshots.append(TaskSnapshot(task.task_id, self.stage.operator_id, index, task.assignment.key_group_start,
+                                          task.assignment.key_group_end, state_handles=handles,
+                                          source_offsets=offsets))
+        sync_s = time.monotonic() - started
+        FAULTS.hit("after-snapshot")
+        alignment_ms = aligned.alignment_ms if aligned is not None else 0
+        acked = time.monotonic()
+        for snapshot in snapshots:
+            timings = TaskTimings(alignment_ms=alignment_ms, sync_ms=int(sync_s * 1000),
+                                  async_ms=0, processed_bytes=0)
+            self.control.ack(TaskAck(self.job, checkpoint_id, snapshot, timings, now_ms(), self.epoch))
+        SNAPSHOT_SYNC.labels(self.job).observe(sync_s)
+        SNAPSHOT_ASYNC.labels(self.job).observe(time.monotonic() - acked)
+        ALIGNMENT.labels(self.job).observe(alignment_ms / 1000)
+        self.checkpoints_taken += 1
+        log.info("checkpoint acked", job=self.job, stage=self.stage.name, checkpoint=checkpoint_id,
+                 kind=kind.value, sync_ms=int(sync_s * 1000), alignment_ms=alignment_ms,
+                 held=aligned.held if aligned else 0, overtaken=aligned.overtaken if aligned else 0)
+        FAULTS.hit("after-ack")
+        if kind is CheckpointType.STOP_WITH_SAVEPOINT:
+            self.stopping = checkpoint_id
+            self.wait_while_stopping()
+
+    # ------------------------------------------------------------------ monitoring
+
+    def report_lag(self) -> None:
+        consumer = metadata_consumer(self.client)
+        try:
+            partitions = list_partitions(consumer, self.stage.inputs)
+            for (topic, partition), (_, high) in watermarks(consumer, partitions).items():
+                position = self.positions.get((topic, partition), 0)
+                CONSUMER_LAG.labels(self.job, topic, str(partition)).set(max(0, high - position))
+        finally:
+            consumer.close()
+
+    def close(self) -> None:
+        for task in self.tasks:
+            task.close()
+        if self.output is not None:
+            self.output.close()
+        if self.control is not None:
+            self.control.close()
+        self._dead_letters.flush(10)
+        shutil.rmtree(self._local, ignore_errors=True)
+
+
+def _range(assignment: Any) -> Any:
+    from tidemark.state.keygroups import KeyGroupRange
+
+    return KeyGroupRange(assignment.key_group_start, assignment.key_group_end)
+
+
+def _nested(positions: dict[tuple[str, int], int]) -> dict[str, dict[str, int]]:
+    nested: dict[str, dict[str, int]] = defaultdict(dict)
+    for (topic, partition), offset in sorted(positions.items()):
+        nested[topic][str(partition)] = offset
+    return dict(nested)
+

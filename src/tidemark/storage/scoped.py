@@ -1,0 +1,54 @@
+"""A view of checkpoint storage that places one snapshot's files where the store expects them.
+
+State backends write paths relative to "their" storage: private files anywhere, files meant to
+be shared between checkpoints under ``shared/``. :class:`SnapshotStorage` maps private paths
+into the checkpoint's (or savepoint's) directory and ``shared/...`` into the job's shared
+directory, so the checkpoint-store finds private files under the checkpoint and reference-counts
+shared ones across checkpoints. Returned :class:`StateFile` paths are relative to the storage
+root; reads by ``StateFile`` go to the root storage unchanged.
+
+Lifecycle: one instance per (task snapshot of one) checkpoint; it holds no resources.
+"""
+
+from __future__ import annotations
+
+from typing import BinaryIO, Iterator
+
+from tidemark.protocol.messages import StateFile
+from tidemark.storage.base import CheckpointStorage
+
+SHARED = "shared/"
+
+
+class SnapshotStorage:
+    def __init__(self, root: CheckpointStorage, private_dir: str, shared_dir: str) -> None:
+        self.root = root
+        self.url = root.url
+        self._private = private_dir.rstrip("/") + "/"
+        self._shared = shared_dir.rstrip("/") + "/"
+
+    def _map(self, path: str) -> str:
+        if path.startswith(SHARED):
+            return self._shared + path[len(SHARED):]
+        return self._private + path
+
+    def write_bytes(self, path: str, data: bytes, *, shared: bool = False) -> StateFile:
+        return self.root.write_bytes(self._map(path), data, shared=shared)
+
+    def write_from(self, path: str, source: BinaryIO, *, shared: bool = False) -> StateFile:
+        return self.root.write_from(self._map(path), source, shared=shared)
+
+    def read_bytes(self, path: str) -> bytes:
+        return self.root.read_bytes(self._map(path))
+
+    def read_verified(self, ref: StateFile) -> bytes:
+        return self.root.read_verified(ref)
+
+    def exists(self, path: str) -> bool:
+        return self.root.exists(self._map(path))
+
+    def delete(self, path: str) -> None:
+        self.root.delete(self._map(path))
+
+    def list(self, prefix: str = "") -> Iterator[str]:
+        return self.root.list(self._map(prefix))
