@@ -1,36 +1,33 @@
-"""``make demo``: the embedded defaults end to end, then a clean shutdown.
+"""``make demo``: the two-stage access-log job on the embedded defaults, a SIGKILL, a restore,
+and an exactly-once verdict.
 
-Starts the embedded broker (unless ``KAFKA_BOOTSTRAP_SERVERS`` names one), the four services as
-local processes, shows each one ready, passes a control round trip through Kafka (a job
-registers, the coordinator triggers a checkpoint, the job's task acks it and the coordinator
-consumes the ack), and stops everything. Ctrl-C at any point stops everything too.
+Steps (each printed with the time since start): the embedded broker (unless
+``KAFKA_BOOTSTRAP_SERVERS`` names one) -> the four services as local processes -> the job
+(per-URL counts per minute -> per-minute top URLs, two PySpark queries connected by a Kafka
+topic) with checkpoints every 2 s -> a generator writing access-log records -> once checkpoints
+complete, the ``top_urls`` worker is killed with SIGKILL -> the supervisor restores both stages
+from the newest checkpoint -> the output is read read_committed and compared with what the input
+implies -> stop-with-savepoint -> everything stops. Exit 0 only when the output is exactly once.
+Ctrl-C at any point stops everything (exit 130).
 """
 
 from __future__ import annotations
 
-import re
+import json
+import os
 import signal
 import time
 import uuid
 from pathlib import Path
 
-from confluent_kafka import Consumer, Producer, TopicPartition
-
 from tidemark.broker.embedded import BrokerStatus, kafka_or_embedded
-from tidemark.kafka.clients import consumer_config, producer_config
-from tidemark.kafka.topics import TopicNames
-from tidemark.local.cluster import LocalCluster
-from tidemark.protocol import codec
-from tidemark.protocol.messages import (
-    CheckpointTrigger,
-    JobRegistration,
-    TaskAck,
-    TaskAssignment,
-    TaskSnapshot,
-    TaskTimings,
-)
+from tidemark.examples.generator import expected_top_urls
+from tidemark.examples.verify import read_committed, verify_top_urls
+from tidemark.local.pipeline import InputFeeder, JobRun, LocalPipeline
 from tidemark.services import SERVICES
-from tidemark.types import CheckpointingMode, Epoch, JobId, KeyGroup, OperatorId, task_id
+
+JOB = "tidemark.examples.access_log:top_urls"
+RECORDS = 6_000
 
 
 class _Progress:
@@ -41,55 +38,28 @@ class _Progress:
         print(f"[{time.monotonic() - self.started:6.1f}s] {text}", flush=True)
 
 
-def _wait_for_trigger(consumer: Consumer, job: str, timeout_s: float) -> CheckpointTrigger:
+def _wait(condition, timeout_s: float, what: str):  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        record = consumer.poll(0.5)
-        if record is None or record.error():
-            continue
-        message = codec.decode(record.value())
-        if isinstance(message, CheckpointTrigger) and message.job_id == job:
-            return message
-    raise TimeoutError(f"no checkpoint trigger for job {job} within {timeout_s}s")
+    while not (value := condition()):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} did not happen within {timeout_s:g}s")
+        time.sleep(0.3)
+    return value
 
 
-def _consumed(metrics: bytes, service: str, topic: str) -> float:
-    pattern = rf'tidemark_messages_consumed_total{{service="{service}",topic="{re.escape(topic)}"}} (\S+)'
-    found = re.search(pattern, metrics.decode())
-    return float(found.group(1)) if found else 0.0
+def _completed(pipe: LocalPipeline, job_id: str) -> int:
+    jobs = pipe.client().jobs()["jobs"]
+    return sum(j["counts"]["completed"] for j in jobs if j["job"] == job_id)
 
 
-def _round_trip(cluster: LocalCluster, topics: TopicNames, progress: _Progress) -> None:
-    job = JobId("demo-access-log")
-    task = task_id("counts", 0)
-    base = {"bootstrap.servers": cluster.bootstrap}
-    consumer = Consumer(consumer_config(base, None))
-    consumer.assign([TopicPartition(topics.control, 0, 0)])
-    producer = Producer(producer_config(base))
-    try:
-        registration = JobRegistration(
-            job_id=job, epoch=Epoch(1), mode=CheckpointingMode.EXACTLY_ONCE, max_parallelism=128,
-            tasks=(TaskAssignment(task, OperatorId("counts"), 0, KeyGroup(0), KeyGroup(127)),),
-            source_tasks=(task,), registered_at=int(time.time() * 1000))
-        producer.produce(topics.control, key=job.encode(), value=codec.encode(registration))
-        producer.flush(10)
-        progress.step(f"job {job} registered on {topics.control}")
-        trigger = _wait_for_trigger(consumer, job, 30)
-        progress.step(f"coordinator triggered checkpoint {trigger.checkpoint_id} ({trigger.mode.value})")
-        ack = TaskAck(job_id=job, checkpoint_id=trigger.checkpoint_id,
-                      task=TaskSnapshot(task, OperatorId("counts"), 0, KeyGroup(0), KeyGroup(127)),
-                      timings=TaskTimings(), acked_at=int(time.time() * 1000), epoch=Epoch(1))
-        producer.produce(topics.acks, key=job.encode(), value=codec.encode(ack))
-        producer.flush(10)
-        coordinator = cluster.services["coordinator"]
-        deadline = time.monotonic() + 30
-        while _consumed(coordinator.get("/metrics")[1], "coordinator", topics.acks) < 1:
-            if time.monotonic() > deadline:
-                raise TimeoutError("the coordinator did not consume the ack within 30s")
-            time.sleep(0.3)
-        progress.step(f"task {task} acked checkpoint {trigger.checkpoint_id}; the coordinator consumed it")
-    finally:
-        consumer.close()
+def _worker(home: Path, stage: str) -> dict | None:
+    """The ready record (pid, epoch) of the newest attempt of ``stage``."""
+    ready = sorted(home.glob(f"runs/*/{stage}.epoch-*.ready"), key=lambda p: int(p.name.split("-")[-1].split(".")[0]))
+    return json.loads(ready[-1].read_text()) if ready else None
+
+
+def _registered_after(run: JobRun, epoch: int) -> dict | None:
+    return next((e for e in run.events("attempt registered") if e["epoch"] > epoch and not e["finished"]), None)
 
 
 def _interrupt(signum: int, frame: object) -> None:
@@ -102,28 +72,63 @@ def run_demo(home: Path) -> int:
     progress = _Progress()
     home = Path(home) / "demo"
     try:
-        with kafka_or_embedded(home / "broker") as (bootstrap, status), \
-                LocalCluster(home, bootstrap, topic_prefix=_prefix(status)) as cluster:
+        with kafka_or_embedded(home / "broker") as (bootstrap, status):
             progress.step(f"embedded broker ready at {bootstrap} (pid {status.pid})" if status
                           else f"using Kafka at {bootstrap}")
-            cluster.start(list(SERVICES))
-            cluster.wait_ready(timeout_s=90)
-            for name, service in cluster.services.items():
-                code, body = service.get("/readyz")
-                progress.step(f"{name:<17} {service.url}/readyz -> {code} {body.decode()}")
-            _round_trip(cluster, TopicNames(cluster.topic_prefix), progress)
-            codes = cluster.stop()
-        progress.step(f"services stopped: {codes}")
-        if any(codes.values()):
-            print("demo FAILED: a service did not stop cleanly")
-            return 1
-        print("demo OK")
-        return 0
+            return _run(home, bootstrap, status, progress)
     except KeyboardInterrupt:
         progress.step("interrupted; stopping everything")
         return 130
 
 
-def _prefix(embedded: BrokerStatus | None) -> str:
-    """A fresh topic prefix on a shared Kafka; the default one on the demo's own broker."""
-    return "tidemark" if embedded else f"tidemark-demo-{uuid.uuid4().hex[:6]}"
+def _run(home: Path, bootstrap: str, status: BrokerStatus | None, progress: _Progress) -> int:
+    run_id = uuid.uuid4().hex[:6]
+    prefix = "tidemark" if status else f"tidemark-demo-{run_id}"
+    names = {"job_id": f"access-log-top-urls-{run_id}", "input_topic": f"access-log-{run_id}",
+             "channel_topic": f"url-minute-counts-{run_id}", "output_topic": f"top-urls-{run_id}"}
+    with LocalPipeline(home, bootstrap, topic_prefix=prefix, services=tuple(SERVICES)) as pipe:
+        for name, service in pipe.cluster.services.items():
+            code, body = service.get("/readyz")
+            progress.step(f"{name:<17} {service.url}/readyz -> {code} {body.decode()}")
+        pipe.create_topic(names["input_topic"], 4)
+        job = pipe.start_job(JOB, names)
+        progress.step(f"job {names['job_id']} submitted: minute_counts -> {names['channel_topic']} -> top_urls "
+                      f"-> {names['output_topic']} (2 PySpark queries, parallelism 2, checkpoints every 2 s)")
+        feeder = InputFeeder(bootstrap, names["input_topic"], total=RECORDS, chunk=200, pause_s=0.5).start()
+        progress.step(f"generator writing {RECORDS} access-log records to {names['input_topic']}")
+        _wait(lambda: _worker(home, "top_urls"), 240, "the workers starting")
+        progress.step("both stage workers running (Spark local mode)")
+        _wait(lambda: _completed(pipe, names["job_id"]) >= 3, 180, "3 completed checkpoints")
+        victim = _worker(home, "top_urls")
+        assert victim is not None
+        os.kill(victim["pid"], signal.SIGKILL)
+        killed_at = time.monotonic()
+        progress.step(f"SIGKILL -> top_urls worker pid {victim['pid']} (epoch {victim['epoch']}) after "
+                      f"{_completed(pipe, names['job_id'])} completed checkpoints")
+        restored = _wait(lambda: _registered_after(job, victim["epoch"]), 300, "the restore")
+        restore_s = time.monotonic() - killed_at
+        restore_from = job.events("restore issued")[-1]
+        progress.step(f"restored both stages from checkpoint {restore_from['checkpoint']} as epoch "
+                      f"{restored['epoch']} in {restore_s:.1f}s")
+        records = feeder.join(timeout_s=300)
+        progress.step(f"generator done: {len(records)} records; waiting for the output")
+        expected = expected_top_urls(records)
+        output = read_committed(bootstrap, names["output_topic"], expect=len(records), timeout_s=300)
+        verdict = verify_top_urls(output, expected)
+        request = pipe.client().trigger_savepoint(names["job_id"], stop=True)
+        savepoint = pipe.client().wait_for_savepoint(names["job_id"], request["request_id"], timeout_s=120)
+        code = job.wait(timeout_s=120)
+        progress.step(f"stop-with-savepoint {savepoint.get('status')} at {savepoint.get('metadata_path')}; "
+                      f"job exited {code}")
+        checkpoints = _completed(pipe, names["job_id"])
+    print()
+    print("  records in               ", len(records))
+    print("  output records           ", f"{verdict.records} (expected {verdict.expected_records})")
+    print("  duplicates / missing     ", f"{verdict.duplicates} / {verdict.missing}")
+    print("  final top URLs per minute", "equal to the expectation" if verdict.final_ok else "DIFFERENT")
+    print("  checkpoints completed    ", checkpoints)
+    print("  restore time             ", f"{restore_s:.1f}s (kill -> both stages restored and running)")
+    print("  exactly-once verdict     ", "PASS" if verdict.exactly_once else "FAIL " + "; ".join(verdict.details))
+    print()
+    print("demo OK" if verdict.exactly_once and code == 0 else "demo FAILED")
+    return 0 if verdict.exactly_once and code == 0 else 1

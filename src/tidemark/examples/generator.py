@@ -1,7 +1,7 @@
 """Deterministic access-log records, written to Kafka, and what the example jobs must output.
 
 ``generate(n, seed)`` yields the same ``n`` records for the same seed: URLs drawn from a skewed
-(Zipf-like) catalogue, timestamps spread over a few minutes, a small share of malformed records
+(Zipf-like) catalogue, ``per_minute`` records per minute of event time, a small share of malformed records
 when asked (they must reach the dead-letter topic, not the output).
 """
 
@@ -23,15 +23,15 @@ URLS = tuple(f"/{section}/{item}" for section in ("shop", "cart", "blog", "api",
 START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 
 
-def generate(n: int, seed: int = 7, minutes: int = 5, malformed_every: int = 0) -> Iterator[bytes]:
+def generate(n: int, seed: int = 7, per_minute: int = 1000, malformed_every: int = 0) -> Iterator[bytes]:
     rng = random.Random(seed)
     weights = [1.0 / (rank + 1) for rank in range(len(URLS))]
-    span = minutes * MINUTE_MS
+    step_ms = MINUTE_MS / per_minute
     for i in range(n):
         if malformed_every and i % malformed_every == malformed_every - 1:
             yield b'{"ts": "not a number", "url": '  # truncated JSON
             continue
-        record = {"ts": START_MS + i * span // max(n, 1), "ip": f"10.0.{rng.randrange(4)}.{rng.randrange(250)}",
+        record = {"ts": START_MS + int(i * step_ms), "ip": f"10.0.{rng.randrange(4)}.{rng.randrange(250)}",
                   "method": rng.choice(("GET", "GET", "GET", "POST")), "url": rng.choices(URLS, weights)[0],
                   "status": rng.choice((200, 200, 200, 304, 404)), "bytes": rng.randrange(100, 50_000)}
         yield json.dumps(record).encode()

@@ -73,10 +73,10 @@ class LocalCluster:
         for name in names:
             self.start_one(name, env)
 
-    def start_one(self, name: str, env: dict[str, str] | None = None) -> LocalService:
+    def start_one(self, name: str, env: dict[str, str] | None = None, *, port: int | None = None) -> LocalService:
         logs = self.home / "logs"
         logs.mkdir(parents=True, exist_ok=True)
-        port = free_port()
+        port = port or free_port()
         child_env = {
             **os.environ,
             "KAFKA_BOOTSTRAP_SERVERS": self.bootstrap,

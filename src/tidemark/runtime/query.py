@@ -10,6 +10,7 @@ fails (raises). Metrics are served on ``settings.http_port`` from the start.
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 import time
 from typing import Any
@@ -60,7 +61,7 @@ def run_attempt(settings: TidemarkSettings, attempt: Attempt) -> int:
              .trigger(processingTime=TRIGGER).queryName(f"{worker.job}.{worker.stage.name}").start())
     attempt.ready_file.parent.mkdir(parents=True, exist_ok=True)
     attempt.ready_file.write_text(json.dumps({
-        "stage": worker.stage.name, "epoch": attempt.epoch, "metrics_port": settings.http_port,
+        "stage": worker.stage.name, "epoch": attempt.epoch, "pid": os.getpid(), "metrics_port": settings.http_port,
         "restored_from": worker.restored_from.checkpoint_id if worker.restored_from else None}))
     log.info("stage running", job=worker.job, stage=worker.stage.name, epoch=attempt.epoch,
              parallelism=attempt.parallelism, starting_offsets=_source_options(worker)["startingOffsets"])

@@ -1,0 +1,202 @@
+"""A whole local deployment for demos, tests and benchmarks: services, jobs, input, output.
+
+Lifecycle: ``LocalPipeline(home, bootstrap)`` as a context manager starts the services (each a
+child process, see :mod:`tidemark.local.cluster`) and waits until they are ready ->
+``start_job(...)`` runs ``tidemark jobs run`` as a child process (the supervisor, which starts one
+PySpark worker per stage) -> ``InputFeeder`` writes generated input while the job runs ->
+``read_output`` / the verifiers check the result -> leaving the context stops jobs and services.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from confluent_kafka.admin import AdminClient
+
+from tidemark.broker.embedded import _die_with_parent
+from tidemark.examples.generator import generate, produce
+from tidemark.kafka.admin import ensure_topics
+from tidemark.kafka.topics import TopicSpec
+from tidemark.local.cluster import LocalCluster
+from tidemark.operator.client import CoordinatorClient
+
+DEFAULT_SERVICES = ("coordinator", "checkpoint-store")
+
+
+@dataclass
+class JobRun:
+    """A running ``tidemark jobs run`` process."""
+
+    process: subprocess.Popen[bytes]
+    log_path: Path
+
+    def log_events(self) -> Iterator[dict[str, Any]]:
+        """The supervisor's JSON log events."""
+        for line in self.log_path.read_text(errors="replace").splitlines():
+            if line.startswith("{"):
+                try:
+                    yield json.loads(line)
+                except ValueError:
+                    continue
+
+    def events(self, name: str) -> list[dict[str, Any]]:
+        return [e for e in self.log_events() if e.get("event") == name]
+
+    def wait(self, timeout_s: float) -> int:
+        return self.process.wait(timeout=timeout_s)
+
+    def stop(self, timeout_s: float = 60.0) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        return self.process.returncode
+
+
+@dataclass
+class InputFeeder:
+    """Writes generated access-log records in transactions of ``chunk`` records every
+    ``pause_s`` in a background thread, until ``total`` are written and ``until()`` (if given) is
+    true; ``records`` is what was sent."""
+
+    bootstrap: str
+    topic: str
+    total: int
+    chunk: int = 200
+    pause_s: float = 0.5
+    partitions: int = 4
+    seed: int = 7
+    until: Callable[[], bool] | None = None
+    records: list[bytes] = field(default_factory=list)
+    error: BaseException | None = None
+    _thread: threading.Thread | None = None
+
+    def start(self) -> InputFeeder:
+        self._thread = threading.Thread(target=self._run, name="input-feeder", daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        try:
+            source = generate(10**9, self.seed)
+            while len(self.records) < self.total or (self.until is not None and not self.until()):
+                part = [next(source) for _ in range(self.chunk)]
+                produce(self.bootstrap, self.topic, part, self.partitions, chunk=self.chunk)
+                self.records.extend(part)
+                time.sleep(self.pause_s)
+        except BaseException as exc:  # reported by join()
+            self.error = exc
+
+    def join(self, timeout_s: float = 300.0) -> list[bytes]:
+        assert self._thread is not None
+        self._thread.join(timeout_s)
+        if self._thread.is_alive():
+            raise TimeoutError("input feeder still running")
+        if self.error is not None:
+            raise self.error
+        return self.records
+
+
+class LocalPipeline:
+    def __init__(self, home: Path, bootstrap: str, *, topic_prefix: str = "tidemark",
+                 services: tuple[str, ...] = DEFAULT_SERVICES, env: dict[str, str] | None = None,
+                 api_token: str | None = None) -> None:
+        self.home = Path(home)
+        self.bootstrap = bootstrap
+        self.api_token = api_token
+        self.env = {"TIDEMARK_CHECKPOINT__INTERVAL_MS": "2000", **(env or {})}
+        if api_token:
+            self.env["TIDEMARK_API_TOKEN"] = api_token
+        self.cluster = LocalCluster(self.home, bootstrap, topic_prefix=topic_prefix, env=self.env)
+        self.service_names = services
+        self.jobs: list[JobRun] = []
+
+    def __enter__(self) -> LocalPipeline:
+        try:
+            self.cluster.start(list(self.service_names))
+            self.cluster.wait_ready(timeout_s=120)
+        except BaseException:
+            self.cluster.stop()
+            raise
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        for job in self.jobs:
+            job.stop()
+        self.cluster.stop()
+
+    @property
+    def coordinator_url(self) -> str:
+        return self.cluster.services["coordinator"].url
+
+    def client(self) -> CoordinatorClient:
+        return CoordinatorClient(self.coordinator_url, self.api_token, timeout_s=30)
+
+    def create_topic(self, topic: str, partitions: int = 4) -> None:
+        ensure_topics(AdminClient({"bootstrap.servers": self.bootstrap}), [TopicSpec(topic, partitions)])
+
+    def restart_service(self, name: str, sig: int = signal.SIGKILL) -> None:
+        """Kill ``name`` (SIGKILL by default) and start it again on its port; wait until ready."""
+        port = self.cluster.services[name].port
+        self.cluster.stop_one(name, sig=sig)
+        self.cluster.start_one(name, port=port)  # same address: running supervisors keep calling it
+        self.cluster.wait_ready(timeout_s=120, names=[name])
+
+    def start_job(self, reference: str, job_args: dict[str, Any] | None = None, *,
+                  faults: tuple[str, ...] = (), parallelism: int | None = None,
+                  from_savepoint: str | None = None, from_checkpoint: int | None = None,
+                  max_restarts: int = 10) -> JobRun:
+        command = [sys.executable, "-m", "tidemark.cli", "jobs", "run", reference,
+                   "--job-args", json.dumps(job_args or {}), "--max-restarts", str(max_restarts)]
+        for fault in faults:
+            command += ["--fault", fault]
+        if parallelism is not None:
+            command += ["--parallelism", str(parallelism)]
+        if from_savepoint is not None:
+            command += ["--from-savepoint", from_savepoint]
+        if from_checkpoint is not None:
+            command += ["--from-checkpoint", str(from_checkpoint)]
+        env = {**os.environ, **self.cluster.services["coordinator"].env, **self.env,
+               "TIDEMARK_COORDINATOR_URL": self.coordinator_url}
+        env.pop("TIDEMARK_HTTP_PORT", None)
+        logs = self.home / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        log_path = logs / f"job-{len(self.jobs)}.log"
+        with open(log_path, "ab") as out:
+            process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                       env=env, preexec_fn=_die_with_parent)
+        run = JobRun(process, log_path)
+        self.jobs.append(run)
+        return run
+
+
+def stage_logs(home: Path) -> dict[str, str]:
+    """Every stage worker log under ``home/runs``, by file name."""
+    return {p.name: p.read_text(errors="replace") for p in sorted((home / "runs").glob("*/*.log"))}
+
+
+def acked_checkpoints(log_text: str) -> list[dict[str, Any]]:
+    """The ``checkpoint acked`` events of a stage worker log."""
+    events = []
+    for line in log_text.splitlines():
+        if '"checkpoint acked"' in line and line.startswith("{"):
+            events.append(json.loads(line))
+    return events
+
+
+__all__ = ["InputFeeder", "JobRun", "LocalPipeline", "acked_checkpoints", "stage_logs"]

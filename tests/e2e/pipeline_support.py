@@ -1,0 +1,70 @@
+"""Shared set-up of the end-to-end pipeline tests: one deployment per test on the session broker."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tidemark.examples.generator import expected_top_urls, expected_url_counts
+from tidemark.examples.verify import Verdict, read_committed, verify_top_urls, verify_url_counts
+from tidemark.local.pipeline import LocalPipeline
+
+TOP_URLS = "tidemark.examples.access_log:top_urls"
+URL_COUNTS = "tidemark.examples.access_log:url_counts"
+
+
+@dataclass
+class Topics:
+    job_id: str
+    input: str
+    channel: str
+    output: str
+
+    def args(self, **extra: Any) -> dict[str, Any]:
+        return {"job_id": self.job_id, "input_topic": self.input, "channel_topic": self.channel,
+                "output_topic": self.output, **extra}
+
+    def single_stage_args(self, **extra: Any) -> dict[str, Any]:
+        return {"job_id": self.job_id, "input_topic": self.input, "output_topic": self.output, **extra}
+
+
+def topics_for(unique_name: Callable[[str], str]) -> Topics:
+    return Topics(unique_name("job"), unique_name("access-log"), unique_name("minute-counts"),
+                  unique_name("top-urls"))
+
+
+def pipeline(tmp_path: Path, bootstrap: str, unique_name: Callable[[str], str], **kwargs: Any) -> LocalPipeline:
+    return LocalPipeline(tmp_path / "home", bootstrap, topic_prefix=unique_name("tm"), **kwargs)
+
+
+def verify_two_stage(bootstrap: str, topics: Topics, records: list[bytes], timeout_s: float) -> Verdict:
+    expected = expected_top_urls(records)
+    output = read_committed(bootstrap, topics.output, expect=len([r for r in records]), timeout_s=timeout_s)
+    return verify_top_urls(output, expected)
+
+
+def verify_single_stage(bootstrap: str, topics: Topics, records: list[bytes], timeout_s: float) -> Verdict:
+    output = read_committed(bootstrap, topics.output, expect=len(records), timeout_s=timeout_s)
+    return verify_url_counts(output, expected_url_counts(records))
+
+
+def wait_for(condition: Callable[[], Any], timeout_s: float, what: str, poll_s: float = 0.5) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} not reached within {timeout_s}s")
+        time.sleep(poll_s)
+
+
+def completed_checkpoints(pipe: LocalPipeline, job_id: str) -> int:
+    try:
+        jobs = pipe.client().jobs()["jobs"]
+    except Exception:
+        return 0
+    return sum(j["counts"]["completed"] for j in jobs if j["job"] == job_id)

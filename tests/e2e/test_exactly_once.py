@@ -1,0 +1,47 @@
+"""Exactly-once under failure: the two-stage access-log job, killed with SIGKILL at many points.
+
+Every attempt of the job is killed once at a different point of the checkpoint protocol (the
+worker SIGKILLs itself there, see ``tidemark.runtime.faults``); the supervisor restores all
+stages from the newest completed checkpoint each time. Input keeps arriving throughout. At the
+end, read_committed output must hold every expected record exactly once and the final per-minute
+top URLs must equal those computed from the input.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from pipeline_support import TOP_URLS, pipeline, topics_for, verify_two_stage, wait_for
+from tidemark.local.pipeline import InputFeeder
+
+pytestmark = pytest.mark.timeout(900)
+
+KILLS = (
+    "0@top_urls@during-alignment:3",  # a channel delivered barrier n, the others have not
+    "1@minute_counts@after-snapshot:2",  # state written, not acked
+    "2@top_urls@after-ack:2",  # pre-committed, not committed (between pre-commit and commit)
+    "3@top_urls@during-commit:2",  # sink transaction written, not committed
+    "4@top_urls@after-commit:2",  # sink transaction committed, pending buffers not dropped
+    "5@minute_counts@after-channel-write:4",  # a micro-batch's channel records committed
+    "6@minute_counts@after-batch:6",  # mid-stream, no checkpoint in progress
+)
+
+
+def test_two_stage_job_is_exactly_once_across_sigkills(tmp_path, kafka_bootstrap, unique_name):
+    topics = topics_for(unique_name)
+    with pipeline(tmp_path, kafka_bootstrap, unique_name,
+                  env={"TIDEMARK_CHECKPOINT__INTERVAL_MS": "1500"}) as pipe:
+        pipe.create_topic(topics.input, 4)
+        job = pipe.start_job(TOP_URLS, topics.args(), faults=KILLS, max_restarts=len(KILLS) + 2)
+        all_killed = lambda: len(job.events("starting attempt")) > len(KILLS) or job.process.poll() is not None  # noqa: E731
+        feeder = InputFeeder(kafka_bootstrap, topics.input, total=4000, chunk=100, pause_s=0.5,
+                             until=all_killed).start()  # input flows until every kill happened
+        records = feeder.join(timeout_s=720)
+        verdict = verify_two_stage(kafka_bootstrap, topics, records, timeout_s=300)
+        failures = job.events("worker failed")
+        restores = job.events("restore issued")
+        job.stop()
+    assert len(failures) == len(KILLS), [(f["stage"], f["epoch"]) for f in failures]
+    assert len(restores) >= len(KILLS) - 1  # the first kill may come before any checkpoint completed
+    assert verdict.exactly_once, verdict
+    assert verdict.records == len(records)

@@ -1,0 +1,115 @@
+"""Stop-with-savepoint and restore at another parallelism; at-least-once mode; killed services."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pytest
+
+from pipeline_support import (
+    TOP_URLS,
+    URL_COUNTS,
+    completed_checkpoints,
+    pipeline,
+    topics_for,
+    verify_single_stage,
+    verify_two_stage,
+    wait_for,
+)
+from tidemark.examples.generator import expected_top_urls, generate, produce
+from tidemark.examples.verify import read_committed
+from tidemark.local.pipeline import InputFeeder, acked_checkpoints, stage_logs
+
+pytestmark = pytest.mark.timeout(900)
+
+
+def test_stop_with_savepoint_then_restore_at_another_parallelism(tmp_path, kafka_bootstrap, unique_name):
+    topics = topics_for(unique_name)
+    first, second = list(generate(3000, seed=11)), list(generate(3000, seed=12))
+    with pipeline(tmp_path, kafka_bootstrap, unique_name) as pipe:
+        pipe.create_topic(topics.input, 4)
+        produce(kafka_bootstrap, topics.input, first, 4)
+        job = pipe.start_job(TOP_URLS, topics.args(parallelism=2))
+        read_committed(kafka_bootstrap, topics.output, expect=len(first), timeout_s=240, settle_s=0)
+        client = pipe.client()
+        request = client.trigger_savepoint(topics.job_id, stop=True)
+        savepoint = client.wait_for_savepoint(topics.job_id, request["request_id"], timeout_s=120)
+        assert savepoint["status"] == "COMPLETED", savepoint
+        assert job.wait(timeout_s=120) == 0  # every stage finished after the savepoint completed
+        produce(kafka_bootstrap, topics.input, second, 4)
+        rescaled = pipe.start_job(TOP_URLS, topics.args(parallelism=2), parallelism=3,
+                                  from_savepoint=savepoint["metadata_path"])
+        verdict = verify_two_stage(kafka_bootstrap, topics, first + second, timeout_s=300)
+        attempts = rescaled.events("starting attempt")
+        rescaled.stop()
+    assert attempts[0]["parallelism"] == 3 and attempts[0]["restore"] == savepoint["metadata_path"]
+    assert verdict.exactly_once, verdict
+
+
+def test_at_least_once_skips_alignment_and_duplicates_only_after_the_last_checkpoint(
+        tmp_path, kafka_bootstrap, unique_name):
+    topics = topics_for(unique_name)
+    with pipeline(tmp_path, kafka_bootstrap, unique_name, env={"TIDEMARK_CHECKPOINT__INTERVAL_MS": "1500"}) as pipe:
+        pipe.create_topic(topics.input, 4)
+        job = pipe.start_job(TOP_URLS, topics.args(mode="AT_LEAST_ONCE"), faults=("0@top_urls@after-ack:4",))
+        records = InputFeeder(kafka_bootstrap, topics.input, total=6000, chunk=100, pause_s=0.4).start().join(600)
+        wait_for(lambda: job.events("restore issued"), 300, "the restore after the kill")
+        restored_id = job.events("restore issued")[0]["checkpoint"]
+        output = read_committed(kafka_bootstrap, topics.output, expect=len(records), timeout_s=300, settle_s=5)
+        history = {c["id"]: c for c in pipe.client().history(topics.job_id)["checkpoints"]}
+        logs = stage_logs(tmp_path / "home")
+        job.stop()
+    acks = [a for name, text in logs.items() if name.startswith("top_urls") for a in acked_checkpoints(text)]
+    assert acks and all(a["alignment_ms"] == 0 and a["held"] == 0 for a in acks)  # nothing ever waited
+    assert sum(a["overtaken"] for a in acks) > 0  # records were processed past early barriers
+    expected = expected_top_urls(records)
+    identities = Counter((r["minute"], r["seq"]) for r in output)
+    assert set(identities) == {(m, i) for m, (n, _) in expected.items() for i in range(1, n + 1)}  # none lost
+    duplicated = {identity for identity, count in identities.items() if count > 1}
+    assert duplicated, "a failure in at-least-once mode is expected to repeat some output"
+    # every duplicate was first written after the restored checkpoint was triggered
+    trigger_ms = history[restored_id]["triggered_at"]
+    first_copies = _first_write_times(kafka_bootstrap, topics.output, duplicated)
+    assert min(first_copies.values()) >= trigger_ms - 1000, (trigger_ms, sorted(first_copies.values())[:3])
+
+
+def _first_write_times(bootstrap, topic, identities):
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused", "enable.auto.commit": False})
+    meta = consumer.list_topics(topic, timeout=10).topics[topic]
+    consumer.assign([TopicPartition(topic, p, 0) for p in meta.partitions])
+    first = {}
+    idle = 0
+    while idle < 5:
+        batch = consumer.consume(1000, 0.5)
+        idle = 0 if batch else idle + 1
+        for record in batch:
+            if record.error() is None:
+                doc = json.loads(record.value())
+                identity = (doc["minute"], doc["seq"])
+                if identity in identities:
+                    first[identity] = min(first.get(identity, record.timestamp()[1]), record.timestamp()[1])
+    consumer.close()
+    return first
+
+
+@pytest.mark.parametrize("service", ["coordinator", "checkpoint-store"])
+def test_killed_service_resumes_checkpoints_and_loses_nothing(service, tmp_path, kafka_bootstrap, unique_name):
+    topics = topics_for(unique_name)
+    with pipeline(tmp_path, kafka_bootstrap, unique_name) as pipe:
+        pipe.create_topic(topics.input, 4)
+        job = pipe.start_job(URL_COUNTS, topics.single_stage_args())
+        feeder = InputFeeder(kafka_bootstrap, topics.input, total=6000, chunk=100, pause_s=0.4).start()
+        wait_for(lambda: completed_checkpoints(pipe, topics.job_id) >= 2, 240, "2 completed checkpoints")
+        pipe.restart_service(service)
+        before = completed_checkpoints(pipe, topics.job_id)
+        wait_for(lambda: completed_checkpoints(pipe, topics.job_id) >= before + 2, 240,
+                 f"2 more checkpoints after the {service} restarted")
+        records = feeder.join(600)
+        verdict = verify_single_stage(kafka_bootstrap, topics, records, timeout_s=300)
+        failures = job.events("worker failed")
+        job.stop()
+    assert verdict.exactly_once, verdict
+    assert not failures  # the workers rode through the restart
