@@ -119,3 +119,20 @@ class CoordinatorClient:
         body = {"checkpoint_id": checkpoint_id, "savepoint_path": savepoint_path,
                 "parallelism": parallelism}
         return self.request("POST", f"/jobs/{_segment(job)}/restore", body)
+
+    def submit_run(self, reference: str, *, args: dict[str, Any] | None = None,
+                   parallelism: int | None = None, from_checkpoint: int | None = None,
+                   from_savepoint: str | None = None) -> Any:
+        """Start a run of the catalog job ``reference`` (``POST /runs``); its run document."""
+        body = {"job": reference, "args": args or {}, "parallelism": parallelism,
+                "from_checkpoint": from_checkpoint, "from_savepoint": from_savepoint}
+        return self.request("POST", "/runs", body)
+
+    def runs(self) -> Any:
+        return self.request("GET", "/runs")
+
+    def run(self, run_id: str) -> Any:
+        return self.request("GET", f"/runs/{_segment(run_id)}")
+
+    def cancel_run(self, run_id: str) -> Any:
+        return self.request("DELETE", f"/runs/{_segment(run_id)}")

@@ -1,7 +1,8 @@
 """The operator commands of the ``tidemark`` CLI, talking to the coordinator's HTTP API.
 
-``install(app)`` adds ``jobs list``, ``checkpoints list|history``, ``savepoints list``,
-``savepoint trigger`` and ``restore`` to the root Typer app. Every command takes ``--url``
+``install(app)`` adds ``jobs list|submit|runs|cancel``, ``checkpoints list|history``,
+``savepoints list``, ``savepoint trigger`` and ``restore`` to the root Typer app (``jobs run``,
+the job runtime in the foreground, is :mod:`tidemark.runtime.commands`). Every command takes ``--url``
 (``TIDEMARK_COORDINATOR_URL``), ``--token`` (``TIDEMARK_API_TOKEN``) and ``--json`` (print the
 API's JSON document instead of text). Exit status: 0 success, 1 the API refused or failed (the
 message is on stderr), 2 bad command-line usage.
@@ -25,7 +26,7 @@ TokenOption = typer.Option(None, "--token", envvar="TIDEMARK_API_TOKEN", show_de
 JsonOption = typer.Option(False, "--json", help="Print the API's JSON document.")
 JobArgument = typer.Argument(..., help="The job id.")
 
-jobs_app = typer.Typer(help="Jobs the coordinator knows.", no_args_is_help=True)
+jobs_app = typer.Typer(help="Jobs: list, run, and runs started through the coordinator.", no_args_is_help=True)
 checkpoints_app = typer.Typer(help="Checkpoints of a job.", no_args_is_help=True)
 savepoints_app = typer.Typer(help="Retained savepoints of a job.", no_args_is_help=True)
 savepoint_app = typer.Typer(help="Take savepoints.", no_args_is_help=True)
@@ -69,6 +70,62 @@ def jobs_list(url: str = UrlOption, token: Optional[str] = TokenOption,
             for j in document["jobs"]]
     _emit(document, as_json, lambda _: render.table(
         ("JOB", "EPOCH", "COMPLETED", "FAILED", "LAST ID", "STATE"), rows))
+
+
+def _job_args_object(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise typer.BadParameter(f"expected a JSON object, e.g. '{{\"job_id\": \"orders\"}}': {exc}",
+                                 param_hint="--job-args") from None
+    if not isinstance(value, dict):
+        raise typer.BadParameter(f"expected a JSON object, got {text!r}", param_hint="--job-args")
+    return value
+
+
+@jobs_app.command("submit")
+def jobs_submit(
+    reference: str = typer.Argument(..., help="A job of the coordinator's catalog, 'package.module:attribute'."),
+    job_args: str = typer.Option("{}", "--job-args", help="JSON object of keyword arguments for the job function."),
+    parallelism: Optional[int] = typer.Option(None, "--parallelism", min=1, help="Tasks per stage (default: the job's)."),
+    from_checkpoint: Optional[int] = typer.Option(None, "--from-checkpoint", min=1,
+                                                  help="Restore from this retained checkpoint or savepoint id."),
+    from_savepoint: Optional[str] = typer.Option(None, "--from-savepoint",
+                                                 help="Restore from this savepoint directory or _metadata path, "
+                                                      "relative to checkpoint storage."),
+    url: str = UrlOption, token: Optional[str] = TokenOption, as_json: bool = JsonOption,
+) -> None:
+    """Run a job on the coordinator's machine (as 'tidemark jobs run' there); prints the run."""
+    if from_checkpoint is not None and from_savepoint is not None:
+        raise typer.BadParameter("give at most one of --from-checkpoint and --from-savepoint")
+    args = _job_args_object(job_args)
+    document = _call(lambda: _client(url, token).submit_run(
+        reference, args=args, parallelism=parallelism, from_checkpoint=from_checkpoint,
+        from_savepoint=from_savepoint))
+    _emit(document, as_json, render.run_text)
+
+
+@jobs_app.command("runs")
+def jobs_runs(
+    run_id: Optional[str] = typer.Argument(None, help="Show only this run."),
+    url: str = UrlOption, token: Optional[str] = TokenOption, as_json: bool = JsonOption,
+) -> None:
+    """Runs the coordinator started: RUNNING, or EXITED(code)."""
+    client = _client(url, token)
+    if run_id is not None:
+        _emit(_call(lambda: client.run(run_id)), as_json, render.run_text)
+    else:
+        _emit(_call(client.runs), as_json, render.runs_text)
+
+
+@jobs_app.command("cancel")
+def jobs_cancel(
+    run_id: str = typer.Argument(..., help="The run id ('tidemark jobs runs' lists them)."),
+    url: str = UrlOption, token: Optional[str] = TokenOption, as_json: bool = JsonOption,
+) -> None:
+    """Stop a run: its supervisor gets SIGTERM, stops its workers and exits (EXITED(143))."""
+    document = _call(lambda: _client(url, token).cancel_run(run_id))
+    _emit(document, as_json, lambda d: f"cancel sent to run {d['run_id']} of job {d['job']} (pid {d['pid']})")
 
 
 @checkpoints_app.command("list")

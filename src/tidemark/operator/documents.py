@@ -5,11 +5,14 @@ milliseconds, durations milliseconds, sizes bytes.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tidemark.checkpoint import CheckpointCoordinator, CheckpointStatsEntry, CheckpointStatsSnapshot
 from tidemark.protocol.messages import CheckpointMetadata, RestoreCommand, SavepointRequest
 from tidemark.types import CheckpointId, JobId
+
+if TYPE_CHECKING:
+    from tidemark.services.coordinator.runs import JobRun
 
 
 def error_document(status: int, message: str) -> dict[str, Any]:
@@ -122,4 +125,28 @@ def restore_document(command: RestoreCommand) -> dict[str, Any]:
              "key_group_start": a.key_group_start, "key_group_end": a.key_group_end}
             for a in command.assignments
         ],
+    }
+
+
+def run_document(run: JobRun) -> dict[str, Any]:
+    """A job run the coordinator started: ``status`` RUNNING, or EXITED with ``exit_code``
+    (128+N when killed by signal N, so 143 after a cancel). Paths are relative to the
+    coordinator's home."""
+    request = run.request
+    return {
+        "run_id": run.run_id,
+        "reference": request.reference,
+        "job": request.job_id,
+        "args": request.args,
+        "parallelism": request.parallelism,
+        "from_checkpoint": request.from_checkpoint,
+        "from_savepoint": request.from_savepoint,
+        "pid": run.pid,
+        "status": "RUNNING" if run.running else "EXITED",
+        "exit_code": run.exit_code,
+        "started_at": run.started_at,
+        "ended_at": run.ended_at,
+        "cancel_requested_at": run.cancel_requested_at,
+        "log_path": run.log_path,
+        "run_dir": run.run_dir,
     }

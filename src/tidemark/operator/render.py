@@ -97,3 +97,32 @@ def restore_text(document: dict[str, Any]) -> str:
     rows = [(a["task_id"], a["subtask_index"], f"{a['key_group_start']}..{a['key_group_end']}")
             for a in document["assignments"]]
     return f"{header}\n{table(('TASK', 'SUBTASK', 'KEY GROUPS'), rows)}"
+
+
+def run_status(document: dict[str, Any]) -> str:
+    """RUNNING, or EXITED(<code>); a cancel in progress shows as RUNNING(cancelling)."""
+    if document["status"] == "EXITED":
+        return f"EXITED({document['exit_code']})"
+    return "RUNNING(cancelling)" if document.get("cancel_requested_at") else "RUNNING"
+
+
+def run_text(document: dict[str, Any]) -> str:
+    """One run (``POST /runs``, ``GET /runs/{id}``, ``DELETE /runs/{id}``)."""
+    lines = [f"run {document['run_id']}: job {document['job']} ({document['reference']}) {run_status(document)}",
+             f"  pid {document['pid']}, parallelism {document['parallelism']}, "
+             f"started {format_time(document['started_at'])}"]
+    if document.get("from_checkpoint") is not None:
+        lines.append(f"  restored from checkpoint {document['from_checkpoint']}")
+    if document.get("from_savepoint"):
+        lines.append(f"  restored from {document['from_savepoint']}")
+    if document.get("ended_at"):
+        lines.append(f"  ended {format_time(document['ended_at'])}")
+    lines.append(f"  log {document['log_path']}, stage logs {document['run_dir']}/ (under the coordinator's home)")
+    return "\n".join(lines)
+
+
+def runs_text(document: dict[str, Any]) -> str:
+    """``GET /runs`` as a table, oldest first."""
+    rows = [(r["run_id"], r["job"], run_status(r), r["pid"], format_time(r["started_at"]), r["reference"],
+             r["log_path"]) for r in document["runs"]]
+    return table(("RUN", "JOB", "STATUS", "PID", "STARTED", "REFERENCE", "LOG"), rows)

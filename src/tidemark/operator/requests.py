@@ -20,7 +20,9 @@ from tidemark.types import CheckpointId, JobId
 
 MAX_PATH_LENGTH = 1024
 MAX_PARALLELISM = 32768
+MAX_JOB_ARGS_BYTES = 64 * 1024  # passed on the command line of the run (Linux: 128 KiB per argument)
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
+_RUN_ID = re.compile(r"^[0-9a-f]{1,64}$")
 
 
 class BadRequest(ValueError):
@@ -77,6 +79,13 @@ def validate_relative_path(path: str, field: str) -> str:
     return path
 
 
+def metadata_file(path: str | None) -> str | None:
+    """A checkpoint or savepoint ``path`` naming its ``_metadata`` file (a directory gets it appended)."""
+    if path is None or path == METADATA_FILE or path.endswith(f"/{METADATA_FILE}"):
+        return path
+    return f"{path}/{METADATA_FILE}"
+
+
 def parse_job_id(value: str) -> JobId:
     """A job id from a URL (one storage path segment); ``BadRequest`` otherwise."""
     try:
@@ -88,6 +97,12 @@ def parse_job_id(value: str) -> JobId:
 def parse_request_id(value: str) -> str:
     if not _REQUEST_ID.fullmatch(value):
         raise BadRequest(f"not a savepoint request id: {value!r}")
+    return value
+
+
+def parse_run_id(value: str) -> str:
+    if not _RUN_ID.fullmatch(value):
+        raise BadRequest(f"not a run id: {value!r}")
     return value
 
 
@@ -139,7 +154,51 @@ class RestoreBody:
     @property
     def metadata_path(self) -> str | None:
         """``savepoint_path`` naming the ``_metadata`` file (a directory gets it appended)."""
-        path = self.savepoint_path
-        if path is None or path == METADATA_FILE or path.endswith(f"/{METADATA_FILE}"):
-            return path
-        return f"{path}/{METADATA_FILE}"
+        return metadata_file(self.savepoint_path)
+
+
+@dataclass(frozen=True, slots=True)
+class RunBody:
+    """``POST /runs``: ``{"job": "<package.module:attribute>", "args": {...}, "parallelism":
+    int | null, "from_checkpoint": int | null, "from_savepoint": relative path | null}``; at
+    most one of ``from_checkpoint`` and ``from_savepoint``. Whether ``job`` is in the
+    coordinator's catalog is checked by the API (403), not here."""
+
+    job: str
+    args: dict[str, Any]
+    parallelism: int | None = None
+    from_checkpoint: CheckpointId | None = None
+    from_savepoint: str | None = None
+
+    @classmethod
+    def parse(cls, raw: bytes) -> RunBody:
+        body = parse_object(raw)
+        _reject_unknown(body, frozenset({"job", "args", "parallelism", "from_checkpoint", "from_savepoint"}))
+        job = body.get("job")
+        if not isinstance(job, str) or not job:
+            raise BadRequest(f"job must be a job reference 'package.module:attribute', got {json.dumps(job)}")
+        args = body.get("args")
+        if args is None:
+            args = {}
+        if not isinstance(args, dict):
+            raise BadRequest(f"args must be a JSON object or null, got {json.dumps(args)[:100]}")
+        if len(json.dumps(args).encode()) > MAX_JOB_ARGS_BYTES:
+            raise BadRequest(f"args must be at most {MAX_JOB_ARGS_BYTES} bytes of JSON")
+        parallelism = _optional_int(body, "parallelism")
+        if parallelism is not None and not 1 <= parallelism <= MAX_PARALLELISM:
+            raise BadRequest(f"parallelism must be null or an integer in 1..{MAX_PARALLELISM}")
+        from_checkpoint = _optional_int(body, "from_checkpoint")
+        from_savepoint = _optional_str(body, "from_savepoint")
+        if from_checkpoint is not None and from_savepoint is not None:
+            raise BadRequest("give at most one of from_checkpoint and from_savepoint")
+        if from_checkpoint is not None and from_checkpoint < 1:
+            raise BadRequest(f"from_checkpoint must be >= 1, got {from_checkpoint}")
+        if from_savepoint is not None:
+            from_savepoint = validate_relative_path(from_savepoint, "from_savepoint")
+        return cls(job, args, parallelism,
+                   None if from_checkpoint is None else CheckpointId(from_checkpoint), from_savepoint)
+
+    @property
+    def metadata_path(self) -> str | None:
+        """``from_savepoint`` naming the ``_metadata`` file (a directory gets it appended)."""
+        return metadata_file(self.from_savepoint)

@@ -2,7 +2,7 @@
 
 The decisions are :class:`tidemark.checkpoint.CheckpointCoordinator`'s (pure); this package is
 its edge: settings, Kafka in and out (:mod:`.edge`), Prometheus metrics (:mod:`.metrics`), the
-operator HTTP API (:mod:`.api`).
+operator HTTP API (:mod:`.api`), and the job runs it starts for that API (:mod:`.runs`).
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 from tidemark.service.app import ServiceApp
 from tidemark.services.coordinator.api import install_api
 from tidemark.services.coordinator.edge import CoordinatorEdge
+from tidemark.services.coordinator.runs import LocalLauncher
 from tidemark.services.coordinator.settings import CoordinatorSettings
 
 SETTINGS = CoordinatorSettings
@@ -21,5 +22,11 @@ def build(settings: CoordinatorSettings) -> ServiceApp:
     app.follow_log([app.topics.control, app.topics.acks, app.topics.checkpoint_events],
                    edge.on_record, edge.on_caught_up)
     app.every(settings.tick_interval_ms / 1000)(edge.tick)
-    install_api(app, edge, settings.api_token, settings.resolved_storage_url)
+    launcher = None
+    if settings.jobs.launcher == "local":
+        launcher = LocalLauncher(settings, app.bootstrap)
+        app.every(1.0)(launcher.reap_periodically)
+        app.faust.on_before_shutdown.connect(launcher.shutdown)  # runs die with the coordinator
+    install_api(app, edge, settings.api_token, settings.resolved_storage_url,
+                launcher=launcher, job_catalog=settings.jobs.catalog)
     return app

@@ -9,8 +9,10 @@ Contract of every view: when ``api_token`` is configured the request must carry
 ``Authorization: Bearer <token>`` (compared in constant time) or gets 401; until the edge has
 caught up with its topics the answer is 503. Errors are JSON ``{"error": message, "status":
 code}``: 400 malformed request (body, field, job id, or a path that is not a safe relative path
-or resolves outside checkpoint storage), 401, 404 unknown job / checkpoint / request, 422 a
-well-formed request that cannot be carried out, 503 not caught up, 500 a bug (logged).
+or resolves outside checkpoint storage), 401, 403 a job reference outside the job catalog, 404
+unknown job / checkpoint / request / run, 409 the job already runs / the run already exited, 422
+a well-formed request that cannot be carried out, 501 runs with ``TIDEMARK_JOBS__LAUNCHER=none``,
+503 not caught up, 500 a bug (logged).
 """
 
 from __future__ import annotations
@@ -34,19 +36,24 @@ from tidemark.operator.documents import (
     job_document,
     metadata_document,
     restore_document,
+    run_document,
     savepoint_request_document,
 )
 from tidemark.operator.requests import (
     BadRequest,
     RestoreBody,
+    RunBody,
     SavepointBody,
     parse_job_id,
     parse_request_id,
+    parse_run_id,
 )
 from tidemark.protocol.messages import SavepointRequest
+from tidemark.runtime.api import load_job
 from tidemark.service.app import ServiceApp
 from tidemark.service.logs import get_logger
 from tidemark.services.coordinator.edge import CoordinatorEdge, now_ms
+from tidemark.services.coordinator.runs import JobRun, LaunchRequest, LocalLauncher
 from tidemark.storage import open_storage
 from tidemark.storage.base import CheckpointStorage, InvalidStoragePath
 from tidemark.types import CheckpointType, JobId
@@ -54,6 +61,8 @@ from tidemark.types import CheckpointType, JobId
 log = get_logger(__name__)
 API_PREFIX = "/api/v1"
 _T = TypeVar("_T")
+NO_LAUNCHER = ("this coordinator does not run jobs (TIDEMARK_JOBS__LAUNCHER=none); in Kubernetes a job "
+               "runs as the Helm chart's worker workload (worker.job in the chart's values)")
 
 
 class ApiError(Exception):
@@ -100,10 +109,13 @@ class BearerTokenCheck:
 class OperatorApi:
     """What the views answer, over one edge and the deployment's checkpoint storage."""
 
-    def __init__(self, edge: CoordinatorEdge, storage: CheckpointStorage, token: str | None) -> None:
+    def __init__(self, edge: CoordinatorEdge, storage: CheckpointStorage, token: str | None, *,
+                 launcher: LocalLauncher | None = None, job_catalog: tuple[str, ...] = ()) -> None:
         self.edge = edge
         self.storage = storage
         self.auth = BearerTokenCheck(token)
+        self.launcher = launcher
+        self.job_catalog = job_catalog
 
     def admit(self, request: Request) -> None:
         self.auth.check(request.headers.get("Authorization"))
@@ -181,6 +193,64 @@ class OperatorApi:
                  checkpoint_id=command.checkpoint_id, parallelism=command.parallelism)
         return restore_document(command)
 
+    # ------------------------------------------------------------------ runs
+
+    def require_launcher(self) -> LocalLauncher:
+        if self.launcher is None:
+            raise ApiError(501, NO_LAUNCHER)
+        return self.launcher
+
+    def _run(self, run_id: str) -> JobRun:
+        run = self.require_launcher().get(run_id)
+        if run is None:
+            raise ApiError(404, f"unknown run {run_id!r}")
+        return run
+
+    def runs(self) -> dict[str, Any]:
+        return {"runs": [run_document(r) for r in self.require_launcher().list()]}
+
+    def run(self, run_id: str) -> dict[str, Any]:
+        return run_document(self._run(run_id))
+
+    async def submit_run(self, body: RunBody) -> dict[str, Any]:
+        """Check the reference, load the job with the arguments, check the restore source, start
+        the run (``tidemark jobs run``) and answer its document."""
+        launcher = self.require_launcher()
+        if body.job not in self.job_catalog:
+            raise ApiError(403, f"job {body.job!r} is not in this coordinator's job catalog "
+                                f"(TIDEMARK_JOBS__CATALOG): {', '.join(self.job_catalog)}")
+        try:
+            spec = load_job(body.job, body.args)
+        except Exception as exc:  # JobSpecError, or what the job function raises on these args
+            raise ApiError(422, f"job {body.job} does not load with these args: {exc}") from None
+        try:
+            job = parse_job_id(spec.job_id)
+        except BadRequest as exc:
+            raise ApiError(422, f"job {body.job} has an unusable job id: {exc}") from None
+        parallelism = body.parallelism or spec.parallelism
+        if parallelism > spec.max_parallelism:
+            raise ApiError(422, f"parallelism {parallelism} is above the job's max parallelism {spec.max_parallelism}")
+        if body.from_checkpoint is not None or body.metadata_path is not None:
+            source = await self._in_storage(catalog.resolve_restore_source, self.storage, job,
+                                            body.from_checkpoint, body.metadata_path)
+            if parallelism > source.metadata.max_parallelism:
+                raise ApiError(422, f"parallelism {parallelism} is above the max parallelism "
+                                    f"{source.metadata.max_parallelism} of {source.path}")
+        running = launcher.running_for(job)  # no await from here to start: two requests cannot both pass
+        if running is not None:
+            raise ApiError(409, f"job {job!r} already runs as run {running.run_id} (pid {running.pid}); "
+                                f"cancel it first")
+        run = launcher.start(LaunchRequest(body.job, body.args, job, parallelism,
+                                           body.from_checkpoint, body.from_savepoint))
+        return run_document(run)
+
+    def cancel_run(self, run_id: str) -> dict[str, Any]:
+        run = self._run(run_id)
+        if not run.running:
+            raise ApiError(409, f"run {run_id} already exited with code {run.exit_code}")
+        self.require_launcher().cancel(run)
+        return run_document(run)
+
 
 # ---------------------------------------------------------------------- views
 
@@ -254,6 +324,24 @@ class RestoreView(_ApiView):
         return self.json(await self.api.restore(job_id, body), status=202)
 
 
+class RunsView(_ApiView):
+    async def get(self, request: Request) -> Response:
+        return self.json(self.api.runs())
+
+    async def post(self, request: Request) -> Response:
+        self.api.require_launcher()
+        body = RunBody.parse(await self.body(request))
+        return self.json(await self.api.submit_run(body), status=202)
+
+
+class RunView(_ApiView):
+    async def get(self, request: Request, run_id: str) -> Response:
+        return self.json(self.api.run(parse_run_id(run_id)))
+
+    async def delete(self, request: Request, run_id: str) -> Response:
+        return self.json(self.api.cancel_run(parse_run_id(run_id)), status=202)
+
+
 ROUTES: tuple[tuple[str, type[_ApiView]], ...] = (
     ("/jobs", JobsView),
     ("/jobs/{job}/checkpoints", CheckpointHistoryView),
@@ -261,13 +349,16 @@ ROUTES: tuple[tuple[str, type[_ApiView]], ...] = (
     ("/jobs/{job}/savepoints", SavepointsView),
     ("/jobs/{job}/savepoints/requests/{request_id}", SavepointRequestView),
     ("/jobs/{job}/restore", RestoreView),
+    ("/runs", RunsView),
+    ("/runs/{run_id}", RunView),
 )
 
 
-def install_api(app: ServiceApp, edge: CoordinatorEdge, token: str | None,
-                storage_url: str) -> OperatorApi:
-    """Serve the operator API on ``app``'s HTTP port; returns the object behind the views."""
-    api = OperatorApi(edge, open_storage(storage_url), token)
+def install_api(app: ServiceApp, edge: CoordinatorEdge, token: str | None, storage_url: str, *,
+                launcher: LocalLauncher | None = None, job_catalog: tuple[str, ...] = ()) -> OperatorApi:
+    """Serve the operator API on ``app``'s HTTP port; returns the object behind the views.
+    Without a ``launcher`` the ``/runs`` endpoints answer 501."""
+    api = OperatorApi(edge, open_storage(storage_url), token, launcher=launcher, job_catalog=job_catalog)
     for path, view in ROUTES:
         bound = type(view.__name__, (view,), {"api": api, "__module__": __name__})
         app.faust.page(f"{API_PREFIX}{path}", name=f"api-{view.__name__}")(bound)

@@ -1,0 +1,224 @@
+"""Job runs through the API, without Kafka: the body of ``POST /runs``, run ids, the ``jobs``
+settings, the environment a run gets, the launcher's process handling and the text output."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tidemark.config.settings import ConfigurationError, load_settings
+from tidemark.operator import render
+from tidemark.operator.documents import run_document
+from tidemark.operator.requests import MAX_JOB_ARGS_BYTES, BadRequest, RunBody, parse_run_id
+from tidemark.services.coordinator.runs import LaunchRequest, LocalLauncher, child_env, coordinator_url
+from tidemark.services.coordinator.settings import EXAMPLE_JOBS, CoordinatorSettings
+from tidemark.types import CheckpointId, JobId
+
+REF = "tidemark.examples.access_log:url_counts"
+
+
+# ---------------------------------------------------------------------- body
+
+
+def test_run_body_fields_and_defaults() -> None:
+    assert RunBody.parse(json.dumps({"job": REF}).encode()) == RunBody(REF, {})
+    assert RunBody.parse(json.dumps({"job": REF, "args": None, "parallelism": None, "from_checkpoint": None,
+                                     "from_savepoint": None}).encode()) == RunBody(REF, {})
+    full = RunBody.parse(json.dumps({"job": REF, "args": {"job_id": "a", "parallelism": 3}, "parallelism": 4,
+                                     "from_checkpoint": 12}).encode())
+    assert full == RunBody(REF, {"job_id": "a", "parallelism": 3}, 4, CheckpointId(12), None)
+    assert full.metadata_path is None
+    savepoint = RunBody.parse(json.dumps({"job": REF, "from_savepoint": "a/savepoints/sp-3"}).encode())
+    assert savepoint.from_savepoint == "a/savepoints/sp-3"
+    assert savepoint.metadata_path == "a/savepoints/sp-3/_metadata"
+    exact = RunBody.parse(json.dumps({"job": REF, "from_savepoint": "a/chk-3/_metadata"}).encode())
+    assert exact.metadata_path == "a/chk-3/_metadata"
+
+
+@pytest.mark.parametrize("raw, fragment", [
+    (b"", "must be a JSON object"),
+    (b"{oops", "not valid JSON"),
+    (b"[]", "must be a JSON object, not list"),
+    (b"{}", "job must be a job reference"),
+    (b'{"job": ""}', "job must be a job reference"),
+    (b'{"job": ["a:b"]}', "job must be a job reference"),
+    (b'{"job": "a:b", "argz": {}}', "unknown field(s): argz; allowed: args, from_checkpoint, from_savepoint, job, parallelism"),
+    (b'{"job": "a:b", "args": "x=1"}', "args must be a JSON object or null"),
+    (b'{"job": "a:b", "args": [1]}', "args must be a JSON object or null"),
+    (b'{"job": "a:b", "parallelism": 0}', "parallelism must be null or an integer in 1..32768"),
+    (b'{"job": "a:b", "parallelism": 32769}', "parallelism must be null or an integer in 1..32768"),
+    (b'{"job": "a:b", "parallelism": 2.5}', "parallelism must be an integer or null"),
+    (b'{"job": "a:b", "parallelism": false}', "parallelism must be an integer or null"),
+    (b'{"job": "a:b", "from_checkpoint": 0}', "from_checkpoint must be >= 1"),
+    (b'{"job": "a:b", "from_checkpoint": "7"}', "from_checkpoint must be an integer or null"),
+    (b'{"job": "a:b", "from_savepoint": 7}', "from_savepoint must be a string or null"),
+    (b'{"job": "a:b", "from_checkpoint": 1, "from_savepoint": "a/b"}', "at most one of from_checkpoint and from_savepoint"),
+])
+def test_malformed_run_bodies_are_refused(raw: bytes, fragment: str) -> None:
+    with pytest.raises(BadRequest) as caught:
+        RunBody.parse(raw)
+    assert fragment in str(caught.value)
+
+
+@pytest.mark.parametrize("path", ["../../etc/passwd", "/etc/passwd", "%2e%2e/x", "a//b", "a/./b", "s3://b/k", "a\\..\\b"])
+def test_unsafe_savepoint_paths_are_refused(path: str) -> None:
+    with pytest.raises(BadRequest, match="from_savepoint"):
+        RunBody.parse(json.dumps({"job": REF, "from_savepoint": path}).encode())
+
+
+def test_oversized_args_are_refused() -> None:
+    big = {"pad": "x" * MAX_JOB_ARGS_BYTES}
+    with pytest.raises(BadRequest, match=f"at most {MAX_JOB_ARGS_BYTES} bytes"):
+        RunBody.parse(json.dumps({"job": REF, "args": big}).encode())
+
+
+def test_run_ids() -> None:
+    assert parse_run_id("0123abcdef") == "0123abcdef"
+    for bad in ("", "ABC", "../x", "a b", "0" * 65, "xyz"):
+        with pytest.raises(BadRequest, match="not a run id"):
+            parse_run_id(bad)
+
+
+# ---------------------------------------------------------------------- settings
+
+
+def _settings(monkeypatch: pytest.MonkeyPatch, **env: str) -> CoordinatorSettings:
+    for key in [k for k in os.environ if k.startswith("TIDEMARK_") or k == "KAFKA_BOOTSTRAP_SERVERS"]:
+        monkeypatch.delenv(key)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    return load_settings(CoordinatorSettings)
+
+
+def test_jobs_settings_defaults_and_forms(monkeypatch: pytest.MonkeyPatch) -> None:
+    settings = _settings(monkeypatch)
+    assert (settings.jobs.launcher, settings.jobs.catalog) == ("local", EXAMPLE_JOBS)
+    assert _settings(monkeypatch, TIDEMARK_JOBS__CATALOG=f" {REF} , {REF},").jobs.catalog == (REF,)
+    assert _settings(monkeypatch, TIDEMARK_JOBS__CATALOG=json.dumps([REF])).jobs.catalog == (REF,)
+    off = _settings(monkeypatch, TIDEMARK_JOBS__LAUNCHER="none", TIDEMARK_JOBS__CATALOG="not.imported:job",
+                    TIDEMARK_HTTP_PORT="0")
+    assert (off.jobs.launcher, off.jobs.catalog) == ("none", ("not.imported:job",))
+
+
+@pytest.mark.parametrize("env, key, fragment", [
+    ({"TIDEMARK_JOBS__LAUNCHER": "docker"}, "TIDEMARK_JOBS__LAUNCHER", "'local' or 'none'"),
+    ({"TIDEMARK_JOBS__CATALOG": "nocolon"}, "TIDEMARK_JOBS__CATALOG", "not a job reference"),
+    ({"TIDEMARK_JOBS__CATALOG": "a:b c"}, "TIDEMARK_JOBS__CATALOG", "not a job reference"),
+    ({"TIDEMARK_JOBS__CATALOG": "[oops"}, "TIDEMARK_JOBS__CATALOG", "not a JSON list"),
+    ({"TIDEMARK_JOBS__CATALOG": ""}, "TIDEMARK_JOBS__CATALOG", "is empty"),
+    ({"TIDEMARK_JOBS__CATALOG": "no_such_module_xyz:job"}, "TIDEMARK_JOBS__CATALOG", "cannot import"),
+    ({"TIDEMARK_JOBS__CATALOG": "tidemark.examples.access_log:nope"}, "TIDEMARK_JOBS__CATALOG", "has no attribute"),
+    ({"TIDEMARK_JOBS__EXTRA": "1"}, "TIDEMARK_JOBS__EXTRA", "Extra inputs"),
+    ({"TIDEMARK_HTTP_PORT": "0"}, "<settings>", "TIDEMARK_HTTP_PORT=0"),
+])
+def test_misconfigured_jobs_settings_name_the_key(monkeypatch: pytest.MonkeyPatch, env: dict[str, str],
+                                                  key: str, fragment: str) -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        _settings(monkeypatch, **env)
+    assert any(k == key and fragment in reason for k, reason in caught.value.problems), caught.value.problems
+
+
+# ---------------------------------------------------------------------- environment of a run
+
+
+def test_a_run_gets_the_coordinators_resolved_settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    settings = _settings(monkeypatch, TIDEMARK_HOME=str(tmp_path), TIDEMARK_HTTP_PORT="9555",
+                         TIDEMARK_TOPIC_PREFIX="prod", TIDEMARK_API_TOKEN="t" * 20,
+                         TIDEMARK_KAFKA__SECURITY_PROTOCOL="SASL_SSL", TIDEMARK_KAFKA__SASL_USERNAME="svc")
+    environ = {"PATH": "/usr/bin", "TIDEMARK_HTTP_PORT": "9555", "TIDEMARK_CONFIG_FILE": "/etc/tidemark.yaml",
+               "TIDEMARK_CHECKPOINT__INTERVAL_MS": "100", "TIDEMARK_TICK_INTERVAL_MS": "50",
+               "TIDEMARK_JOBS__LAUNCHER": "local", "tidemark_home": "/elsewhere", "TIDEMARK_FAULT": "x"}
+    env = child_env(settings, "broker:9092", environ)
+    assert env["PATH"] == "/usr/bin"
+    assert env["KAFKA_BOOTSTRAP_SERVERS"] == "broker:9092"
+    assert env["TIDEMARK_COORDINATOR_URL"] == "http://127.0.0.1:9555"
+    assert env["TIDEMARK_HOME"] == str(tmp_path.resolve())
+    assert env["TIDEMARK_CHECKPOINT_STORAGE_URL"] == (tmp_path / "checkpoints").resolve().as_uri()
+    assert (env["TIDEMARK_TOPIC_PREFIX"], env["TIDEMARK_API_TOKEN"]) == ("prod", "t" * 20)
+    assert (env["TIDEMARK_KAFKA__SECURITY_PROTOCOL"], env["TIDEMARK_KAFKA__SASL_USERNAME"]) == ("SASL_SSL", "svc")
+    assert "TIDEMARK_KAFKA__SASL_PASSWORD" not in env
+    for gone in ("TIDEMARK_HTTP_PORT", "TIDEMARK_CONFIG_FILE", "TIDEMARK_CHECKPOINT__INTERVAL_MS",
+                 "TIDEMARK_TICK_INTERVAL_MS", "TIDEMARK_JOBS__LAUNCHER", "tidemark_home", "TIDEMARK_FAULT"):
+        assert gone not in env, gone
+
+
+@pytest.mark.parametrize("host, url", [("127.0.0.1", "http://127.0.0.1:9400"), ("0.0.0.0", "http://127.0.0.1:9400"),
+                                       ("::", "http://[::1]:9400"), ("coordinator", "http://coordinator:9400")])
+def test_coordinator_url(monkeypatch: pytest.MonkeyPatch, host: str, url: str) -> None:
+    assert coordinator_url(_settings(monkeypatch, TIDEMARK_HTTP_HOST=host)) == url
+
+
+# ---------------------------------------------------------------------- launcher
+
+
+class SleepingLauncher(LocalLauncher):
+    """Runs a Python sleeper instead of ``tidemark jobs run`` (the process handling is the same)."""
+
+    def command(self, request: LaunchRequest) -> list[str]:
+        assert super().command(request)[3:6] == ["jobs", "run", request.reference]
+        return [sys.executable, "-c", "import sys, time; print(sys.argv, flush=True); time.sleep(60)", request.job_id]
+
+
+def test_launcher_starts_cancels_and_shuts_down_runs(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    settings = _settings(monkeypatch, TIDEMARK_HOME=str(tmp_path), TIDEMARK_SHUTDOWN_TIMEOUT_S="4")
+    launcher = SleepingLauncher(settings, "127.0.0.1:9092", environ={})
+    first = launcher.start(LaunchRequest(REF, {"job_id": "a"}, JobId("a"), 2))
+    second = launcher.start(LaunchRequest(REF, {}, JobId("b"), 1, None, "b/savepoints/sp-1"))
+    assert launcher.running_for(JobId("a")) is first and launcher.running_for(JobId("c")) is None
+    document = run_document(first)
+    assert (document["status"], document["exit_code"], document["job"], document["pid"]) == \
+        ("RUNNING", None, "a", first.pid)
+    assert document["log_path"] == f"logs/runs/{first.run_id}.log"
+
+    launcher.cancel(first)
+    deadline = time.monotonic() + 10
+    while launcher.get(first.run_id).running:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert first.exit_code == 128 + signal.SIGTERM and first.ended_at >= first.cancel_requested_at
+    assert run_document(first)["status"] == "EXITED" and launcher.running_for(JobId("a")) is None
+
+    asyncio.run(launcher.shutdown())
+    assert second.exit_code == 143 and not launcher.running_for(JobId("b"))
+    assert [r.run_id for r in launcher.list()] == [first.run_id, second.run_id]
+    assert "'b'" in (tmp_path / second.log_path).read_text()
+
+
+def test_launch_command() -> None:
+    launcher = LocalLauncher.__new__(LocalLauncher)
+    command = launcher.command(LaunchRequest(REF, {"job_id": "a"}, JobId("a"), 3, CheckpointId(7)))
+    assert command[1:] == ["-m", "tidemark.cli", "jobs", "run", REF, "--job-args", '{"job_id": "a"}',
+                           "--parallelism", "3", "--from-checkpoint", "7"]
+    command = launcher.command(LaunchRequest(REF, {}, JobId("a"), 1, None, "a/savepoints/sp-2"))
+    assert command[-2:] == ["--from-savepoint", "a/savepoints/sp-2"]
+
+
+# ---------------------------------------------------------------------- text
+
+
+def _doc(**changes: object) -> dict[str, object]:
+    base = {"run_id": "abc123", "reference": REF, "job": "counts", "args": {}, "parallelism": 2,
+            "from_checkpoint": None, "from_savepoint": None, "pid": 4242, "status": "RUNNING", "exit_code": None,
+            "started_at": 1_700_000_000_000, "ended_at": None, "cancel_requested_at": None,
+            "log_path": "logs/runs/abc123.log", "run_dir": "runs/counts-4242"}
+    return {**base, **changes}
+
+
+def test_run_text() -> None:
+    text = render.run_text(_doc(from_checkpoint=5))
+    assert text.splitlines()[0] == f"run abc123: job counts ({REF}) RUNNING"
+    assert "pid 4242, parallelism 2, started 2023-11-14 22:13:20.000Z" in text
+    assert "restored from checkpoint 5" in text and "log logs/runs/abc123.log" in text
+    assert render.run_text(_doc(status="EXITED", exit_code=143, ended_at=1_700_000_001_000,
+                                cancel_requested_at=1)).splitlines()[0].endswith("EXITED(143)")
+    table = render.runs_text({"runs": [_doc(), _doc(run_id="def456", cancel_requested_at=1)]}).splitlines()
+    assert table[0].split() == ["RUN", "JOB", "STATUS", "PID", "STARTED", "REFERENCE", "LOG"]
+    assert table[1].split()[:3] == ["abc123", "counts", "RUNNING"]
+    assert table[2].split()[:3] == ["def456", "counts", "RUNNING(cancelling)"]
