@@ -68,3 +68,23 @@ def completed_checkpoints(pipe: LocalPipeline, job_id: str) -> int:
     except Exception:
         return 0
     return sum(j["counts"]["completed"] for j in jobs if j["job"] == job_id)
+
+
+def retention_problems(home: Path, job_id: str, retained: int) -> list[str]:
+    """What is wrong with the job's files in checkpoint storage after a run: not exactly
+    ``retained`` checkpoints, a file of a retained checkpoint/savepoint missing, or a private
+    file of a checkpoint that is no longer retained still present."""
+    from tidemark.checkpoint_store.store import state_files
+    from tidemark.operator.catalog import list_retained
+    from tidemark.storage import open_storage
+
+    storage = open_storage((home / "checkpoints").resolve().as_uri())
+    checkpoints = list_retained(storage, job_id, savepoints=False).entries
+    savepoints = list_retained(storage, job_id, savepoints=True).entries
+    problems = [] if len(checkpoints) == retained else [f"{len(checkpoints)} checkpoints retained, not {retained}"]
+    referenced = {f.path for e in (*checkpoints, *savepoints) for f in state_files(e.metadata)}
+    referenced |= {e.path for e in (*checkpoints, *savepoints)}
+    present = set(storage.list(f"{job_id}/"))
+    problems += [f"missing: {p}" for p in sorted(referenced - present)]
+    problems += [f"not deleted: {p}" for p in sorted(present - referenced)]
+    return problems

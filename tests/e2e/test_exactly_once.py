@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline_support import TOP_URLS, pipeline, topics_for, verify_two_stage, wait_for
+from pipeline_support import TOP_URLS, pipeline, topics_for, verify_two_stage
 from tidemark.local.pipeline import InputFeeder
 
 pytestmark = pytest.mark.timeout(900)

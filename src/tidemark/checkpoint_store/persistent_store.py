@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from tidemark.checkpoint_store.event_log import CheckpointEvent, CheckpointEventLog
-from tidemark.checkpoint_store.layout import metadata_path
+from tidemark.checkpoint_store.layout import checkpoint_dir, metadata_path
 from tidemark.checkpoint_store.metadata_codec import decode_metadata, encode_metadata
 from tidemark.checkpoint_store.store import (
     REJECTED_PREFIX,
@@ -34,7 +34,7 @@ from tidemark.checkpoint_store.store import (
 )
 from tidemark.protocol.messages import CheckpointDiscarded, CheckpointMetadata
 from tidemark.storage.base import CheckpointStorage
-from tidemark.types import CheckpointId, JobId
+from tidemark.types import CheckpointId, CheckpointType, JobId
 
 
 
@@ -106,6 +106,20 @@ class PersistentCheckpointStore:
         self.event_log.append([metadata, *(d.to_event(self.job_id, now_ms) for d in discards)])
         self._delete(p for d in discards for p in d.deleted_files)
         return metadata
+
+    def discard_aborted(self, checkpoint_id: CheckpointId) -> tuple[str, ...]:
+        """Delete the private files tasks wrote for checkpoint ``checkpoint_id``, which was
+        aborted (Flink: PendingCheckpoint.dispose). Only the checkpoint's own directories are
+        touched (shared files are the registry's), and never those of a checkpoint the store
+        retains or has seen complete. Idempotent; returns the deleted paths."""
+        if self.store.has_seen(checkpoint_id):
+            return ()
+        paths: list[str] = []
+        for kind in (CheckpointType.CHECKPOINT, CheckpointType.SAVEPOINT):
+            directory = checkpoint_dir(self.job_id, checkpoint_id, kind)
+            paths.extend(self.storage.list(directory + "/"))
+        self._delete(paths)
+        return tuple(paths)
 
     def delete_savepoint(
         self, checkpoint_id: CheckpointId, now_ms: int

@@ -51,7 +51,7 @@ class CountPerMinute(KeyedProcessFunction):
         minute = int(value["ts"]) // MINUTE_MS * MINUTE_MS
         hits = (self.per_minute.get(minute) or 0) + 1
         self.per_minute.put(minute, hits)
-        ctx.emit(minute, {"minute": minute, "url": ctx.key, "hits": hits})
+        ctx.emit(ctx.key, {"minute": minute, "url": ctx.key, "hits": hits})  # the next stage re-keys by minute
 
 
 class TopUrls(KeyedProcessFunction):
@@ -75,22 +75,25 @@ def top_of(counts: Any, n: int = TOP_N) -> list[list[Any]]:
 
 def url_counts(job_id: str = "access-log-counts", input_topic: str = "access-log",
                output_topic: str = "url-counts", parallelism: int = 2, mode: str = "EXACTLY_ONCE",
-               state_backend: str = "heap") -> JobSpec:
+               state_backend: str = "heap", changelog: bool = False) -> JobSpec:
     return JobSpec(
         job_id=JobId(job_id),
         stages=(Stage("count_hits", (input_topic,), _url, CountHits, output_topic),),
         mode=CheckpointingMode(mode), parallelism=parallelism,
-        state_backend=StateBackendKind(state_backend))
+        state_backend=StateBackendKind(state_backend), changelog=changelog)
 
 
 def top_urls(job_id: str = "access-log-top-urls", input_topic: str = "access-log",
              channel_topic: str = "url-minute-counts", output_topic: str = "top-urls",
-             parallelism: int = 2, mode: str = "EXACTLY_ONCE", state_backend: str = "heap") -> JobSpec:
+             parallelism: int = 2, mode: str = "EXACTLY_ONCE", state_backend: str = "heap",
+             changelog: bool = False, top_urls_batch_records: int = 20_000) -> JobSpec:
+    """``top_urls_batch_records`` caps the second stage's micro-batches (a slower consumer)."""
     return JobSpec(
         job_id=JobId(job_id),
         stages=(
             Stage("minute_counts", (input_topic,), _url, CountPerMinute, channel_topic),
-            Stage("top_urls", (channel_topic,), lambda v: int(v["minute"]), TopUrls, output_topic),
+            Stage("top_urls", (channel_topic,), lambda v: int(v["minute"]), TopUrls, output_topic,
+                  max_records_per_batch=top_urls_batch_records),
         ),
         mode=CheckpointingMode(mode), parallelism=parallelism,
-        state_backend=StateBackendKind(state_backend))
+        state_backend=StateBackendKind(state_backend), changelog=changelog)

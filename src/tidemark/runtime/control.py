@@ -3,7 +3,7 @@
 Lifecycle: ``ControlPlane(...)`` positions a consumer at the *end* of the control topic (so it
 sees every notification issued after the worker started, and none of older attempts) ->
 ``poll()`` repeatedly from the worker's loop (non-blocking; returns this job's triggers,
-completed and aborted notifications in log order) -> ``ack``/``decline`` -> ``close()``.
+completed and aborted notifications in log order, and in changelog mode its materializations) -> ``ack``/``decline`` -> ``close()``.
 """
 
 from __future__ import annotations
@@ -22,12 +22,13 @@ from tidemark.protocol.messages import (
     CheckpointCompleted,
     CheckpointTrigger,
     JobRegistration,
+    MaterializationEvent,
     TaskAck,
     TaskDecline,
 )
 from tidemark.types import CheckpointId, Epoch, JobId, TaskId
 
-Notification = CheckpointTrigger | CheckpointCompleted | CheckpointAborted
+Notification = CheckpointTrigger | CheckpointCompleted | CheckpointAborted | MaterializationEvent
 
 
 def now_ms() -> int:
@@ -35,11 +36,15 @@ def now_ms() -> int:
 
 
 class ControlPlane:
-    def __init__(self, client: dict[str, Any], topics: TopicNames, job_id: JobId) -> None:
+    def __init__(self, client: dict[str, Any], topics: TopicNames, job_id: JobId, *,
+                 materializations: bool = False) -> None:
         self.topics = topics
         self.job_id = job_id
         self._consumer = Consumer(consumer_config(client, None))
-        self._consumer.assign([TopicPartition(topics.control, 0, OFFSET_END)])
+        followed = [TopicPartition(topics.control, 0, OFFSET_END)]
+        if materializations:  # changelog mode: materializations of this job's tasks
+            followed.append(TopicPartition(topics.materializations, 0, OFFSET_END))
+        self._consumer.assign(followed)
         self._producer = Producer(producer_config(client))
 
     def poll(self, max_records: int = 500) -> list[Notification]:
@@ -51,8 +56,8 @@ class ControlPlane:
                 message = codec.decode(record.value())
             except DecodeError:
                 continue  # the services dead-letter malformed control records; workers skip them
-            if isinstance(message, (CheckpointTrigger, CheckpointCompleted, CheckpointAborted)) \
-                    and message.job_id == self.job_id:
+            if isinstance(message, (CheckpointTrigger, CheckpointCompleted, CheckpointAborted,
+                                    MaterializationEvent)) and message.job_id == self.job_id:
                 found.append(message)
         return found
 

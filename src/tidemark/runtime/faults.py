@@ -20,6 +20,7 @@ POINTS = frozenset({
     "after-commit",  # sink transaction committed, the sink's pending buffers not dropped
     "during-alignment",  # a channel delivered a barrier, others have not
     "after-channel-write",  # a micro-batch's channel records committed
+    "after-changelog-write",  # changelog mode: a micro-batch's state changes delivered, no checkpoint yet
 })
 
 
@@ -32,6 +33,10 @@ class FaultInjector:
             if point not in POINTS:
                 raise ValueError(f"TIDEMARK_FAULT: unknown point {point!r}; expected one of {sorted(POINTS)}")
             self.point, self.remaining = point, int(count or 1)
+
+    def armed(self, point: str) -> bool:
+        """True when this process is set to die at ``point`` (lets a caller prepare the moment)."""
+        return point == self.point
 
     def hit(self, point: str) -> None:
         if point != self.point:

@@ -7,12 +7,18 @@ Lifecycle: ``JobSupervisor(settings, options).run()`` blocks until the job finis
    coordinator's restore API, which issues the ``RestoreCommand`` and the epoch);
 2. start one worker process per stage, wait until each has restored and started its query;
 3. register the attempt (``JobRegistration``: every task, the source tasks, the mode) on the
-   control topic, so the coordinator starts triggering checkpoints;
+   control topic, so the coordinator starts triggering checkpoints (in changelog mode the
+   attempt is first announced without tasks, so the changelog service creates the operators'
+   changelog topics before the workers need them);
 4. watch: a worker that dies fails the whole attempt (global failover, as Flink's full restart
    strategy): the others are killed, and the next attempt restores every stage from the newest
    retained checkpoint or savepoint *of this run* via the coordinator (up to ``max_restarts``);
 5. when every worker exits 0 (a stop-with-savepoint completed) the attempt is registered as
    finished and ``run`` returns 0. SIGTERM/SIGINT stop the workers and return 143/130.
+
+With ``TIDEMARK_HTTP_PORT`` set (a deployment), the supervisor serves ``/livez``, ``/readyz``
+(an attempt is registered and running) and ``/metrics`` on it, and stage ``i`` (in job order)
+serves its metrics on that port + 1 + i; otherwise the stages get free ports.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from tidemark.operator.client import ApiError, CoordinatorClient
 from tidemark.protocol.messages import JobRegistration
 from tidemark.runtime.api import JobSpec, load_job
 from tidemark.runtime.control import ControlPlane, now_ms
+from tidemark.runtime.health import EPOCH, RESTARTS, RUNNING, serve_health
 from tidemark.service.logs import get_logger
 from tidemark.storage import open_storage
 from tidemark.types import CheckpointId, Epoch
@@ -69,7 +76,6 @@ class RunOptions:
     max_restarts: int = 10
     faults: tuple[FaultPlan, ...] = ()
     ready_timeout_s: float = 240.0
-    metrics_ports: tuple[int, ...] = ()  # one per stage; free ports when empty
 
 
 @dataclass
@@ -93,7 +99,10 @@ class JobSupervisor:
         self.run_dir = settings.home / "runs" / f"{self.spec.job_id}-{os.getpid()}"
         self.restarts = 0
         self.attempts: list[AttemptState] = []
-        self.ports = list(options.metrics_ports) or [free_port() for _ in self.spec.stages]
+        # with a fixed HTTP port (a deployment), stage i serves its metrics on port + 1 + i
+        base = settings.http_port
+        self.ports = [base + 1 + i if base else free_port() for i in range(len(self.spec.stages))]
+        self.running = False
         self._stop_signal: int | None = None
         self._baseline = self._newest_retained_id()
 
@@ -102,10 +111,17 @@ class JobSupervisor:
     def run(self) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._on_signal)
+        job = self.spec.job_id
+        if self.settings.http_port:
+            serve_health(self.settings.http_host, self.settings.http_port, lambda: self.running)
+        RESTARTS.labels(job)
         attempt = self._first_attempt()
         while True:
             self.attempts.append(attempt)
+            EPOCH.labels(job).set(attempt.epoch)
             outcome = self._run_attempt(attempt)
+            self.running = False
+            RUNNING.labels(job).set(0)
             if outcome == "finished":
                 self._register(attempt, finished=True)
                 log.info("job finished", job=self.spec.job_id, epoch=attempt.epoch)
@@ -113,6 +129,7 @@ class JobSupervisor:
             if outcome == "stopped":
                 return 130 if self._stop_signal == signal.SIGINT else 143
             self.restarts += 1
+            RESTARTS.labels(job).inc()
             if self.restarts > self.options.max_restarts:
                 log.error("too many restarts; giving up", job=self.spec.job_id, restarts=self.restarts)
                 return 1
@@ -124,11 +141,15 @@ class JobSupervisor:
     def _run_attempt(self, attempt: AttemptState) -> str:
         log.info("starting attempt", job=self.spec.job_id, attempt=attempt.index, epoch=attempt.epoch,
                  restore=attempt.restore_path, parallelism=self.parallelism)
+        if self.spec.changelog:  # announce first: the changelog service creates the changelog topics
+            self._register(attempt, finished=False, announce_only=True)
         for index, stage in enumerate(self.spec.stages):
             attempt.processes[stage.name] = self._spawn(attempt, stage.name, self.ports[index])
         outcome = self._wait_ready(attempt)
         if outcome is None:
             self._register(attempt, finished=False)
+            self.running = True
+            RUNNING.labels(self.spec.job_id).set(1)
             outcome = self._watch(attempt)
         if outcome != "finished":
             self._kill_all(attempt, graceful=outcome == "stopped")
@@ -219,7 +240,7 @@ class JobSupervisor:
 
     def _spawn(self, attempt: AttemptState, stage: str, port: int) -> subprocess.Popen[bytes]:
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, "TIDEMARK_HTTP_PORT": str(port)}
+        env = {**os.environ, "TIDEMARK_HTTP_PORT": str(port)}  # the worker's metrics
         env.pop("TIDEMARK_FAULT", None)
         for fault in self.options.faults:
             if fault.attempt == attempt.index and fault.stage == stage:
@@ -245,13 +266,16 @@ class JobSupervisor:
                 process.kill()
                 process.wait()
 
-    def _register(self, attempt: AttemptState, *, finished: bool) -> None:
+    def _register(self, attempt: AttemptState, *, finished: bool, announce_only: bool = False) -> None:
+        """Register the attempt; ``announce_only`` registers it without tasks (nothing is
+        triggered yet), so the changelog service can create the changelog topics first."""
         spec = self.spec
         operators = tuple(s.operator_id for s in spec.stages)
-        tasks = plan_assignments(operators, self.parallelism, spec.max_parallelism)
+        tasks = () if announce_only else plan_assignments(operators, self.parallelism, spec.max_parallelism)
         sources = tuple(t.task_id for t in tasks if spec.upstream_of(spec.stage(t.operator_id)) is None)
         registration = JobRegistration(spec.job_id, attempt.epoch, spec.mode, spec.max_parallelism, tasks,
-                                       sources, now_ms(), finished)
+                                       sources, now_ms(), finished,
+                                       changelog_operators=operators if spec.changelog else ())
         control = ControlPlane(base_config(self.settings), self.topics, spec.job_id)
         try:
             control.register(registration)

@@ -12,7 +12,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tidemark.protocol.messages import StateHandle, TaskAssignment
+from tidemark.changelog import ChangelogReader, ChangelogSource, ChangelogStateBackend
+from tidemark.protocol.messages import (
+    ChangelogRange,
+    MaterializationEvent,
+    MaterializationRef,
+    StateHandle,
+    TaskAssignment,
+)
 from tidemark.runtime.api import KeyedProcessFunction, Stage, StateBackendKind
 from tidemark.runtime.outputs import OutputRecord
 from tidemark.state import HashMapStateBackend, KeyedStateBackend, ListStateDescriptor, OperatorStateBackend
@@ -27,11 +34,21 @@ CUT_STATE = ListStateDescriptor("tidemark_channel_cut")
 """Union list state: where the stage's channel input was cut (see runtime.alignment)."""
 
 
+@dataclass(frozen=True)
+class KeyedSnapshot:
+    """A task's keyed part of a checkpoint: state files, or (changelog mode) the materialized
+    snapshot plus the changelog ranges applied on top."""
+
+    handles: tuple[StateHandle, ...]
+    ranges: tuple[ChangelogRange, ...] = ()
+    materialization: MaterializationRef | None = None
+
+
 @dataclass
 class _Context:
     """The ``StateContext`` and ``ProcessContext`` a function sees."""
 
-    backend: KeyedStateBackend
+    backend: KeyedStateBackend | ChangelogStateBackend
     out: list[OutputRecord] = field(default_factory=list)
     stage: Stage | None = None
     key: Any = None
@@ -54,7 +71,7 @@ def create_backend(kind: StateBackendKind, key_groups: KeyGroupRange, max_parall
 
 class StageTask:
     def __init__(self, stage: Stage, assignment: TaskAssignment, parallelism: int,
-                 backend: KeyedStateBackend) -> None:
+                 backend: KeyedStateBackend | ChangelogStateBackend) -> None:
         self.stage = stage
         self.assignment = assignment
         self.task_id: TaskId = assignment.task_id
@@ -69,10 +86,23 @@ class StageTask:
     def key_groups(self) -> KeyGroupRange:
         return self.backend.key_group_range
 
+    @property
+    def changelog(self) -> ChangelogStateBackend | None:
+        return self.backend if isinstance(self.backend, ChangelogStateBackend) else None
+
     def restore(self, keyed: Sequence[StateHandle], operator: Sequence[StateHandle],
                 storage: CheckpointStorage) -> None:
         if keyed:
+            assert not isinstance(self.backend, ChangelogStateBackend)
             self.backend.restore(keyed, storage)
+        if operator:
+            self.operator_state.restore(operator, storage)
+
+    def restore_changelog(self, sources: Sequence[ChangelogSource], operator: Sequence[StateHandle],
+                          storage: CheckpointStorage, reader: ChangelogReader) -> None:
+        """Changelog mode: materialized snapshots, then exactly the recorded changelog ranges."""
+        assert isinstance(self.backend, ChangelogStateBackend)
+        self.backend.restore(sources, storage, reader)
         if operator:
             self.operator_state.restore(operator, storage)
 
@@ -91,16 +121,37 @@ class StageTask:
         return ctx.out
 
     def snapshot(self, checkpoint_id: CheckpointId, storage: CheckpointStorage, *, canonical: bool,
-                 operator_items: dict[str, list[bytes]]) -> tuple[StateHandle, ...]:
+                 operator_items: dict[str, list[bytes]]) -> tuple[KeyedSnapshot, tuple[StateHandle, ...]]:
         """Keyed state, then operator state holding ``operator_items`` (descriptor name -> items)."""
         for name, items in operator_items.items():
             descriptor = SINK_STATE if name == SINK_STATE.name else CUT_STATE
             self.operator_state.get_union_list_state(descriptor).update(items)
-        if isinstance(self.backend, RocksDBStateBackend):
-            keyed = self.backend.snapshot(checkpoint_id, storage, canonical=canonical)
+        backend = self.backend
+        if isinstance(backend, ChangelogStateBackend) and canonical:  # savepoints are self-contained
+            inner = backend.backend
+            handles = (inner.snapshot(checkpoint_id, storage, canonical=True)
+                       if isinstance(inner, RocksDBStateBackend) else inner.snapshot(checkpoint_id, storage))
+            keyed = KeyedSnapshot(tuple(handles))
+        elif isinstance(backend, ChangelogStateBackend):
+            part = backend.snapshot(checkpoint_id)  # persists pending changes; no state snapshot
+            keyed = KeyedSnapshot(part.handles, part.ranges, part.materialization)
+        elif isinstance(backend, RocksDBStateBackend):
+            keyed = KeyedSnapshot(tuple(backend.snapshot(checkpoint_id, storage, canonical=canonical)))
         else:
-            keyed = self.backend.snapshot(checkpoint_id, storage)
-        return (*keyed, *self.operator_state.snapshot(checkpoint_id, storage))
+            keyed = KeyedSnapshot(tuple(backend.snapshot(checkpoint_id, storage)))
+        return keyed, tuple(self.operator_state.snapshot(checkpoint_id, storage))
+
+    def notify_completed(self, checkpoint_id: CheckpointId) -> None:
+        if self.changelog is not None:
+            self.changelog.notify_checkpoint_complete(checkpoint_id)
+
+    def notify_aborted(self, checkpoint_id: CheckpointId) -> None:
+        if self.changelog is not None:
+            self.changelog.notify_checkpoint_aborted(checkpoint_id)
+
+    def on_materialization(self, event: MaterializationEvent) -> None:
+        if self.changelog is not None:
+            self.changelog.on_materialization_event(event)
 
     def close(self) -> None:
         try:

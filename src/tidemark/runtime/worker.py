@@ -33,6 +33,7 @@ from typing import Any
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
+from tidemark.changelog import ChangelogReader, ChangelogSource, ChangelogStateBackend, ChangelogWriter
 from tidemark.checkpoint.restore_planner import plan_assignments, plan_restore
 from tidemark.checkpoint_store.layout import checkpoint_dir, shared_dir
 from tidemark.checkpoint_store.persistent_store import read_metadata
@@ -47,9 +48,11 @@ from tidemark.protocol.messages import (
     CheckpointCompleted,
     CheckpointMetadata,
     CheckpointTrigger,
+    MaterializationEvent,
     SourceOffset,
     StateHandleKind,
     TaskAck,
+    TaskAssignment,
     TaskSnapshot,
     TaskTimings,
 )
@@ -79,7 +82,8 @@ from tidemark.runtime.routing import KeyGroupRouter
 from tidemark.runtime.task import CUT_STATE, SINK_STATE, StageTask, create_backend
 from tidemark.service.dead_letters import RawRecord, record_failure
 from tidemark.service.logs import get_logger
-from tidemark.spark.planning import list_partitions, metadata_consumer, watermarks
+from tidemark.spark.planning import TopicNotFoundError, list_partitions, metadata_consumer, watermarks
+from tidemark.state.keygroups import KeyGroupRange
 from tidemark.storage import open_storage
 from tidemark.storage.scoped import SnapshotStorage
 from tidemark.types import CheckpointId, CheckpointingMode, CheckpointType, Epoch, TaskId
@@ -150,14 +154,21 @@ class StageWorker:
         if self.upstream is not None:
             ensure_topics(admin, [TopicSpec(self.upstream.output, spec.output_partitions)])
         init_worker_metrics(self.job)
-        self.control = ControlPlane(self.client, self.topics, self.job)  # before anything can trigger
+        self.control = ControlPlane(self.client, self.topics, self.job,  # before anything can trigger
+                                    materializations=spec.changelog)
         started = time.monotonic()
         assignments = plan_assignments((stage.operator_id,), self.attempt.parallelism, spec.max_parallelism)
         shutil.rmtree(self._local, ignore_errors=True)
+        changelog_partitions = self._changelog_partitions() if spec.changelog else 0
         for assignment in assignments:
             kgr = _range(assignment)
-            backend = create_backend(spec.state_backend, kgr, spec.max_parallelism, stage.name,
-                                     self._local / assignment.task_id.replace("#", "-"))
+            backend: Any = create_backend(spec.state_backend, kgr, spec.max_parallelism, stage.name,
+                                          self._local / assignment.task_id.replace("#", "-"))
+            if spec.changelog:
+                writer = ChangelogWriter(self.client, self.changelog_topic, partitions=changelog_partitions,
+                                         max_parallelism=spec.max_parallelism, job_id=self.job,
+                                         task_id=assignment.task_id, epoch=self.epoch)
+                backend = ChangelogStateBackend(backend, writer)
             self.tasks.append(StageTask(stage, assignment, self.attempt.parallelism, backend))
         self.router = KeyGroupRouter(spec.max_parallelism, [t.key_groups for t in self.tasks])
         sink_items, cut = self._restore() if self.attempt.restore_path else ([], {})
@@ -181,9 +192,18 @@ class StageWorker:
                             for h in t.state_handles if h.kind is StateHandleKind.OPERATOR]
         sink_items: dict[bytes, None] = {}
         cut: dict[Channel, int] = {}
+        reader = None
+        if self.spec.changelog:
+            reader = ChangelogReader(self.client, partitions=self._changelog_partitions(),
+                                     max_parallelism=self.spec.max_parallelism)
         for task in self.tasks:
             part = plan.for_task(task.task_id)
-            task.restore(part.keyed_handles, operator_handles, self.storage)
+            if reader is not None:
+                sources = [_changelog_source(t) for t in metadata.tasks if t.operator_id == op
+                           and len(_range(t).intersection(task.key_groups))]
+                task.restore_changelog(sources, operator_handles, self.storage, reader)
+            else:
+                task.restore(part.keyed_handles, operator_handles, self.storage)
             sink_items.update(dict.fromkeys(task.restored_items(SINK_STATE)))
             for item in task.restored_items(CUT_STATE):
                 doc = json.loads(item)
@@ -203,6 +223,24 @@ class StageWorker:
             return TwoPhaseCommitOutput(self.client, stage.output, self.job, stage.operator_id, txid,
                                         marker_topic(self.topics))
         return AtLeastOnceOutput(self.client, stage.output)
+
+    @property
+    def changelog_topic(self) -> str:
+        return self.topics.changelog(self.job, self.stage.name)
+
+    def _changelog_partitions(self, timeout_s: float = 120.0) -> int:
+        """Partitions of the stage's changelog topic, which the changelog service creates when the
+        supervisor announces the attempt; waits for it."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                return self._partitions(self.changelog_topic)
+            except TopicNotFoundError:
+                if time.monotonic() > deadline:
+                    raise TopicNotFoundError(
+                        f"changelog topic {self.changelog_topic} was not created within {timeout_s:g}s: "
+                        "is the changelog service running?") from None
+                time.sleep(0.5)
 
     def _partitions(self, topic: str) -> int:
         consumer = metadata_consumer(self.client)
@@ -243,6 +281,11 @@ class StageWorker:
                 self._feed(record)
         self.flush_outputs()
         FAULTS.hit("after-batch")
+        if FAULTS.armed("after-changelog-write"):  # make the batch's changes reach the changelog first
+            for task in self.tasks:
+                if task.changelog is not None:
+                    task.changelog.writer.flush()
+            FAULTS.hit("after-changelog-write")
         self.handle_control()
 
     def _feed(self, record: InputRecord) -> None:
@@ -295,6 +338,10 @@ class StageWorker:
         """Act on new notifications of this attempt (called under ``lock``)."""
         assert self.control is not None and self.output is not None
         for note in self.control.poll():
+            if isinstance(note, MaterializationEvent):
+                for task in self.tasks:
+                    task.on_materialization(note)
+                continue
             if note.epoch != self.epoch:
                 continue
             if isinstance(note, CheckpointTrigger):
@@ -303,12 +350,16 @@ class StageWorker:
                     self.checkpoint(note.checkpoint_id, note.checkpoint_type, None, note.target_location)
             elif isinstance(note, CheckpointCompleted):
                 self.output.commit(note.checkpoint_id)
+                for task in self.tasks:
+                    task.notify_completed(note.checkpoint_id)
                 if note.checkpoint_id == self.stopping:
                     self.finished = True
                     log.info("stop-with-savepoint completed; finishing", job=self.job, stage=self.stage.name,
                              savepoint=note.checkpoint_id)
             elif isinstance(note, CheckpointAborted):
                 self.output.abort(note.checkpoint_id)
+                for task in self.tasks:
+                    task.notify_aborted(note.checkpoint_id)
                 if note.checkpoint_id == self.stopping:
                     log.warning("stop-with-savepoint aborted; resuming", job=self.job, reason=note.reason)
                     self.stopping = None
@@ -335,13 +386,14 @@ class StageWorker:
         snapshots = []
         for task in self.tasks:
             index = task.assignment.subtask_index
-            handles = task.snapshot(checkpoint_id, storage, canonical=kind.is_savepoint, operator_items={
+            keyed, operator = task.snapshot(checkpoint_id, storage, canonical=kind.is_savepoint, operator_items={
                 SINK_STATE.name: items.get(task.task_id, []), CUT_STATE.name: cut_items if index == 0 else []})
             offsets = tuple(SourceOffset(t, p, o) for (t, p), o in sorted(positions.items())
                             if p % len(self.tasks) == index)
-            snapshots.append(TaskSnapshot(task.task_id, self.stage.operator_id, index, task.assignment.key_group_start,
-                                          task.assignment.key_group_end, state_handles=handles,
-                                          source_offsets=offsets))
+            snapshots.append(TaskSnapshot(
+                task.task_id, self.stage.operator_id, index, task.assignment.key_group_start,
+                task.assignment.key_group_end, state_handles=keyed.handles + operator, source_offsets=offsets,
+                changelog_ranges=keyed.ranges, materialization=keyed.materialization))
         sync_s = time.monotonic() - started
         FAULTS.hit("after-snapshot")
         alignment_ms = aligned.alignment_ms if aligned is not None else 0
@@ -385,10 +437,14 @@ class StageWorker:
         shutil.rmtree(self._local, ignore_errors=True)
 
 
-def _range(assignment: Any) -> Any:
-    from tidemark.state.keygroups import KeyGroupRange
-
+def _range(assignment: TaskAssignment | TaskSnapshot) -> KeyGroupRange:
     return KeyGroupRange(assignment.key_group_start, assignment.key_group_end)
+
+
+def _changelog_source(snapshot: TaskSnapshot) -> ChangelogSource:
+    """What one old task contributes to a changelog restore: its keyed handles and ranges."""
+    keyed = tuple(h for h in snapshot.state_handles if h.kind is not StateHandleKind.OPERATOR)
+    return ChangelogSource(_range(snapshot), keyed, tuple(snapshot.changelog_ranges), snapshot.materialization)
 
 
 def _nested(positions: dict[tuple[str, int], int]) -> dict[str, dict[str, int]]:

@@ -114,3 +114,19 @@ def test_recover_redeletes_files_of_the_trailing_discards(storage) -> None:
     assert restarted.event_log.events == []  # nothing owed
     assert not storage.exists(private_file(1).path) and storage.exists(private_file(2).path)
     assert restarted.store.registry.reference_counts() == s.store.registry.reference_counts()
+
+
+
+def test_an_aborted_checkpoints_files_are_deleted_but_never_a_completed_ones(storage) -> None:
+    s = make(storage, n=2)
+    done = metadata(1, write_files(storage, [private_file(1), shared_file("a")]))
+    s.store_checkpoint(done, 1000)
+    aborted = write_files(storage, [private_file(2), private_file(2, "more"), shared_file("b")])
+    savepoint_file = storage.write_bytes(f"{JOB}/savepoints/sp-3/state", b"x")
+    assert sorted(s.discard_aborted(CheckpointId(2))) == sorted(f.path for f in aborted if not f.shared)
+    assert sorted(s.discard_aborted(CheckpointId(3))) == [savepoint_file.path]
+    assert s.discard_aborted(CheckpointId(1)) == ()  # completed: never touched
+    assert s.discard_aborted(CheckpointId(2)) == ()  # idempotent
+    remaining = set(storage.list(f"{JOB}/"))
+    assert {f.path for f in done.tasks[0].state_handles[0].files} <= remaining
+    assert f"{JOB}/shared/b" in remaining  # shared files belong to the registry

@@ -3,7 +3,9 @@
 Lifecycle: replay the checkpoint-events topic (the store's own log) and the control topic from
 the start; on catching up, rebuild one :class:`PersistentCheckpointStore` per job from its events
 (finishing any interrupted discard), then serve the persist requests (``CheckpointMetadata`` on
-the control topic) it has not seen, and from then on each new one as it arrives.
+the control topic) it has not seen, and from then on each new one as it arrives. The files tasks
+wrote for an aborted checkpoint (``CheckpointAborted`` on the control topic) are deleted, after a
+restart too.
 """
 
 from __future__ import annotations
@@ -16,9 +18,11 @@ from typing import Any
 from prometheus_client import Counter, Gauge
 
 from tidemark.checkpoint_store import CheckpointStoreOptions, PersistentCheckpointStore
+from tidemark.checkpoint_store.layout import metadata_path
+from tidemark.checkpoint_store.store import state_files
 from tidemark.kafka.clients import base_config
 from tidemark.kafka.event_log import KafkaEventLog
-from tidemark.protocol.messages import CheckpointDiscarded, CheckpointMetadata
+from tidemark.protocol.messages import CheckpointAborted, CheckpointDiscarded, CheckpointMetadata
 from tidemark.service.app import ServiceApp
 from tidemark.service.dead_letters import RawRecord
 from tidemark.service.logs import get_logger
@@ -30,6 +34,12 @@ log = get_logger(__name__)
 RETAINED = Gauge("tidemark_checkpoint_store_retained_checkpoints", "Checkpoints retained", ["job"])
 RETAINED_SAVEPOINTS = Gauge("tidemark_checkpoint_store_retained_savepoints", "Savepoints retained", ["job"])
 DISCARDED = Counter("tidemark_checkpoint_store_discarded_total", "Checkpoints that left retention", ["job"])
+STORED_BYTES = Gauge("tidemark_checkpoint_store_bytes",
+                     "Bytes of the state files the retained checkpoints and savepoints reference", ["job"])
+SHARED_FILES = Gauge("tidemark_checkpoint_store_shared_files",
+                     "Shared (incremental) state files referenced by retained checkpoints", ["job"])
+FILES_DELETED = Counter("tidemark_checkpoint_store_files_deleted_total",
+                        "Files deleted from checkpoint storage (state files and _metadata)", ["job"])
 
 
 class CheckpointStoreEdge:
@@ -41,6 +51,7 @@ class CheckpointStoreEdge:
         self.stores: dict[JobId, PersistentCheckpointStore] = {}
         self._events: dict[JobId, list[Any]] = defaultdict(list)
         self._requests: list[CheckpointMetadata] = []
+        self._aborted: list[CheckpointAborted] = []
         self.live = False
 
     def _store(self, job: JobId) -> PersistentCheckpointStore:
@@ -58,6 +69,11 @@ class CheckpointStoreEdge:
                 await self._persist(message)
             else:
                 self._requests.append(message)
+        elif isinstance(message, CheckpointAborted):
+            if self.live:
+                await self._discard_aborted(message)
+            else:
+                self._aborted.append(message)
 
     async def on_caught_up(self) -> None:
         loop = asyncio.get_running_loop()
@@ -65,11 +81,15 @@ class CheckpointStoreEdge:
         for job, events in self._events.items():
             deleted = await loop.run_in_executor(None, self._store(job).recover, events, now)
             log.info("store rebuilt", job=job, events=len(events), finished_deletes=len(deleted))
+            FILES_DELETED.labels(job).inc(len(deleted))
         self._events.clear()
         for request in self._requests:
             if not self._store(request.job_id).store.has_seen(request.checkpoint_id):
                 await self._persist(request)
         self._requests.clear()
+        for aborted in self._aborted:  # files a crash left behind; deleting again is a no-op
+            await self._discard_aborted(aborted)
+        self._aborted.clear()
         self.live = True
         for job in self.stores:
             self._update_metrics(job)
@@ -81,15 +101,37 @@ class CheckpointStoreEdge:
                      checkpoint=metadata.checkpoint_id)
             return
         before = len(store.store.retained())
+        referenced = _referenced_paths(store)
         event = await asyncio.get_running_loop().run_in_executor(
             None, store.store_checkpoint, metadata, int(time.time() * 1000))
         log.info("checkpoint stored" if isinstance(event, CheckpointMetadata) else "checkpoint rejected",
                  job=metadata.job_id, checkpoint=metadata.checkpoint_id)
-        self._update_metrics(metadata.job_id, discarded=max(0, before + 1 - len(store.store.retained())))
+        self._update_metrics(metadata.job_id, discarded=max(0, before + 1 - len(store.store.retained())),
+                             deleted=len(referenced - _referenced_paths(store)))
 
-    def _update_metrics(self, job: JobId, discarded: int = 0) -> None:
-        retained = self._store(job).store.retained()
+    async def _discard_aborted(self, aborted: CheckpointAborted) -> None:
+        store = self._store(aborted.job_id)
+        deleted = await asyncio.get_running_loop().run_in_executor(
+            None, store.discard_aborted, aborted.checkpoint_id)
+        if deleted:
+            log.info("aborted checkpoint's files deleted", job=aborted.job_id, checkpoint=aborted.checkpoint_id,
+                     files=len(deleted))
+            FILES_DELETED.labels(aborted.job_id).inc(len(deleted))
+
+    def _update_metrics(self, job: JobId, discarded: int = 0, deleted: int = 0) -> None:
+        store = self._store(job).store
+        retained = store.retained()
         savepoints = sum(1 for m in retained if m.checkpoint_type.is_savepoint)
         RETAINED.labels(job).set(len(retained) - savepoints)
         RETAINED_SAVEPOINTS.labels(job).set(savepoints)
         DISCARDED.labels(job).inc(discarded)
+        sizes = {f.path: f.size_bytes for m in retained for f in state_files(m)}  # a shared file counts once
+        STORED_BYTES.labels(job).set(sum(sizes.values()))
+        SHARED_FILES.labels(job).set(len(store.registry.reference_counts()))
+        FILES_DELETED.labels(job).inc(deleted)
+
+
+def _referenced_paths(store: PersistentCheckpointStore) -> set[str]:
+    """Every file the retained checkpoints and savepoints of ``store`` keep: state files and ``_metadata``."""
+    return {path for m in store.store.retained()
+            for path in (metadata_path(m.job_id, m.checkpoint_id, m.checkpoint_type), *(f.path for f in state_files(m)))}

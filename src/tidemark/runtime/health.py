@@ -1,0 +1,47 @@
+"""The supervisor's HTTP endpoints: ``/livez``, ``/readyz`` (an attempt is registered and
+running) and ``/metrics`` (Prometheus text), on a daemon thread.
+
+Lifecycle: ``serve_health(host, port, ready)`` starts the server and returns it; it lives as long
+as the process (``shutdown()`` stops it). ``ready`` is called per ``/readyz`` request.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from prometheus_client import CONTENT_TYPE_LATEST, Counter, Gauge, generate_latest
+
+RESTARTS = Counter("tidemark_job_restarts_total", "Failovers of a job (a worker died and every stage was restored)",
+                   ["job"])
+EPOCH = Gauge("tidemark_job_epoch", "Epoch of the job's current attempt", ["job"])
+RUNNING = Gauge("tidemark_job_running", "1 while every stage of the job's current attempt runs", ["job"])
+
+
+def serve_health(host: str, port: int, ready: Callable[[], bool]) -> ThreadingHTTPServer:
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            if self.path == "/livez":
+                self._send(200, b"ok\n", "text/plain")
+            elif self.path == "/readyz":
+                ok = ready()
+                self._send(200 if ok else 503, b"ready\n" if ok else b"not ready\n", "text/plain")
+            elif self.path == "/metrics":
+                self._send(200, generate_latest(), CONTENT_TYPE_LATEST)
+            else:
+                self._send(404, b"not found\n", "text/plain")
+
+        def _send(self, status: int, body: bytes, content_type: str) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - quiet access log
+            return
+
+    server = ThreadingHTTPServer((host, port), Handler)
+    threading.Thread(target=server.serve_forever, name="supervisor-http", daemon=True).start()
+    return server
