@@ -202,9 +202,17 @@ class ChangelogStateBackend:
         return True
 
     def on_materialization_event(self, event: MaterializationEvent) -> bool:
-        """:meth:`notify_materialized` for a COMPLETED event about this task."""
+        """:meth:`notify_materialized` for a COMPLETED event about this task.
+
+        The event proves its checkpoint completed (the materializer folds only checkpoints the
+        checkpoint-store made durable, which the coordinator then always reports completed), and
+        it may arrive before the ``CheckpointCompleted`` on the control topic: a checkpoint this
+        attempt took is therefore confirmed first (confirming again later changes nothing).
+        """
         if event.status is not MaterializationStatus.COMPLETED or event.task_id != self.writer.task_id:
             return False
+        if event.checkpoint_id in self._marks:
+            self.writer.confirm(event.checkpoint_id)
         return self.notify_materialized(
             MaterializationRef(event.materialization_id, event.checkpoint_id), event.state_handles)
 

@@ -38,7 +38,7 @@ from tidemark.protocol.messages import (
     MaterializationStatus,
     TaskAssignment,
 )
-from tidemark.state.keygroups import KeyGroupRange
+from tidemark.state.keygroups import UPPER_BOUND_MAX_PARALLELISM, KeyGroupRange
 from tidemark.types import CheckpointId, JobId, OperatorId, TaskId
 
 TopicPartition = tuple[str, int]
@@ -104,6 +104,8 @@ class ChangelogLedger:
         return False
 
     def _register(self, registration: JobRegistration) -> bool:
+        if not 1 <= registration.max_parallelism <= UPPER_BOUND_MAX_PARALLELISM:
+            return False  # not a usable registration; nothing can be planned from it
         known = self.registrations.get(registration.job_id)
         if known is not None and known.epoch > registration.epoch:
             return False  # a late record of an attempt already superseded
@@ -155,8 +157,8 @@ class ChangelogLedger:
         plans = []
         for topic in self.topics():
             count = partitions.get(topic.name)
-            if not count:
-                continue
+            if not count or count > topic.max_parallelism:
+                continue  # not created yet, or not laid out as a changelog of this job
             starts = self._referenced_starts(topic)
             for partition in range(count):
                 plans.append(PartitionPlan(topic, partition,

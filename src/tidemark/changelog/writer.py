@@ -323,6 +323,12 @@ class ChangelogWriter:
         if self._failure is not None:
             raise ChangelogWriteError(self._failure)
 
+    def flush(self, timeout_s: float | None = None) -> int:
+        """Wait until every record appended so far is delivered; returns how many are still in
+        flight after ``timeout_s``. Marks nothing durable for a checkpoint (that is ``persist``)."""
+        self._check_usable()
+        return self._producer.flush(self.options.persist_timeout_s if timeout_s is None else timeout_s)
+
     def close(self) -> None:
         """Flush what was appended (best effort) and release the producer; idempotent."""
         if not self._closed:

@@ -9,6 +9,7 @@ the replica instead of rebuilding it.
 
 from __future__ import annotations
 
+import secrets
 import time
 from dataclasses import dataclass
 
@@ -44,7 +45,8 @@ def materialize(target: TaskCheckpoint, replica: TaskReplica, storage: Checkpoin
     """Materialize ``target`` into ``storage`` under the task's folder (raises on failure)."""
     started = time.monotonic()
     folded = replica.fold(target, storage, reader)
-    view = SharedFilesView(storage, materialization_prefix(target.job_id, target.task.task_id))
+    view = SharedFilesView(storage, materialization_prefix(target.job_id, target.task.task_id),
+                           f"m-{materialization_id}-{secrets.token_hex(4)}")
     upload_started = time.monotonic()
     handles, stats = replica.snapshot(materialization_id, view)
     upload_s = time.monotonic() - upload_started

@@ -20,6 +20,7 @@ from tidemark.storage.base import CheckpointStorage
 from tidemark.types import JobId, TaskId
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+SHARED = "shared/"
 
 
 def materialization_prefix(job_id: JobId, task_id: TaskId) -> str:
@@ -28,15 +29,25 @@ def materialization_prefix(job_id: JobId, task_id: TaskId) -> str:
 
 
 class SharedFilesView:
-    """A write-mostly ``CheckpointStorage`` under ``prefix``; every file written is shared."""
+    """A ``CheckpointStorage`` for one materialized snapshot; every file written is shared.
 
-    def __init__(self, storage: CheckpointStorage, prefix: str) -> None:
+    As a state backend sees it, paths under ``shared/`` (content-addressed SST files, reused by
+    later snapshots) go to ``<prefix>/shared/``; every other path to ``<prefix>/<snapshot>/``, a
+    folder of this snapshot alone (``snapshot`` should be unique, e.g. id plus a random token,
+    so that two writers can never overwrite each other's files).
+    """
+
+    def __init__(self, storage: CheckpointStorage, prefix: str, snapshot: str) -> None:
         self.storage = storage
         self.prefix = prefix.strip("/")
+        self._private = f"{self.prefix}/{snapshot}/"
+        self._shared = f"{self.prefix}/{SHARED}"
         self.url = f"{storage.url.rstrip('/')}/{self.prefix}"
 
     def _full(self, path: str) -> str:
-        return f"{self.prefix}/{path}"
+        if path.startswith(SHARED):
+            return self._shared + path[len(SHARED):]
+        return self._private + path
 
     def write_bytes(self, path: str, data: bytes, *, shared: bool = False) -> StateFile:
         return self.storage.write_bytes(self._full(path), data, shared=True)
@@ -58,6 +69,7 @@ class SharedFilesView:
         self.storage.delete(self._full(path))
 
     def list(self, prefix: str = "") -> Iterator[str]:
-        start = len(self.prefix) + 1
-        for path in self.storage.list(self._full(prefix) if prefix else self.prefix):
+        """Paths (as the backend names them) of this snapshot's own files under ``prefix``."""
+        start = len(self._private)
+        for path in self.storage.list(self._full(prefix).rstrip("/")):
             yield path[start:]

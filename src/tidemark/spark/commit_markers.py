@@ -68,7 +68,7 @@ def ensure_marker_topic(client: Mapping[str, Any], topic: str, partitions: int =
 def marker_partition_count(client: Mapping[str, Any], topic: str, timeout_s: float = 10.0) -> int:
     consumer = metadata_consumer(client)
     try:
-        meta = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
+        meta = consumer.list_topics(timeout=timeout_s).topics.get(topic)  # never by name: that may create it
         if meta is None or meta.error is not None or not meta.partitions:
             raise LookupError(f"commit marker topic {topic!r} not found")
         return len(meta.partitions)

@@ -34,8 +34,11 @@ def list_partitions(consumer: Consumer, topics: Iterable[str], timeout_s: float 
     """Every (topic, partition) of ``topics``; raises TopicNotFoundError naming missing ones."""
     found: list[tuple[str, int]] = []
     missing: list[str] = []
+    # all topics, never one by name: a metadata request naming a topic may create it (the
+    # embedded broker does, with its default partition count)
+    known = consumer.list_topics(timeout=timeout_s).topics
     for topic in topics:
-        meta = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
+        meta = known.get(topic)
         if meta is None or meta.error is not None or not meta.partitions:
             missing.append(topic)
             continue

@@ -25,7 +25,7 @@ from tidemark.changelog.truncation import ChangelogLedger, PartitionPlan, TopicP
 from tidemark.kafka.admin import ensure_topics
 from tidemark.kafka.clients import base_config
 from tidemark.kafka.topics import TopicSpec
-from tidemark.protocol.messages import JobRegistration
+from tidemark.protocol.messages import CheckpointMetadata, JobRegistration
 from tidemark.service.app import ServiceApp
 from tidemark.service.dead_letters import RawRecord
 from tidemark.service.logs import get_logger
@@ -60,9 +60,12 @@ class ChangelogEdge:
     # ------------------------------------------------------------------ input
 
     async def on_record(self, message: Any, raw: RawRecord, replayed: bool) -> None:
-        self.ledger.apply(message)
-        if self.live and isinstance(message, JobRegistration) and message.changelog_operators:
-            await self._ensure_topics()
+        if isinstance(message, CheckpointMetadata) and raw.topic != self.app.topics.checkpoint_events:
+            return  # on the control topic it is the coordinator's request to store, not yet retained
+        if self.ledger.apply(message) and isinstance(message, JobRegistration):
+            metrics.declare(message.job_id)
+            if self.live and message.changelog_operators:
+                await self._ensure_topics()
 
     async def on_caught_up(self) -> None:
         await self._ensure_topics()
@@ -125,7 +128,8 @@ class ChangelogEdge:
             for tp, point in moves.items():
                 self._record(tp, point, owners[tp], physical=tp in done)
             for tp in done - moves.keys():  # a logical truncation caught up physically
-                metrics.TRUNCATIONS.labels(owners[tp].job_id, "physical").inc()
+                if tp in owners:
+                    metrics.TRUNCATIONS.labels(owners[tp].job_id, "physical").inc()
             self._track_sizes()
 
     def _record(self, tp: TopicPartition, point: int, owner: Any, *, physical: bool) -> None:

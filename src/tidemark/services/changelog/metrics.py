@@ -18,10 +18,11 @@ DELETE_RECORDS_UNSUPPORTED = Counter("tidemark_changelog_delete_records_unsuppor
 MODES = ("physical", "logical")
 
 
-def declare(job: str, operator: str) -> None:
-    """Create a topic's series at 0, so panels show 0 instead of no data."""
-    PENDING_BYTES.labels(job, operator)
-    TRUNCATED_RECORDS.labels(job, operator)
-    TRUNCATED_BYTES.labels(job, operator)
+def declare(job: str, operator: str | None = None) -> None:
+    """Create a job's (and a topic's) series at 0, so panels show 0 instead of no data."""
     for mode in MODES:
         TRUNCATIONS.labels(job, mode)
+    if operator is not None:
+        PENDING_BYTES.labels(job, operator)
+        TRUNCATED_RECORDS.labels(job, operator)
+        TRUNCATED_BYTES.labels(job, operator)

@@ -36,7 +36,7 @@ from tidemark.materializer import (
     failure_event,
     materialize,
 )
-from tidemark.protocol.messages import JobRegistration
+from tidemark.protocol.messages import CheckpointMetadata, JobRegistration
 from tidemark.service.app import ServiceApp
 from tidemark.service.dead_letters import RawRecord
 from tidemark.service.logs import get_logger
@@ -65,12 +65,14 @@ class MaterializerEdge:
         shutil.rmtree(replica_root, ignore_errors=True)  # working copies of a previous process
         self.replicas: dict[TaskKey, TaskReplica] = {}
         self._partitions: dict[str, int] = {}
-        self._busy = False
+        self._running: asyncio.Future[None] | None = None
         self.live = False
 
     # ------------------------------------------------------------------ input
 
     async def on_record(self, message: Any, raw: RawRecord, replayed: bool) -> None:
+        if isinstance(message, CheckpointMetadata) and raw.topic != self.app.topics.checkpoint_events:
+            return  # on the control topic it is the coordinator's request to store, not yet durable
         self.ledger.apply(message)
         if isinstance(message, JobRegistration):
             metrics.declare(message.job_id)
@@ -83,27 +85,30 @@ class MaterializerEdge:
     # ------------------------------------------------------------------ scheduling
 
     async def tick(self) -> None:
-        """Materialize the most overdue task, if any (one at a time)."""
-        if not self.live or self._busy:
+        """Start materializing the most overdue task, if any and none is running."""
+        if not self.live or self._running is not None:
             return
         self._drop_stale_replicas()
         candidates = {c.key: c for c in self.ledger.candidates()}
         due = self.schedule.due(candidates, now_ms(), self._last_materialized_at)
-        if not due:
-            return
-        self._busy = True
-        try:
-            await self._materialize(candidates[due[0]])
-        finally:
-            self._busy = False
+        if due:
+            self._running = asyncio.ensure_future(self._materialize(candidates[due[0]]))
+            self._running.add_done_callback(self._finished)
+
+    def _finished(self, future: asyncio.Future[None]) -> None:
+        self._running = None
+        if not future.cancelled() and future.exception() is not None:
+            log.error("materialization task crashed", exc_info=future.exception())
 
     def _last_materialized_at(self, key: TaskKey) -> int | None:
         last = self.ledger.materialized.get(key)
         return None if last is None else last.at
 
     def _drop_stale_replicas(self) -> None:
+        """Close the replicas of tasks that a newer registration of their job no longer lists."""
         current = self.ledger.tasks_of_current_attempts()
-        for key in [k for k in self.replicas if k not in current]:
+        registered = self.ledger.registrations
+        for key in [k for k in self.replicas if k[0] in registered and k not in current]:
             self.replicas.pop(key).close()
             self.schedule.forget(key)
 
