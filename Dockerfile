@@ -1,6 +1,7 @@
 # syntax=docker/dockerfile:1
-# The one Tidemark image: every service (`tidemark run <service>`) and the PySpark worker
-# (`tidemark worker run --job module:attr`). services/*/Dockerfile are thin FROMs of this image.
+# The one Tidemark image: every service (`tidemark run <service>`) and the jobs
+# (`tidemark jobs run package.module:attr`, one PySpark worker process per stage).
+# services/*/Dockerfile are thin FROMs of this image.
 #
 #   docker build -t tidemark:0.1.0 .
 
@@ -42,6 +43,6 @@ ENV PATH=/opt/tidemark/bin:$PATH \
 WORKDIR /opt/tidemark/app
 USER 10001:10001
 VOLUME ["/var/lib/tidemark/state", "/var/lib/tidemark/checkpoints"]
-EXPOSE 9400 9401 9402 9403 9404
+EXPOSE 9400 9401 9402 9403 9404 9405 9406
 ENTRYPOINT ["/usr/bin/tini", "--", "tidemark"]
 CMD ["--help"]

@@ -94,10 +94,10 @@ def _run(home: Path, bootstrap: str, status: BrokerStatus | None, progress: _Pro
         job = pipe.start_job(JOB, names)
         progress.step(f"job {names['job_id']} submitted: minute_counts -> {names['channel_topic']} -> top_urls "
                       f"-> {names['output_topic']} (2 PySpark queries, parallelism 2, checkpoints every 2 s)")
+        _wait(lambda: job.events("attempt registered"), 300, "the workers starting")
+        progress.step("both stage workers running (Spark local mode); the coordinator is checkpointing")
         feeder = InputFeeder(bootstrap, names["input_topic"], total=RECORDS, chunk=200, pause_s=0.5).start()
         progress.step(f"generator writing {RECORDS} access-log records to {names['input_topic']}")
-        _wait(lambda: _worker(home, "top_urls"), 240, "the workers starting")
-        progress.step("both stage workers running (Spark local mode)")
         _wait(lambda: _completed(pipe, names["job_id"]) >= 3, 180, "3 completed checkpoints")
         victim = _worker(home, "top_urls")
         assert victim is not None

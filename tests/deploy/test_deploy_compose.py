@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -14,6 +15,9 @@ import yaml
 from deploy_support import REPO
 
 TIDEMARK_SERVICES = {"coordinator": 9400, "checkpoint-store": 9401, "changelog": 9402, "materializer": 9403, "worker": 9404}
+STAGE_PORTS = (9405, 9406)  # the worker's stage i serves its metrics on 9404 + 1 + i
+WORKER_COMMAND = ["jobs", "run", "tidemark.examples.access_log:top_urls"]
+ONE_SHOT = {"create-topics"}  # run to completion before the worker starts; no health check
 INSTALL_HINT = "run scripts/install-system-deps.sh (installs Debian's docker-compose package)"
 
 
@@ -48,25 +52,51 @@ def test_the_api_token_is_required() -> None:
 
 def test_topology(config: dict[str, Any]) -> None:
     services = config["services"]
-    assert set(services) == {"kafka", "schema-registry", "prometheus", "grafana", *TIDEMARK_SERVICES}
+    assert set(services) == {"kafka", "schema-registry", "prometheus", "grafana", "generator", *ONE_SHOT,
+                             *TIDEMARK_SERVICES}
     assert services["schema-registry"]["profiles"] == ["schema-registry"]
+    assert services["generator"]["profiles"] == ["generator"]
     kafka = services["kafka"]
     assert re.fullmatch(r"apache/kafka:\d+\.\d+\.\d+", kafka["image"])
     assert kafka["environment"]["KAFKA_PROCESS_ROLES"] == "broker,controller"
     for name, service in services.items():
         assert not service["image"].endswith(":latest") and ":" in service["image"], name
-        assert "healthcheck" in service, f"{name} has no healthcheck"
+        if name in ONE_SHOT:
+            assert service["restart"] == "no", name
+            waiting = [s for s in services.values() if s.get("depends_on", {}).get(name)]
+            assert waiting and all(s["depends_on"][name]["condition"] == "service_completed_successfully"
+                                   for s in waiting), name
+        else:
+            assert "healthcheck" in service, f"{name} has no healthcheck"
+
+
+def test_the_input_topic_is_created_before_the_job_starts(config: dict[str, Any]) -> None:
+    services = config["services"]
+    create = services["create-topics"]
+    assert create["image"] == services["kafka"]["image"]
+    command = create["entrypoint"] + create["command"]
+    args = _job_args(services["worker"])
+    assert command[command.index("--topic") + 1] == args["input_topic"]
+    assert "--if-not-exists" in command
+    assert services["worker"]["depends_on"]["create-topics"]["condition"] == "service_completed_successfully"
+
+
+def _job_args(service: dict[str, Any]) -> dict[str, Any]:
+    command = service["command"]
+    return json.loads(command[command.index("--job-args") + 1])
 
 
 def test_one_image_for_every_tidemark_service(config: dict[str, Any]) -> None:
     services = config["services"]
-    images = {services[name]["image"] for name in TIDEMARK_SERVICES}
+    images = {services[name]["image"] for name in [*TIDEMARK_SERVICES, "generator"]}
     assert images == {"tidemark:0.1.0"}
     for name, port in TIDEMARK_SERVICES.items():
         service = services[name]
         assert service["build"]["context"] == str(REPO) and service["build"]["dockerfile"] == "Dockerfile"
-        expected = ["worker", "run", "--job", "examples.access_log:job"] if name == "worker" else ["run", name]
-        assert service["command"] == expected
+        if name == "worker":
+            assert service["command"][:3] == WORKER_COMMAND
+        else:
+            assert service["command"] == ["run", name]
         assert service["environment"]["TIDEMARK_HTTP_PORT"] == str(port)
         assert service["environment"]["KAFKA_BOOTSTRAP_SERVERS"] == "kafka:9092"
         assert service["environment"]["TIDEMARK_HTTP_HOST"] == "0.0.0.0"
@@ -76,15 +106,30 @@ def test_one_image_for_every_tidemark_service(config: dict[str, Any]) -> None:
     assert services["coordinator"]["environment"]["TIDEMARK_API_TOKEN"] == "test-token"
     worker_deps = services["worker"]["depends_on"]
     assert {k: v["condition"] for k, v in worker_deps.items()} == {
-        name: "service_healthy" for name in ["kafka", "coordinator", "checkpoint-store", "changelog", "materializer"]
+        **{name: "service_healthy" for name in ["kafka", "coordinator", "checkpoint-store", "changelog", "materializer"]},
+        "create-topics": "service_completed_successfully",
     }
+
+
+def test_the_worker_runs_the_two_stage_job_through_the_coordinator(config: dict[str, Any]) -> None:
+    services = config["services"]
+    worker = services["worker"]
+    env = worker["environment"]
+    assert env["TIDEMARK_COORDINATOR_URL"] == "http://coordinator:9400"
+    assert env["TIDEMARK_API_TOKEN"] == "test-token"  # the coordinator's token
+    args = _job_args(worker)
+    assert {"job_id", "input_topic", "channel_topic", "output_topic"} <= set(args)
+    assert {str(p) for p in (9404, *STAGE_PORTS)} <= {str(p) for p in worker["expose"]}
+    # jobs run as this workload, not as children of the coordinator
+    assert services["coordinator"]["environment"]["TIDEMARK_JOBS__LAUNCHER"] == "none"
 
 
 def test_prometheus_scrapes_every_process_and_grafana_is_provisioned(config: dict[str, Any]) -> None:
     prometheus_config = yaml.safe_load((REPO / "deploy" / "prometheus" / "prometheus.yml").read_text())
     tidemark_job = next(job for job in prometheus_config["scrape_configs"] if job["job_name"] == "tidemark")
     assert tidemark_job["honor_labels"] is True
-    assert set(tidemark_job["static_configs"][0]["targets"]) == {f"{n}:{p}" for n, p in TIDEMARK_SERVICES.items()}
+    assert set(tidemark_job["static_configs"][0]["targets"]) == {f"{n}:{p}" for n, p in TIDEMARK_SERVICES.items()} | {
+        f"worker:{port}" for port in STAGE_PORTS}
     grafana_mounts = {v.split(":")[1] for v in config["services"]["grafana"]["volumes"] if isinstance(v, str)} | {
         v["target"] for v in config["services"]["grafana"]["volumes"] if isinstance(v, dict)
     }
@@ -104,7 +149,7 @@ def test_service_dockerfiles_are_thin_layers_of_the_one_image() -> None:
         froms = re.findall(r"^FROM (.+)$", text, re.MULTILINE)
         assert froms == ["${TIDEMARK_IMAGE}"], name
         assert "ARG TIDEMARK_IMAGE=tidemark:" in text
-        command = ["worker", "run", "--job", "examples.access_log:job"] if name == "worker" else ["run", name]
+        command = WORKER_COMMAND if name == "worker" else ["run", name]
         assert f"CMD {str(command).replace(chr(39), chr(34))}" in text
     ignored = (REPO / ".dockerignore").read_text().splitlines()
     assert ignored[1] == "**" and "!src/**" in ignored

@@ -103,15 +103,72 @@ def test_default_commands_ports_and_settings() -> None:
         assert env["TIDEMARK_HTTP_HOST"] == "0.0.0.0"  # probes and Prometheus reach the pod IP
         assert env["TIDEMARK_KAFKA__REPLICATION_FACTOR"] == "3"
         assert env["TIDEMARK_CHECKPOINT_STORAGE_URL"] == "file:///var/lib/tidemark/checkpoints"
-        expected_args = ["worker", "run", "--job", "examples.access_log:job"] if component == "worker" else ["run", component]
-        assert container["args"] == expected_args
+        if component == "worker":
+            assert container["args"][:3] == ["jobs", "run", "tidemark.examples.access_log:top_urls"]
+        else:
+            assert container["args"] == ["run", component]
     coordinator = _env(deployments["coordinator"])
     assert coordinator["TIDEMARK_CHECKPOINT__TIMEOUT_MS"] == "600000"
     assert coordinator["TIDEMARK_CHECKPOINT__MODE"] == "EXACTLY_ONCE"
     assert coordinator["TIDEMARK_API_TOKEN"] == {"secretKeyRef": {"name": "tidemark-api-token", "key": "api-token"}}
-    assert "TIDEMARK_API_TOKEN" not in _env(deployments["worker"])
+    assert coordinator["TIDEMARK_JOBS__LAUNCHER"] == "none"  # jobs run as the worker workload
     assert _env(deployments["checkpoint-store"])["TIDEMARK_RETAINED_CHECKPOINTS"] == "3"
     assert _env(deployments["materializer"])["TIDEMARK_MATERIALIZATION__INTERVAL_MS"] == "180000"
+
+
+def test_worker_runs_the_job_supervisor_against_the_coordinator() -> None:
+    manifests = render_chart()
+    worker = _deployments(manifests)["worker"]
+    container = worker["spec"]["template"]["spec"]["containers"][0]
+    args = container["args"]
+    assert args[:3] == ["jobs", "run", "tidemark.examples.access_log:top_urls"]
+    assert json.loads(args[args.index("--job-args") + 1]) == {}  # the example's defaults
+    assert args[args.index("--max-restarts") + 1] == "10" and "--parallelism" not in args
+    env = _env(worker)
+    assert env["TIDEMARK_COORDINATOR_URL"] == "http://tidemark-coordinator:9400"
+    assert env["TIDEMARK_API_TOKEN"] == {"secretKeyRef": {"name": "tidemark-api-token", "key": "api-token"}}
+    # probes on the supervisor; the stages' metrics ports on the container and the Service
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+    assert [(p["name"], p["containerPort"]) for p in container["ports"]] == [
+        ("http", 9404), ("stage-0", 9405), ("stage-1", 9406)]
+    service = next(m.doc for m in manifests if m.key == ("Service", "tidemark-worker"))
+    assert [(p["name"], p["port"], p["targetPort"]) for p in service["spec"]["ports"]] == [
+        ("http", 9404, "http"), ("stage-0", 9405, "stage-0"), ("stage-1", 9406, "stage-1")]
+
+
+def test_worker_job_values() -> None:
+    values = {"worker": {"job": "my_jobs.orders:pipeline", "jobArgs": {"job_id": "orders", "window_s": 60},
+                         "stages": 3, "parallelism": 4, "maxRestarts": 2, "httpPort": 9500},
+              "auth": {"existingSecret": "my-token", "existingSecretKey": "token"}}
+    worker = _deployments(render_chart(values))["worker"]
+    container = worker["spec"]["template"]["spec"]["containers"][0]
+    assert container["args"] == ["jobs", "run", "my_jobs.orders:pipeline", "--job-args",
+                                 '{"job_id":"orders","window_s":60}', "--max-restarts", "2", "--parallelism", "4"]
+    assert [p["containerPort"] for p in container["ports"]] == [9500, 9501, 9502, 9503]
+    assert _env(worker)["TIDEMARK_API_TOKEN"] == {"secretKeyRef": {"name": "my-token", "key": "token"}}
+
+
+def test_single_stage_job_variant() -> None:
+    manifests = render_chart(load_yaml(CHART_DIR / "ci" / "s3-sasl-values.yaml"))
+    container = _deployments(manifests)["worker"]["spec"]["template"]["spec"]["containers"][0]
+    args = container["args"]
+    assert args[2] == "tidemark.examples.access_log:url_counts"
+    assert json.loads(args[args.index("--job-args") + 1])["changelog"] is True
+    assert [p["name"] for p in container["ports"]] == ["http", "stage-0"]
+    monitor = next(m.doc for m in manifests if m.doc["kind"] == "ServiceMonitor")
+    assert [e["port"] for e in monitor["spec"]["endpoints"]] == ["http", "stage-0"]
+
+
+@pytest.mark.parametrize("worker, ports", [({}, ["http", "stage-0", "stage-1"]),
+                                          ({"stages": 1}, ["http", "stage-0"]),
+                                          ({"enabled": False}, ["http"])])
+def test_monitors_scrape_every_stage_of_the_worker(worker: dict[str, Any], ports: list[str]) -> None:
+    values = {"worker": worker, "metrics": {"serviceMonitor": {"enabled": True}, "podMonitor": {"enabled": True}}}
+    monitors = {m.doc["kind"]: m.doc["spec"] for m in render_chart(values) if m.doc["kind"].endswith("Monitor")}
+    assert [e["port"] for e in monitors["ServiceMonitor"]["endpoints"]] == ports
+    assert [e["port"] for e in monitors["PodMonitor"]["podMetricsEndpoints"]] == ports
+    endpoints = monitors["ServiceMonitor"]["endpoints"] + monitors["PodMonitor"]["podMetricsEndpoints"]
+    assert all(e["honorLabels"] is True and e["path"] == "/metrics" for e in endpoints)
 
 
 def test_large_integers_render_as_plain_digits() -> None:
@@ -173,6 +230,9 @@ def test_inconsistent_values_fail_rendering(values: dict[str, Any], message: str
         ({"kafka": {"bootstrapServer": "kafka:9092"}}, "bootstrapServer"),
         ({"worker": {"resources": {"request": {"cpu": "1"}}}}, "request"),
         ({"checkpoint": {"mode": "EXACTLY_ONE"}}, "mode"),
+        ({"worker": {"stage": 2}}, "stage"),
+        ({"worker": {"stages": 0}}, "stages"),
+        ({"worker": {"job": "tidemark worker run"}}, "job"),
         ({"coordinator": {"replicaCount": 2}}, "replicaCount"),
     ],
 )

@@ -51,14 +51,15 @@ def test_stop_with_savepoint_then_restore_at_another_parallelism(tmp_path, kafka
 def test_at_least_once_skips_alignment_and_duplicates_only_after_the_last_checkpoint(
         tmp_path, kafka_bootstrap, unique_name):
     topics = topics_for(unique_name)
-    with pipeline(tmp_path, kafka_bootstrap, unique_name, env={"TIDEMARK_CHECKPOINT__INTERVAL_MS": "1500"}) as pipe:
+    with pipeline(tmp_path, kafka_bootstrap, unique_name, env={"TIDEMARK_CHECKPOINT__INTERVAL_MS": "1000"}) as pipe:
         pipe.create_topic(topics.input, 4)
         # input faster than the second stage reads it (small micro-batches): it lags behind the
         # first stage, so one checkpoint's barriers reach it in different batches on different
         # partitions, with data after them - what alignment would hold back
-        job = pipe.start_job(TOP_URLS, topics.args(mode="AT_LEAST_ONCE", top_urls_batch_records=150),
-                             faults=("0@top_urls@after-ack:4",))
-        records = InputFeeder(kafka_bootstrap, topics.input, total=4000, chunk=200, pause_s=0.3).start().join(600)
+        job = pipe.start_job(TOP_URLS, topics.args(mode="AT_LEAST_ONCE", top_urls_batch_records=24),
+                             faults=("0@top_urls@after-batch:40",))  # mid-stream, past the last checkpoint
+        wait_for(lambda: job.events("attempt registered"), 300, "the workers running")  # input must interleave with barriers
+        records = InputFeeder(kafka_bootstrap, topics.input, total=3000, chunk=100, pause_s=0.3).start().join(600)
         wait_for(lambda: job.events("restore issued"), 600, "the restore after the kill")
         restored_id = job.events("restore issued")[0]["checkpoint"]
         output = read_committed(kafka_bootstrap, topics.output, expect=len(records), timeout_s=300, settle_s=5)
@@ -70,12 +71,15 @@ def test_at_least_once_skips_alignment_and_duplicates_only_after_the_last_checkp
     assert sum(a["overtaken"] for a in acks) > 0  # records were processed past early barriers
     expected = expected_top_urls(records)
     identities = Counter((r["minute"], r["seq"]) for r in output)
-    assert set(identities) == {(m, i) for m, (n, _) in expected.items() for i in range(1, n + 1)}  # none lost
-    duplicated = {identity for identity, count in identities.items() if count > 1}
-    assert duplicated, "a failure in at-least-once mode is expected to repeat some output"
-    # every duplicate was first written after the restored checkpoint was triggered
+    wanted = {(m, i) for m, (n, _) in expected.items() for i in range(1, n + 1)}
+    assert wanted <= set(identities)  # nothing lost
+    # what a replay added: identities written twice, and sequence numbers past a minute's count
+    # (records processed again, counted again by the restored state)
+    repeated = {identity for identity, count in identities.items() if count > 1} | (set(identities) - wanted)
+    assert repeated, "a failure in at-least-once mode is expected to repeat some output"
+    # every repeated result was first written after the restored checkpoint was triggered
     trigger_ms = history[restored_id]["triggered_at"]
-    first_copies = _first_write_times(kafka_bootstrap, topics.output, duplicated)
+    first_copies = _first_write_times(kafka_bootstrap, topics.output, repeated)
     assert min(first_copies.values()) >= trigger_ms - 1000, (trigger_ms, sorted(first_copies.values())[:3])
 
 

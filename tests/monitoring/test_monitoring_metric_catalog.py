@@ -8,7 +8,7 @@ from metric_catalog import load_catalog
 
 BOUNDED_LABELS = {"job", "service", "version", "topic", "partition", "reason", "outcome", "mode", "operator", "task"}
 UNIT_SUFFIXES = ("_seconds", "_bytes", "_records", "_total", "_info", "_id", "_files", "_checkpoints", "_savepoints",
-                 "_ready", "_in_progress", "_completed")
+                 "_ready", "_in_progress", "_completed", "_epoch", "_running")
 
 
 def test_catalog_parses_and_names_are_unique() -> None:
@@ -37,7 +37,7 @@ def test_label_sets_are_bounded() -> None:
 
 def test_job_metrics_carry_the_job_label() -> None:
     for metric in load_catalog():
-        if metric.exported_by in {"coordinator", "checkpoint-store", "materializer", "worker"}:
+        if metric.exported_by in {"coordinator", "checkpoint-store", "materializer", "worker", "supervisor"}:
             assert "job" in metric.labels, metric.name
         if metric.exported_by == "all":
             assert "service" in metric.labels, metric.name
@@ -58,5 +58,6 @@ def test_flink_checkpoint_metrics_are_covered() -> None:
         "lastCheckpointRestoreTimestamp": "tidemark_checkpoint_last_restore_timestamp_seconds",
         "checkpointAlignmentTime": "tidemark_worker_alignment_seconds",
         "checkpointStartDelayNanos / sync / async durations": "tidemark_worker_snapshot_async_seconds",
+        "numRestarts (job)": "tidemark_job_restarts_total",
     }
     assert set(flink.values()) <= names

@@ -1,7 +1,9 @@
 {{/*
 One Tidemark process as a Deployment, its Service and its PodDisruptionBudget.
 Call with (dict "root" $ "component" "coordinator" "values" .Values.coordinator
-  "args" (list "run" "coordinator") "strategy" "Recreate" "env" <yaml list string> "apiToken" true).
+  "args" (list "run" "coordinator") "strategy" "Recreate" "env" <yaml list string> "apiToken" true),
+optionally "extraPorts" (list of dict "name" "port"): more metrics ports, on the container and the
+Service (the worker's stages).
 */}}
 
 {{/* Environment shared by every process: Kafka, topics, storage, logging, HTTP port. */}}
@@ -129,6 +131,11 @@ spec:
             - name: http
               containerPort: {{ $v.httpPort }}
               protocol: TCP
+            {{- range .extraPorts }}
+            - name: {{ .name }}
+              containerPort: {{ .port }}
+              protocol: TCP
+            {{- end }}
           env:
             {{- include "tidemark.commonEnv" . | nindent 12 }}
             {{- if .apiToken }}
@@ -222,6 +229,12 @@ spec:
       port: {{ $v.httpPort }}
       targetPort: http
       protocol: TCP
+    {{- range .extraPorts }}
+    - name: {{ .name }}
+      port: {{ .port }}
+      targetPort: {{ .name }}
+      protocol: TCP
+    {{- end }}
 {{- if $v.pdb.enabled }}
 ---
 apiVersion: policy/v1

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tidemark.protocol.messages import ChangelogRange, MaterializationRef, StateHandle, TaskSnapshot
+from tidemark.protocol.messages import (
+    ChangelogRange,
+    MaterializationRef,
+    StateHandle,
+    StateHandleKind,
+    TaskSnapshot,
+)
 from tidemark.state.keygroups import KeyGroupRange
 
 
@@ -25,5 +31,7 @@ class ChangelogSource:
 
     @classmethod
     def from_task_snapshot(cls, task: TaskSnapshot) -> ChangelogSource:
+        """The keyed part of a task snapshot (operator-state handles restore separately)."""
+        keyed = tuple(h for h in task.state_handles if h.kind is not StateHandleKind.OPERATOR)
         return cls(KeyGroupRange(task.key_group_start, task.key_group_end),
-                   tuple(task.state_handles), tuple(task.changelog_ranges), task.materialization)
+                   keyed, tuple(task.changelog_ranges), task.materialization)

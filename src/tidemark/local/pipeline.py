@@ -160,7 +160,9 @@ class LocalPipeline:
     def start_job(self, reference: str, job_args: dict[str, Any] | None = None, *,
                   faults: tuple[str, ...] = (), parallelism: int | None = None,
                   from_savepoint: str | None = None, from_checkpoint: int | None = None,
-                  max_restarts: int = 10) -> JobRun:
+                  max_restarts: int = 10, env: dict[str, str] | None = None) -> JobRun:
+        """Start ``tidemark jobs run``; ``env`` is applied last (e.g. ``TIDEMARK_HTTP_PORT`` to serve the
+        supervisor's and the stages' metrics on fixed ports, which the job does not get otherwise)."""
         command = [sys.executable, "-m", "tidemark.cli", "jobs", "run", reference,
                    "--job-args", json.dumps(job_args or {}), "--max-restarts", str(max_restarts)]
         for fault in faults:
@@ -171,15 +173,16 @@ class LocalPipeline:
             command += ["--from-savepoint", from_savepoint]
         if from_checkpoint is not None:
             command += ["--from-checkpoint", str(from_checkpoint)]
-        env = {**os.environ, **self.cluster.services["coordinator"].env, **self.env,
-               "TIDEMARK_COORDINATOR_URL": self.coordinator_url}
-        env.pop("TIDEMARK_HTTP_PORT", None)
+        child_env = {**os.environ, **self.cluster.services["coordinator"].env, **self.env,
+                     "TIDEMARK_COORDINATOR_URL": self.coordinator_url}
+        child_env.pop("TIDEMARK_HTTP_PORT", None)  # a service's port: the job's processes take free ones
+        child_env.update(env or {})
         logs = self.home / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         log_path = logs / f"job-{len(self.jobs)}.log"
         with open(log_path, "ab") as out:
             process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                       env=env, preexec_fn=_die_with_parent)
+                                       env=child_env, preexec_fn=_die_with_parent)
         run = JobRun(process, log_path)
         self.jobs.append(run)
         return run

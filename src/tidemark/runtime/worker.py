@@ -21,6 +21,7 @@ each task to the coordinator. Completed / aborted notifications commit / keep th
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import threading
 import time
@@ -199,7 +200,7 @@ class StageWorker:
         for task in self.tasks:
             part = plan.for_task(task.task_id)
             if reader is not None:
-                sources = [_changelog_source(t) for t in metadata.tasks if t.operator_id == op
+                sources = [ChangelogSource.from_task_snapshot(t) for t in metadata.tasks if t.operator_id == op
                            and len(_range(t).intersection(task.key_groups))]
                 task.restore_changelog(sources, operator_handles, self.storage, reader)
             else:
@@ -271,6 +272,9 @@ class StageWorker:
         if self.finished:
             return
         self.wait_while_stopping()
+        if os.environ.get("TIDEMARK_DEBUG_BATCHES"):
+            records = list(records)
+            log.info("batch", sequence="".join(("B" if r.barrier else "d") + str(r.partition) for r in records)[:400])
         for record in records:
             if self.finished:
                 return
@@ -440,11 +444,6 @@ class StageWorker:
 def _range(assignment: TaskAssignment | TaskSnapshot) -> KeyGroupRange:
     return KeyGroupRange(assignment.key_group_start, assignment.key_group_end)
 
-
-def _changelog_source(snapshot: TaskSnapshot) -> ChangelogSource:
-    """What one old task contributes to a changelog restore: its keyed handles and ranges."""
-    keyed = tuple(h for h in snapshot.state_handles if h.kind is not StateHandleKind.OPERATOR)
-    return ChangelogSource(_range(snapshot), keyed, tuple(snapshot.changelog_ranges), snapshot.materialization)
 
 
 def _nested(positions: dict[tuple[str, int], int]) -> dict[str, dict[str, int]]:
