@@ -43,4 +43,4 @@ def test_changelog_mode_is_exactly_once_across_sigkills(tmp_path, kafka_bootstra
         job.stop()
     assert len(failures) == len(KILLS), [(f["stage"], f["epoch"]) for f in failures]
     assert verdict.exactly_once, verdict
-    assert "materialization completed" in materializer_log.lower() or "COMPLETED" in materializer_log
+    assert '"event": "materialized"' in materializer_log  # materializations ran alongside

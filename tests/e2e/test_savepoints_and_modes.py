@@ -62,16 +62,20 @@ def test_at_least_once_skips_alignment_and_duplicates_only_after_the_last_checkp
         records = InputFeeder(kafka_bootstrap, topics.input, total=3000, chunk=100, pause_s=0.3).start().join(600)
         wait_for(lambda: job.events("restore issued"), 600, "the restore after the kill")
         restored_id = job.events("restore issued")[0]["checkpoint"]
-        output = read_committed(kafka_bootstrap, topics.output, expect=len(records), timeout_s=300, settle_s=5)
+        wanted = {(m, i) for m, (n, _) in expected_top_urls(records).items() for i in range(1, n + 1)}
+
+        def every_result_written():  # repeated results count too, so wait for the identities
+            out = read_committed(kafka_bootstrap, topics.output, expect=len(records), timeout_s=30, settle_s=2)
+            return out if wanted <= {(r["minute"], r["seq"]) for r in out} else None
+
+        output = wait_for(every_result_written, 420, "every expected result")
         history = {c["id"]: c for c in pipe.client().history(topics.job_id)["checkpoints"]}
         logs = stage_logs(tmp_path / "home")
         job.stop()
     acks = [a for name, text in logs.items() if name.startswith("top_urls") for a in acked_checkpoints(text)]
     assert acks and all(a["alignment_ms"] == 0 and a["held"] == 0 for a in acks)  # nothing ever waited
     assert sum(a["overtaken"] for a in acks) > 0  # records were processed past early barriers
-    expected = expected_top_urls(records)
     identities = Counter((r["minute"], r["seq"]) for r in output)
-    wanted = {(m, i) for m, (n, _) in expected.items() for i in range(1, n + 1)}
     assert wanted <= set(identities)  # nothing lost
     # what a replay added: identities written twice, and sequence numbers past a minute's count
     # (records processed again, counted again by the restored state)

@@ -261,7 +261,7 @@ class JobSupervisor:
                 process.send_signal(signal.SIGTERM if graceful else signal.SIGKILL)
         for process in attempt.processes.values():
             try:
-                process.wait(timeout=20)
+                process.wait(timeout=10)  # within a pod's default 30 s grace period
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()

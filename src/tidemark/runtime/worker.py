@@ -43,6 +43,7 @@ from tidemark.kafka.admin import ensure_topics
 from tidemark.kafka.clients import base_config, producer_config
 from tidemark.kafka.topics import TopicNames, TopicSpec
 from tidemark.protocol import codec
+from tidemark.protocol.errors import DecodeError
 from tidemark.protocol.messages import (
     Barrier,
     CheckpointAborted,
@@ -91,6 +92,12 @@ from tidemark.types import CheckpointId, CheckpointingMode, CheckpointType, Epoc
 
 log = get_logger(__name__)
 SERVICE = "worker"
+
+
+class InputRecordError(DecodeError):
+    """An input record the stage cannot decode or key (dead-lettered with its origin)."""
+
+    reason = "malformed-input"
 
 
 @dataclass(frozen=True)
@@ -313,7 +320,7 @@ class StageWorker:
             value = self.stage.decode(record.key, record.value)
             key = self.stage.key_by(value)
         except Exception as exc:  # malformed input: dead-letter it with its origin, keep going
-            self._dead_letter(record, exc)
+            self._dead_letter(record, InputRecordError(f"{type(exc).__name__}: {exc}"))
             return
         task = self.tasks[self.router.task_index(key)]  # type: ignore[union-attr]
         outputs = task.process(key, value, record.timestamp_ms)

@@ -168,7 +168,10 @@ class ServiceApp:
             return False
         if consumer is None:
             return all(reader.caught_up for reader in self._logs)
-        assigned = {tp.topic for tp in consumer.assignment()}
+        try:
+            assigned = {tp.topic for tp in consumer.assignment()}
+        except Exception:  # e.g. ConsumerNotStarted in the first instants of a start: not ready yet
+            return False
         caught_up = all(reader.caught_up for reader in self._logs)
         return caught_up and all(sub.topic in assigned for sub in self._subscriptions)
 
