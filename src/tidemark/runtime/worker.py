@@ -21,7 +21,6 @@ each task to the coordinator. Completed / aborted notifications commit / keep th
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import threading
 import time
@@ -279,9 +278,6 @@ class StageWorker:
         if self.finished:
             return
         self.wait_while_stopping()
-        if os.environ.get("TIDEMARK_DEBUG_BATCHES"):
-            records = list(records)
-            log.info("batch", sequence="".join(("B" if r.barrier else "d") + str(r.partition) for r in records)[:400])
         for record in records:
             if self.finished:
                 return
