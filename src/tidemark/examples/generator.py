@@ -17,7 +17,7 @@ from typing import Any
 from confluent_kafka import Producer
 
 from tidemark.examples.access_log import MINUTE_MS, top_of
-from tidemark.kafka.clients import producer_config
+from tidemark.kafka.clients import produce_waiting, producer_config
 
 URLS = tuple(f"/{section}/{item}" for section in ("shop", "cart", "blog", "api", "img") for item in range(12))
 START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
@@ -49,12 +49,7 @@ def produce(bootstrap: str, topic: str, records: Iterable[bytes], partitions: in
         kwargs: dict[str, Any] = {"value": value}
         if partitions:
             kwargs["partition"] = i % partitions
-        while True:
-            try:
-                producer.produce(topic, **kwargs)
-                break
-            except BufferError:
-                producer.poll(0.05)
+        produce_waiting(producer, topic, **kwargs)
         count += 1
         if count % chunk == 0:
             producer.commit_transaction(60)

@@ -80,6 +80,17 @@ def consumer_config(base: dict[str, Any], group_id: str | None, **extra: Any) ->
     return config
 
 
+def produce_waiting(producer: Any, topic: str, **kwargs: Any) -> None:
+    """``producer.produce(topic, **kwargs)``, waiting (serving delivery reports) while the local
+    queue is full instead of failing with ``BufferError``."""
+    while True:
+        try:
+            producer.produce(topic, **kwargs)
+            return
+        except BufferError:
+            producer.poll(0.05)
+
+
 def producer_config(base: dict[str, Any], transactional_id: str | None = None, **extra: Any) -> dict[str, Any]:
     """An idempotent producer; transactional when ``transactional_id`` is given."""
     config = {**base, "enable.idempotence": True, "acks": "all", "linger.ms": 5}

@@ -32,7 +32,7 @@ from typing import Any, Protocol
 
 from confluent_kafka import Producer
 
-from tidemark.kafka.clients import producer_config
+from tidemark.kafka.clients import produce_waiting, producer_config
 from tidemark.protocol import codec
 from tidemark.protocol.messages import Barrier
 from tidemark.runtime.faults import FAULTS
@@ -124,12 +124,7 @@ def _produce(producer: Producer, topic: str, key: bytes | None, value: bytes,
         kwargs["headers"] = headers
     if partition is not None:
         kwargs["partition"] = partition
-    while True:
-        try:
-            producer.produce(topic, **kwargs)
-            return
-        except BufferError:
-            producer.poll(0.05)
+    produce_waiting(producer, topic, **kwargs)
 
 
 class ChannelOutput:

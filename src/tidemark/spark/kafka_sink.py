@@ -32,7 +32,7 @@ from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
-from tidemark.kafka.clients import producer_config
+from tidemark.kafka.clients import produce_waiting, producer_config
 from tidemark.spark.commit_markers import CommitMarker, ensure_marker_topic, find_commit, marker_partition, \
     marker_partition_count
 from tidemark.spark.options import InvalidOptionError, KafkaSinkOptions
@@ -114,12 +114,7 @@ def _produce(producer: Producer, topic: str, value: Any, key: Any, partition: in
         kwargs["partition"] = partition
     if headers:
         kwargs["headers"] = [(h["key"], h["value"]) for h in headers]
-    while True:
-        try:
-            producer.produce(topic, **kwargs)
-            return
-        except BufferError:
-            producer.poll(0.05)
+    produce_waiting(producer, topic, **kwargs)
 
 
 def _produce_batches(producer: Producer, batches: Iterable[pa.RecordBatch], default_topic: str | None) -> int:
