@@ -23,7 +23,7 @@ from pathlib import Path
 from tidemark.broker.embedded import BrokerStatus, kafka_or_embedded
 from tidemark.examples.generator import expected_top_urls
 from tidemark.examples.verify import read_committed, verify_top_urls
-from tidemark.local.pipeline import InputFeeder, JobRun, LocalPipeline
+from tidemark.local.pipeline import InputFeeder, JobRun, LocalPipeline, wait_for
 from tidemark.services import SERVICES
 
 JOB = "tidemark.examples.access_log:top_urls"
@@ -36,20 +36,6 @@ class _Progress:
 
     def step(self, text: str) -> None:
         print(f"[{time.monotonic() - self.started:6.1f}s] {text}", flush=True)
-
-
-def _wait(condition, timeout_s: float, what: str):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while not (value := condition()):
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what} did not happen within {timeout_s:g}s")
-        time.sleep(0.3)
-    return value
-
-
-def _completed(pipe: LocalPipeline, job_id: str) -> int:
-    jobs = pipe.client().jobs()["jobs"]
-    return sum(j["counts"]["completed"] for j in jobs if j["job"] == job_id)
 
 
 def _worker(home: Path, stage: str) -> dict | None:
@@ -94,18 +80,18 @@ def _run(home: Path, bootstrap: str, status: BrokerStatus | None, progress: _Pro
         job = pipe.start_job(JOB, names)
         progress.step(f"job {names['job_id']} submitted: minute_counts -> {names['channel_topic']} -> top_urls "
                       f"-> {names['output_topic']} (2 PySpark queries, parallelism 2, checkpoints every 2 s)")
-        _wait(lambda: job.events("attempt registered"), 300, "the workers starting")
+        wait_for(lambda: job.events("attempt registered"), 300, "the workers starting")
         progress.step("both stage workers running (Spark local mode); the coordinator is checkpointing")
         feeder = InputFeeder(bootstrap, names["input_topic"], total=RECORDS, chunk=200, pause_s=0.5).start()
         progress.step(f"generator writing {RECORDS} access-log records to {names['input_topic']}")
-        _wait(lambda: _completed(pipe, names["job_id"]) >= 3, 180, "3 completed checkpoints")
+        wait_for(lambda: pipe.completed_checkpoints(names["job_id"]) >= 3, 180, "3 completed checkpoints")
         victim = _worker(home, "top_urls")
         assert victim is not None
         os.kill(victim["pid"], signal.SIGKILL)
         killed_at = time.monotonic()
         progress.step(f"SIGKILL -> top_urls worker pid {victim['pid']} (epoch {victim['epoch']}) after "
-                      f"{_completed(pipe, names['job_id'])} completed checkpoints")
-        restored = _wait(lambda: _registered_after(job, victim["epoch"]), 300, "the restore")
+                      f"{pipe.completed_checkpoints(names['job_id'])} completed checkpoints")
+        restored = wait_for(lambda: _registered_after(job, victim["epoch"]), 300, "the restore")
         restore_s = time.monotonic() - killed_at
         restore_from = job.events("restore issued")[-1]
         progress.step(f"restored both stages from checkpoint {restore_from['checkpoint']} as epoch "
@@ -120,7 +106,7 @@ def _run(home: Path, bootstrap: str, status: BrokerStatus | None, progress: _Pro
         code = job.wait(timeout_s=120)
         progress.step(f"stop-with-savepoint {savepoint.get('status')} at {savepoint.get('metadata_path')}; "
                       f"job exited {code}")
-        checkpoints = _completed(pipe, names["job_id"])
+        checkpoints = pipe.completed_checkpoints(names["job_id"])
     print()
     print("  records in               ", len(records))
     print("  output records           ", f"{verdict.records} (expected {verdict.expected_records})")

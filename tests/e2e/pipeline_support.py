@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,25 +48,6 @@ def verify_two_stage(bootstrap: str, topics: Topics, records: list[bytes], timeo
 def verify_single_stage(bootstrap: str, topics: Topics, records: list[bytes], timeout_s: float) -> Verdict:
     output = read_committed(bootstrap, topics.output, expect=len(records), timeout_s=timeout_s)
     return verify_url_counts(output, expected_url_counts(records))
-
-
-def wait_for(condition: Callable[[], Any], timeout_s: float, what: str, poll_s: float = 0.5) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what} not reached within {timeout_s}s")
-        time.sleep(poll_s)
-
-
-def completed_checkpoints(pipe: LocalPipeline, job_id: str) -> int:
-    try:
-        jobs = pipe.client().jobs()["jobs"]
-    except Exception:
-        return 0
-    return sum(j["counts"]["completed"] for j in jobs if j["job"] == job_id)
 
 
 def retention_problems(home: Path, job_id: str, retained: int) -> list[str]:

@@ -10,14 +10,13 @@ import pytest
 from pipeline_support import (
     TOP_URLS,
     URL_COUNTS,
-    completed_checkpoints,
     pipeline,
     retention_problems,
     topics_for,
     verify_single_stage,
     verify_two_stage,
-    wait_for,
 )
+from tidemark.local.pipeline import wait_for
 from tidemark.examples.generator import expected_top_urls, generate, produce
 from tidemark.examples.verify import read_committed
 from tidemark.local.pipeline import InputFeeder, acked_checkpoints, stage_logs
@@ -116,10 +115,10 @@ def test_killed_service_resumes_checkpoints_and_loses_nothing(service, tmp_path,
         pipe.create_topic(topics.input, 4)
         job = pipe.start_job(URL_COUNTS, topics.single_stage_args())
         feeder = InputFeeder(kafka_bootstrap, topics.input, total=6000, chunk=100, pause_s=0.4).start()
-        wait_for(lambda: completed_checkpoints(pipe, topics.job_id) >= 2, 240, "2 completed checkpoints")
+        wait_for(lambda: pipe.completed_checkpoints(topics.job_id) >= 2, 240, "2 completed checkpoints")
         pipe.restart_service(service)
-        before = completed_checkpoints(pipe, topics.job_id)
-        wait_for(lambda: completed_checkpoints(pipe, topics.job_id) >= before + 2, 240,
+        before = pipe.completed_checkpoints(topics.job_id)
+        wait_for(lambda: pipe.completed_checkpoints(topics.job_id) >= before + 2, 240,
                  f"2 more checkpoints after the {service} restarted")
         records = feeder.join(600)
         verdict = verify_single_stage(kafka_bootstrap, topics, records, timeout_s=300)

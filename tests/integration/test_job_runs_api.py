@@ -17,7 +17,6 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ from confluent_kafka.admin import AdminClient
 from tidemark.kafka.admin import ensure_topics
 from tidemark.kafka.topics import TopicSpec
 from tidemark.local.cluster import LocalCluster
+from tidemark.local.pipeline import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -81,15 +81,6 @@ def cli(url: str, *args: str, token: str | None = TOKEN) -> subprocess.Completed
         env["TIDEMARK_API_TOKEN"] = token
     return subprocess.run([sys.executable, "-m", "tidemark.cli", *args], env=env,
                           capture_output=True, text=True, timeout=60)
-
-
-def wait_for(condition: Callable[[], Any], timeout_s: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while not (value := condition()):
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what} not reached within {timeout_s}s")
-        time.sleep(0.5)
-    return value
 
 
 def alive(pid: int) -> bool:

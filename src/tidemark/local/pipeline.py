@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 from confluent_kafka.admin import AdminClient
 
@@ -29,9 +29,24 @@ from tidemark.examples.generator import generate, produce
 from tidemark.kafka.admin import ensure_topics
 from tidemark.kafka.topics import TopicSpec
 from tidemark.local.cluster import LocalCluster
-from tidemark.operator.client import CoordinatorClient
+from tidemark.operator.client import ApiError, CoordinatorClient
 
 DEFAULT_SERVICES = ("coordinator", "checkpoint-store")
+T = TypeVar("T")
+
+
+def wait_for(condition: Callable[[], T], timeout_s: float = 30.0, what: str = "condition",
+             poll_s: float = 0.3) -> T:
+    """Poll ``condition`` until it returns something truthy, and return that value;
+    ``TimeoutError`` naming ``what`` (and the last value) after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} not reached within {timeout_s:g}s (last: {value!r})")
+        time.sleep(poll_s)
 
 
 @dataclass
@@ -43,12 +58,7 @@ class JobRun:
 
     def log_events(self) -> Iterator[dict[str, Any]]:
         """The supervisor's JSON log events."""
-        for line in self.log_path.read_text(errors="replace").splitlines():
-            if line.startswith("{"):
-                try:
-                    yield json.loads(line)
-                except ValueError:
-                    continue
+        return json_events(self.log_path.read_text(errors="replace"))
 
     def events(self, name: str) -> list[dict[str, Any]]:
         return [e for e in self.log_events() if e.get("event") == name]
@@ -147,6 +157,15 @@ class LocalPipeline:
     def client(self) -> CoordinatorClient:
         return CoordinatorClient(self.coordinator_url, self.api_token, timeout_s=30)
 
+    def completed_checkpoints(self, job_id: str) -> int:
+        """Checkpoints and savepoints of ``job_id`` completed so far (0 while the coordinator is
+        unreachable, e.g. restarting)."""
+        try:
+            jobs = self.client().jobs()["jobs"]
+        except ApiError:
+            return 0
+        return sum(j["counts"]["completed"] for j in jobs if j["job"] == job_id)
+
     def create_topic(self, topic: str, partitions: int = 4) -> None:
         ensure_topics(AdminClient({"bootstrap.servers": self.bootstrap}), [TopicSpec(topic, partitions)])
 
@@ -193,13 +212,19 @@ def stage_logs(home: Path) -> dict[str, str]:
     return {p.name: p.read_text(errors="replace") for p in sorted((home / "runs").glob("*/*.log"))}
 
 
+def json_events(log_text: str) -> Iterator[dict[str, Any]]:
+    """The JSON log events in a process's log (other lines, e.g. Spark's, are skipped)."""
+    for line in log_text.splitlines():
+        if line.startswith("{"):
+            try:
+                yield json.loads(line)
+            except ValueError:
+                continue
+
+
 def acked_checkpoints(log_text: str) -> list[dict[str, Any]]:
     """The ``checkpoint acked`` events of a stage worker log."""
-    events = []
-    for line in log_text.splitlines():
-        if '"checkpoint acked"' in line and line.startswith("{"):
-            events.append(json.loads(line))
-    return events
+    return [e for e in json_events(log_text) if e.get("event") == "checkpoint acked"]
 
 
-__all__ = ["InputFeeder", "JobRun", "LocalPipeline", "acked_checkpoints", "stage_logs"]
+__all__ = ["InputFeeder", "JobRun", "LocalPipeline", "acked_checkpoints", "stage_logs", "wait_for"]

@@ -35,31 +35,14 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-class ControlPlane:
-    def __init__(self, client: dict[str, Any], topics: TopicNames, job_id: JobId, *,
-                 materializations: bool = False) -> None:
+class ControlPublisher:
+    """Writes one job's registrations, acks and declines, each delivered before returning.
+    Lifecycle: construct -> ``register``/``ack``/``decline`` -> ``close``."""
+
+    def __init__(self, client: dict[str, Any], topics: TopicNames, job_id: JobId) -> None:
         self.topics = topics
         self.job_id = job_id
-        self._consumer = Consumer(consumer_config(client, None))
-        followed = [TopicPartition(topics.control, 0, OFFSET_END)]
-        if materializations:  # changelog mode: materializations of this job's tasks
-            followed.append(TopicPartition(topics.materializations, 0, OFFSET_END))
-        self._consumer.assign(followed)
         self._producer = Producer(producer_config(client))
-
-    def poll(self, max_records: int = 500) -> list[Notification]:
-        found: list[Notification] = []
-        for record in self._consumer.consume(num_messages=max_records, timeout=0):
-            if record.error() is not None or record.value() is None:
-                continue
-            try:
-                message = codec.decode(record.value())
-            except DecodeError:
-                continue  # the services dead-letter malformed control records; workers skip them
-            if isinstance(message, (CheckpointTrigger, CheckpointCompleted, CheckpointAborted,
-                                    MaterializationEvent)) and message.job_id == self.job_id:
-                found.append(message)
-        return found
 
     def register(self, registration: JobRegistration) -> None:
         self._send(self.topics.control, registration)
@@ -76,5 +59,35 @@ class ControlPlane:
             raise RuntimeError(f"{type(message).__name__} to {topic} not delivered within 30s")
 
     def close(self) -> None:
-        self._consumer.close()
         self._producer.flush(10)
+
+
+class ControlPlane(ControlPublisher):
+    """A worker's side: the publisher plus the notifications of its job (see module docstring)."""
+
+    def __init__(self, client: dict[str, Any], topics: TopicNames, job_id: JobId, *,
+                 materializations: bool = False) -> None:
+        super().__init__(client, topics, job_id)
+        self._consumer = Consumer(consumer_config(client, None))
+        followed = [TopicPartition(topics.control, 0, OFFSET_END)]
+        if materializations:  # changelog mode: materializations of this job's tasks
+            followed.append(TopicPartition(topics.materializations, 0, OFFSET_END))
+        self._consumer.assign(followed)
+
+    def poll(self, max_records: int = 500) -> list[Notification]:
+        found: list[Notification] = []
+        for record in self._consumer.consume(num_messages=max_records, timeout=0):
+            if record.error() is not None or record.value() is None:
+                continue
+            try:
+                message = codec.decode(record.value())
+            except DecodeError:
+                continue  # the services dead-letter malformed control records; workers skip them
+            if isinstance(message, (CheckpointTrigger, CheckpointCompleted, CheckpointAborted,
+                                    MaterializationEvent)) and message.job_id == self.job_id:
+                found.append(message)
+        return found
+
+    def close(self) -> None:
+        self._consumer.close()
+        super().close()

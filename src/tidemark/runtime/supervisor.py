@@ -41,7 +41,7 @@ from tidemark.operator.catalog import list_retained
 from tidemark.operator.client import ApiError, CoordinatorClient
 from tidemark.protocol.messages import JobRegistration
 from tidemark.runtime.api import JobSpec, load_job
-from tidemark.runtime.control import ControlPlane, now_ms
+from tidemark.runtime.control import ControlPublisher, now_ms
 from tidemark.runtime.health import EPOCH, RESTARTS, RUNNING, serve_health
 from tidemark.service.logs import get_logger
 from tidemark.storage import open_storage
@@ -104,6 +104,7 @@ class JobSupervisor:
         self.ports = [base + 1 + i if base else free_port() for i in range(len(self.spec.stages))]
         self.running = False
         self._stop_signal: int | None = None
+        self._control: ControlPublisher | None = None  # created at the first registration
         self._baseline = self._newest_retained_id()
 
     # ------------------------------------------------------------------ main loop
@@ -276,9 +277,7 @@ class JobSupervisor:
         registration = JobRegistration(spec.job_id, attempt.epoch, spec.mode, spec.max_parallelism, tasks,
                                        sources, now_ms(), finished,
                                        changelog_operators=operators if spec.changelog else ())
-        control = ControlPlane(base_config(self.settings), self.topics, spec.job_id)
-        try:
-            control.register(registration)
-        finally:
-            control.close()
+        if self._control is None:
+            self._control = ControlPublisher(base_config(self.settings), self.topics, spec.job_id)
+        self._control.register(registration)
         log.info("attempt registered", job=spec.job_id, epoch=attempt.epoch, tasks=len(tasks), finished=finished)

@@ -69,6 +69,14 @@ def create_backend(kind: StateBackendKind, key_groups: KeyGroupRange, max_parall
     return HashMapStateBackend(key_groups, max_parallelism, operator_id=operator_id)
 
 
+def _state_snapshot(backend: KeyedStateBackend, checkpoint_id: CheckpointId, storage: CheckpointStorage,
+                    canonical: bool) -> tuple[StateHandle, ...]:
+    """RocksDB: incremental native files, or canonical for savepoints; heap: always canonical."""
+    if isinstance(backend, RocksDBStateBackend):
+        return tuple(backend.snapshot(checkpoint_id, storage, canonical=canonical))
+    return tuple(backend.snapshot(checkpoint_id, storage))
+
+
 class StageTask:
     def __init__(self, stage: Stage, assignment: TaskAssignment, parallelism: int,
                  backend: KeyedStateBackend | ChangelogStateBackend) -> None:
@@ -80,7 +88,7 @@ class StageTask:
                                                    parallelism=parallelism)
         self.function: KeyedProcessFunction = stage.function()
         self._ctx = _Context(backend, stage=stage)
-        self.records_in = 0
+        self.records_in = 0  # records processed since the worker last counted them
 
     @property
     def key_groups(self) -> KeyGroupRange:
@@ -121,24 +129,21 @@ class StageTask:
         return ctx.out
 
     def snapshot(self, checkpoint_id: CheckpointId, storage: CheckpointStorage, *, canonical: bool,
-                 operator_items: dict[str, list[bytes]]) -> tuple[KeyedSnapshot, tuple[StateHandle, ...]]:
-        """Keyed state, then operator state holding ``operator_items`` (descriptor name -> items)."""
-        for name, items in operator_items.items():
-            descriptor = SINK_STATE if name == SINK_STATE.name else CUT_STATE
+                 operator_items: dict[ListStateDescriptor, list[bytes]]
+                 ) -> tuple[KeyedSnapshot, tuple[StateHandle, ...]]:
+        """Keyed state, then operator state holding ``operator_items`` (union list states).
+
+        In changelog mode a checkpoint persists pending changes and runs no state snapshot; a
+        savepoint (``canonical``) is a full snapshot of the wrapped backend, self-contained."""
+        for descriptor, items in operator_items.items():
             self.operator_state.get_union_list_state(descriptor).update(items)
         backend = self.backend
-        if isinstance(backend, ChangelogStateBackend) and canonical:  # savepoints are self-contained
-            inner = backend.backend
-            handles = (inner.snapshot(checkpoint_id, storage, canonical=True)
-                       if isinstance(inner, RocksDBStateBackend) else inner.snapshot(checkpoint_id, storage))
-            keyed = KeyedSnapshot(tuple(handles))
-        elif isinstance(backend, ChangelogStateBackend):
-            part = backend.snapshot(checkpoint_id)  # persists pending changes; no state snapshot
+        if isinstance(backend, ChangelogStateBackend) and not canonical:
+            part = backend.snapshot(checkpoint_id)
             keyed = KeyedSnapshot(part.handles, part.ranges, part.materialization)
-        elif isinstance(backend, RocksDBStateBackend):
-            keyed = KeyedSnapshot(tuple(backend.snapshot(checkpoint_id, storage, canonical=canonical)))
         else:
-            keyed = KeyedSnapshot(tuple(backend.snapshot(checkpoint_id, storage)))
+            inner = backend.backend if isinstance(backend, ChangelogStateBackend) else backend
+            keyed = KeyedSnapshot(_state_snapshot(inner, checkpoint_id, storage, canonical))
         return keyed, tuple(self.operator_state.snapshot(checkpoint_id, storage))
 
     def notify_completed(self, checkpoint_id: CheckpointId) -> None:

@@ -83,6 +83,7 @@ from tidemark.runtime.routing import KeyGroupRouter
 from tidemark.runtime.task import CUT_STATE, SINK_STATE, StageTask, create_backend
 from tidemark.service.dead_letters import RawRecord, record_failure
 from tidemark.service.logs import get_logger
+from tidemark.spark.offsets import PartitionOffsets
 from tidemark.spark.planning import TopicNotFoundError, list_partitions, metadata_consumer, watermarks
 from tidemark.state.keygroups import KeyGroupRange
 from tidemark.storage import open_storage
@@ -145,6 +146,7 @@ class StageWorker:
         self.checkpoints_taken = 0
         self._batch: dict[TaskId, list[OutputRecord]] = defaultdict(list)
         self._dead_letters = Producer(producer_config(self.client))
+        self._metadata = metadata_consumer(self.client)  # topic metadata and watermarks, for the attempt's life
         self._local = (settings.state_dir or settings.home / "state") / self.job / self.stage.name / f"epoch-{self.epoch}"
 
     # ------------------------------------------------------------------ set-up
@@ -250,26 +252,18 @@ class StageWorker:
                 time.sleep(0.5)
 
     def _partitions(self, topic: str) -> int:
-        consumer = metadata_consumer(self.client)
-        try:
-            return len(list_partitions(consumer, [topic]))
-        finally:
-            consumer.close()
+        return len(list_partitions(self._metadata, [topic]))
 
     def _channels(self) -> set[Channel]:
         assert self.upstream is not None
         upstream = [a.task_id for a in plan_assignments((self.upstream.operator_id,), self.attempt.parallelism,
                                                         self.spec.max_parallelism)]
-        consumer = metadata_consumer(self.client)
-        try:
-            partitions = list_partitions(consumer, self.stage.inputs)
-        finally:
-            consumer.close()
+        partitions = list_partitions(self._metadata, self.stage.inputs)
         return {(topic, partition, task) for topic, partition in partitions for task in upstream}
 
     def starting_offsets(self) -> str:
         """Restored positions (partitions not named start at earliest), else earliest."""
-        return json.dumps(_nested(self.positions)) if self.positions else "earliest"
+        return json.dumps(PartitionOffsets.of(self.positions.items()).to_json()) if self.positions else "earliest"
 
     # ------------------------------------------------------------------ records
 
@@ -320,7 +314,6 @@ class StageWorker:
             return
         task = self.tasks[self.router.task_index(key)]  # type: ignore[union-attr]
         outputs = task.process(key, value, record.timestamp_ms)
-        RECORDS_IN.labels(self.job, task.task_id).inc()
         if outputs:
             self._batch[task.task_id].extend(outputs)
 
@@ -332,6 +325,11 @@ class StageWorker:
         self._dead_letters.poll(0)
 
     def flush_outputs(self) -> None:
+        """Hand the results gathered so far to the output; count what the tasks read meanwhile."""
+        for task in self.tasks:
+            read, task.records_in = task.records_in, 0
+            if read:
+                RECORDS_IN.labels(self.job, task.task_id).inc(read)
         if not self._batch:
             return
         batch, self._batch = dict(self._batch), defaultdict(list)
@@ -394,7 +392,7 @@ class StageWorker:
         for task in self.tasks:
             index = task.assignment.subtask_index
             keyed, operator = task.snapshot(checkpoint_id, storage, canonical=kind.is_savepoint, operator_items={
-                SINK_STATE.name: items.get(task.task_id, []), CUT_STATE.name: cut_items if index == 0 else []})
+                SINK_STATE: items.get(task.task_id, []), CUT_STATE: cut_items if index == 0 else []})
             offsets = tuple(SourceOffset(t, p, o) for (t, p), o in sorted(positions.items())
                             if p % len(self.tasks) == index)
             snapshots.append(TaskSnapshot(
@@ -424,14 +422,10 @@ class StageWorker:
     # ------------------------------------------------------------------ monitoring
 
     def report_lag(self) -> None:
-        consumer = metadata_consumer(self.client)
-        try:
-            partitions = list_partitions(consumer, self.stage.inputs)
-            for (topic, partition), (_, high) in watermarks(consumer, partitions).items():
-                position = self.positions.get((topic, partition), 0)
-                CONSUMER_LAG.labels(self.job, topic, str(partition)).set(max(0, high - position))
-        finally:
-            consumer.close()
+        partitions = list_partitions(self._metadata, self.stage.inputs)
+        for (topic, partition), (_, high) in watermarks(self._metadata, partitions).items():
+            position = self.positions.get((topic, partition), 0)
+            CONSUMER_LAG.labels(self.job, topic, str(partition)).set(max(0, high - position))
 
     def close(self) -> None:
         for task in self.tasks:
@@ -441,6 +435,7 @@ class StageWorker:
         if self.control is not None:
             self.control.close()
         self._dead_letters.flush(10)
+        self._metadata.close()
         shutil.rmtree(self._local, ignore_errors=True)
 
 
@@ -448,10 +443,4 @@ def _range(assignment: TaskAssignment | TaskSnapshot) -> KeyGroupRange:
     return KeyGroupRange(assignment.key_group_start, assignment.key_group_end)
 
 
-
-def _nested(positions: dict[tuple[str, int], int]) -> dict[str, dict[str, int]]:
-    nested: dict[str, dict[str, int]] = defaultdict(dict)
-    for (topic, partition), offset in sorted(positions.items()):
-        nested[topic][str(partition)] = offset
-    return dict(nested)
 

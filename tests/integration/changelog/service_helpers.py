@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Callable
 from typing import Any, TypeVar
 
 from confluent_kafka import Producer
@@ -40,18 +39,6 @@ from tidemark.types import (
 T = TypeVar("T")
 MAX_P = 128
 OPERATOR = OperatorId("counts")
-
-
-def wait_for(condition: Callable[[], T], timeout_s: float = 30.0, what: str = "condition") -> T:
-    """Poll ``condition`` until it returns something truthy; that value."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what} not reached within {timeout_s}s (last: {value!r})")
-        time.sleep(0.2)
 
 
 def assignments(parallelism: int) -> tuple[TaskAssignment, ...]:

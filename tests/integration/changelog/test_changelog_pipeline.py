@@ -24,8 +24,8 @@ from service_helpers import (
     key_groups,
     metric,
     registration,
-    wait_for,
 )
+from tidemark.local.pipeline import wait_for
 from tidemark.changelog import (
     ChangelogReader,
     ChangelogSource,

@@ -26,8 +26,8 @@ from service_helpers import (
     metric,
     registration,
     truncation_points,
-    wait_for,
 )
+from tidemark.local.pipeline import wait_for
 from tidemark.changelog import ChangelogStateBackend, ChangelogWriter
 from tidemark.kafka.admin import TruncationResult, delete_records_before, ensure_topics
 from tidemark.kafka.topics import TopicSpec
