@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from tidemark.protocol.messages import StateHandleKind
 from tidemark.state import KeyGroupRange, ValueStateDescriptor
+from tidemark.state.snapshot import state_meta
 
 
 def fill(backend, keys, value) -> None:
@@ -65,3 +66,20 @@ def test_incremental_restore_clips_to_the_new_range(new_backend, storage) -> Non
     half.get_state(ValueStateDescriptor("v"))
     groups = {int.from_bytes(k[:2], "big") for k in half._cfs["v"].keys()}
     assert groups and max(groups) <= 63
+
+
+def test_a_defined_state_without_data_restores_into_every_backend(new_backend, storage) -> None:
+    """A state known only by its definition (registered, or read from a changelog's state
+    metadata) has no column family yet; its incremental snapshot still restores everywhere."""
+    source = new_backend(kind="rocksdb")
+    fill(source, range(100), lambda k: k)
+    source.get_state(ValueStateDescriptor("registered-only"))
+    source.restore_state_metas([state_meta(ValueStateDescriptor("logged-only"))], "changelog")
+    handles = source.snapshot(1, storage)
+    for kind in ("heap", "rocksdb"):
+        restored = new_backend(kind=kind)
+        restored.restore(handles, storage)
+        restored.set_current_key(7)
+        assert restored.get_state(ValueStateDescriptor("v")).value() == 7
+        assert restored.get_state(ValueStateDescriptor("registered-only")).value() is None
+        assert restored.get_state(ValueStateDescriptor("logged-only")).value() is None

@@ -200,6 +200,8 @@ class RocksDBStateBackend(KeyedStateBackend):
             ref = storage.write_bytes(self._snapshot_path(int(checkpoint_id), ".tmks"), data)
             self.last_snapshot_stats = SnapshotStats((ref.path,), (), ref.size_bytes, ref.size_bytes)
             return [self._handle(StateHandleKind.KEYED_FULL, (ref,), ref.size_bytes, ref.size_bytes)]
+        for meta in metas:  # a defined state without data still gets its (empty) column family
+            self._cf(meta["name"])
         files, stats = write_incremental(
             self._db, self.path / "checkpoints", storage,
             self._snapshot_path(int(checkpoint_id), ""), f"shared/{self.operator_id}",

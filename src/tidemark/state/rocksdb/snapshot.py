@@ -162,8 +162,13 @@ def read_incremental(
         metadata = download(handle, storage, scratch / "db")
         options = rocksdict.Options(raw_mode=True)
         db = open_db(scratch / "db", options, access_type=rocksdict.AccessType.read_only())
+        families = set(rocksdict.Rdict.list_cf(str(scratch / "db"), options))
         for meta in metadata["states"]:
-            cf = db.get_column_family(CF_PREFIX + meta["name"])
+            name = CF_PREFIX + meta["name"]
+            if name not in families:  # defined without data (snapshots before empty families were kept)
+                yield RestoredPart(handle.files[0].path, [meta], iter(()))
+                continue
+            cf = db.get_column_family(name)
             try:
                 entries = list(iter_column_family(cf, meta, key_groups))
             finally:
