@@ -9,11 +9,14 @@ Plain Python, shared by the Spark source and the worker runtime. Contract of :fu
 - an empty range returns at once, without contacting the broker;
 - if the position stops short of ``end`` for ``idle_timeout_s`` (records deleted under the
   range are skipped by the position, so this means the broker cannot serve the range), it
-  raises :class:`RangeNotReachedError` instead of returning a silently shorter result.
+  raises :class:`RangeNotReachedError` instead of returning a silently shorter result; while
+  it waits it logs a warning every ``_STALL_WARNING_S`` (an open transaction under the range
+  holds a read_committed position back until it ends).
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -26,6 +29,9 @@ from tidemark.spark.arrow import RecordColumns, arrow_schema
 from tidemark.spark.offsets import OffsetRange
 
 _POLL_S = 0.2
+_STALL_WARNING_S = 10.0
+
+log = logging.getLogger(__name__)
 
 
 class RangeNotReachedError(RuntimeError):
@@ -64,7 +70,7 @@ def _consume(
     consumer.assign([tp])
     columns = RecordColumns(r.topic, r.partition, schema)
     position = r.start
-    last_progress = time.monotonic()
+    last_progress = last_warning = time.monotonic()
     while position < r.end:
         messages = consumer.consume(num_messages=min(batch_rows, 10_000), timeout=_POLL_S)
         before = position
@@ -87,11 +93,15 @@ def _consume(
             yield columns.flush()
         now = time.monotonic()
         if position > before:
-            last_progress = now
+            last_progress = last_warning = now
         elif now - last_progress > idle_timeout_s:
             raise RangeNotReachedError(
                 f"{r.topic}/{r.partition}: position {position} did not reach the planned end {r.end} "
                 f"(range start {r.start}) within {idle_timeout_s}s"
             )
+        elif now - last_warning >= _STALL_WARNING_S:
+            last_warning = now
+            log.warning("%s/%s: position %s short of the planned end %s for %.0fs (timeout %gs)",
+                        r.topic, r.partition, position, r.end, now - last_progress, idle_timeout_s)
     if len(columns):
         yield columns.flush()

@@ -14,38 +14,32 @@ from confluent_kafka.admin import AdminClient
 from tidemark.kafka.clients import producer_config
 from tidemark.local.cluster import LocalService
 from tidemark.protocol import codec
+from protocol_builders import (
+    MAX_PARALLELISM,
+    checkpoint_discarded,
+    checkpoint_metadata,
+    job_registration,
+    materialization,
+    task_assignments,
+)
 from tidemark.protocol.messages import (
     CheckpointDiscarded,
     CheckpointMetadata,
     JobRegistration,
     MaterializationEvent,
-    MaterializationStatus,
     TaskAssignment,
     TaskSnapshot,
 )
 from tidemark.state import KeyGroupRange
-from tidemark.types import (
-    CheckpointId,
-    CheckpointingMode,
-    CheckpointType,
-    Epoch,
-    JobId,
-    KeyGroup,
-    MaterializationId,
-    OperatorId,
-    task_id,
-)
+from tidemark.types import CheckpointType, JobId, OperatorId
 
 T = TypeVar("T")
-MAX_P = 128
+MAX_P = MAX_PARALLELISM
 OPERATOR = OperatorId("counts")
 
 
 def assignments(parallelism: int) -> tuple[TaskAssignment, ...]:
-    size = MAX_P // parallelism
-    return tuple(TaskAssignment(task_id(OPERATOR, i), OPERATOR, i, KeyGroup(i * size),
-                                KeyGroup(MAX_P - 1 if i == parallelism - 1 else (i + 1) * size - 1))
-                 for i in range(parallelism))
+    return task_assignments(OPERATOR, parallelism)
 
 
 def key_groups(assignment: TaskAssignment) -> KeyGroupRange:
@@ -53,26 +47,27 @@ def key_groups(assignment: TaskAssignment) -> KeyGroupRange:
 
 
 def registration(job: JobId, tasks: tuple[TaskAssignment, ...], partitions: int, epoch: int = 1) -> JobRegistration:
-    return JobRegistration(job, Epoch(epoch), CheckpointingMode.EXACTLY_ONCE, MAX_P, tasks,
-                           tuple(t.task_id for t in tasks), int(time.time() * 1000),
-                           changelog_operators=(OPERATOR,), changelog_partitions=partitions)
+    return job_registration(job, tasks, epoch=epoch, changelog_partitions=partitions,
+                            source_tasks=(t.task_id for t in tasks), at=_now_ms())
 
 
 def metadata(job: JobId, checkpoint_id: int, tasks: list[TaskSnapshot], *, epoch: int = 1,
              kind: CheckpointType = CheckpointType.CHECKPOINT) -> CheckpointMetadata:
-    now = int(time.time() * 1000)
-    return CheckpointMetadata(job, CheckpointId(checkpoint_id), kind, now, now, MAX_P, tuple(tasks), Epoch(epoch))
+    return checkpoint_metadata(job, checkpoint_id, tasks, epoch=epoch, kind=kind, at=_now_ms())
 
 
 def discarded(job: JobId, checkpoint_id: int) -> CheckpointDiscarded:
-    return CheckpointDiscarded(job, CheckpointId(checkpoint_id), int(time.time() * 1000), "retention")
+    return checkpoint_discarded(job, checkpoint_id, at=_now_ms())
 
 
 def materialized(job: JobId, snapshot: TaskSnapshot, checkpoint_id: int, materialization_id: int) -> MaterializationEvent:
     """A COMPLETED materialization of ``snapshot`` (no files: the changelog service needs none)."""
-    return MaterializationEvent(job, snapshot.task_id, snapshot.operator_id, MaterializationId(materialization_id),
-                                MaterializationStatus.COMPLETED, CheckpointId(checkpoint_id),
-                                snapshot.changelog_ranges, (), int(time.time() * 1000))
+    return materialization(job, snapshot.task_id, snapshot.operator_id, checkpoint_id, materialization_id,
+                           snapshot.changelog_ranges, at=_now_ms())
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
 
 
 class Bus:

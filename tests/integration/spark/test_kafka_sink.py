@@ -146,7 +146,7 @@ def test_a_restarted_query_rewrites_nothing_and_keeps_headers(spark, kafka_boots
                  .option("topic", out).option("commitMarkerTopic", markers)
                  .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
         try:
-            assert query.awaitTermination(90)
+            assert query.awaitTermination(240), f"still running: {query.status} {query.lastProgress}"
             assert query.exception() is None
             return [p for p in query.recentProgress if p["numInputRows"] > 0]
         finally:

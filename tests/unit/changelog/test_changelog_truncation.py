@@ -6,6 +6,14 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from protocol_builders import (
+    MAX_PARALLELISM,
+    checkpoint_discarded,
+    checkpoint_metadata,
+    job_registration,
+    materialization,
+    task_assignments,
+)
 from tidemark.changelog.topics import changelog_partition_count, changelog_specs
 from tidemark.changelog.truncation import ChangelogLedger, advances
 from tidemark.kafka.topics import TopicNames
@@ -20,13 +28,10 @@ from tidemark.protocol.messages import (
     TaskSnapshot,
 )
 from tidemark.types import (
-    CheckpointId,
     CheckpointingMode,
     CheckpointType,
     Epoch,
     JobId,
-    KeyGroup,
-    MaterializationId,
     OperatorId,
     SequenceNumber,
     task_id,
@@ -36,19 +41,15 @@ NAMES = TopicNames("tm")
 JOB = JobId("orders")
 OP = OperatorId("counts")
 TOPIC = NAMES.changelog(JOB, OP)
-MAX_P = 128
+MAX_P = MAX_PARALLELISM
 
 
 def tasks(parallelism: int) -> tuple[TaskAssignment, ...]:
-    size = MAX_P // parallelism
-    return tuple(TaskAssignment(task_id(OP, i), OP, i, KeyGroup(i * size),
-                                KeyGroup(MAX_P - 1 if i == parallelism - 1 else (i + 1) * size - 1))
-                 for i in range(parallelism))
+    return task_assignments(OP, parallelism)
 
 
 def registration(parallelism: int = 2, epoch: int = 1, partitions: int = 4) -> JobRegistration:
-    return JobRegistration(JOB, Epoch(epoch), CheckpointingMode.EXACTLY_ONCE, MAX_P, tasks(parallelism), (), 0,
-                           changelog_operators=(OP,), changelog_partitions=partitions)
+    return job_registration(JOB, tasks(parallelism), epoch=epoch, changelog_partitions=partitions)
 
 
 def ranges(spans: dict[int, tuple[int, int]]) -> tuple[ChangelogRange, ...]:
@@ -61,17 +62,16 @@ def snapshot(index: int, spans: dict[int, tuple[int, int]], parallelism: int = 2
 
 
 def checkpoint(cid: int, *snapshots: TaskSnapshot, kind: CheckpointType = CheckpointType.CHECKPOINT) -> CheckpointMetadata:
-    return CheckpointMetadata(JOB, CheckpointId(cid), kind, 0, 0, MAX_P, snapshots, Epoch(1))
+    return checkpoint_metadata(JOB, cid, snapshots, kind=kind)
 
 
 def discarded(cid: int, reason: str = "retention") -> CheckpointDiscarded:
-    return CheckpointDiscarded(JOB, CheckpointId(cid), 0, reason)
+    return checkpoint_discarded(JOB, cid, reason)
 
 
 def materialized(index: int, cid: int, spans: dict[int, tuple[int, int]],
                  status: MaterializationStatus = MaterializationStatus.COMPLETED) -> MaterializationEvent:
-    return MaterializationEvent(JOB, task_id(OP, index), OP, MaterializationId(cid), status, CheckpointId(cid),
-                                ranges(spans))
+    return materialization(JOB, task_id(OP, index), OP, cid, cid, ranges(spans), status=status)
 
 
 def points(ledger: ChangelogLedger, partitions: int = 4) -> dict[int, int | None]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from protocol_builders import checkpoint_metadata, job_registration, materialization, task_assignments
 from tidemark.materializer import MaterializerLedger
 from tidemark.protocol.messages import (
     ChangelogRange,
@@ -9,17 +10,11 @@ from tidemark.protocol.messages import (
     JobRegistration,
     MaterializationEvent,
     MaterializationStatus,
-    TaskAssignment,
     TaskSnapshot,
 )
 from tidemark.types import (
-    CheckpointId,
-    CheckpointingMode,
     CheckpointType,
-    Epoch,
     JobId,
-    KeyGroup,
-    MaterializationId,
     OperatorId,
     SequenceNumber,
     TaskId,
@@ -30,26 +25,26 @@ OP = OperatorId("counts")
 RANGE = ChangelogRange("tm.changelog.orders.counts", 0, SequenceNumber(0), SequenceNumber(9))
 
 
+TASKS = task_assignments(OP, 2)
+
+
 def task(index: int, *, ranges: bool = True) -> TaskSnapshot:
-    return TaskSnapshot(TaskId(f"counts#{index}"), OP, index, KeyGroup(64 * index), KeyGroup(64 * index + 63),
+    t = TASKS[index]
+    return TaskSnapshot(t.task_id, OP, index, t.key_group_start, t.key_group_end,
                         changelog_ranges=(RANGE,) if ranges else ())
 
 
 def completed(cid: int, *tasks: TaskSnapshot, epoch: int = 1,
               kind: CheckpointType = CheckpointType.CHECKPOINT) -> CheckpointMetadata:
-    return CheckpointMetadata(JOB, CheckpointId(cid), kind, 0, 0, 128, tasks, Epoch(epoch))
+    return checkpoint_metadata(JOB, cid, tasks, epoch=epoch, kind=kind)
 
 
 def registered(epoch: int, finished: bool = False) -> JobRegistration:
-    assignments = tuple(TaskAssignment(TaskId(f"counts#{i}"), OP, i, KeyGroup(64 * i), KeyGroup(64 * i + 63))
-                        for i in range(2))
-    return JobRegistration(JOB, Epoch(epoch), CheckpointingMode.EXACTLY_ONCE, 128, assignments, (), 0, finished,
-                           (OP,), 4)
+    return job_registration(JOB, TASKS, epoch=epoch, finished=finished)
 
 
 def event(index: int, cid: int, mid: int, status=MaterializationStatus.COMPLETED, at: int = 5) -> MaterializationEvent:
-    return MaterializationEvent(JOB, TaskId(f"counts#{index}"), OP, MaterializationId(mid), status,
-                                CheckpointId(cid), (RANGE,), at=at)
+    return materialization(JOB, TASKS[index].task_id, OP, cid, mid, (RANGE,), status=status, at=at)
 
 
 def ledger_of(*messages: object) -> MaterializerLedger:
