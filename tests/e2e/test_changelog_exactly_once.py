@@ -13,7 +13,9 @@ from __future__ import annotations
 import pytest
 
 from pipeline_support import TOP_URLS, pipeline, topics_for, verify_two_stage
-from tidemark.local.pipeline import InputFeeder
+from tidemark.examples.generator import generate, produce
+from tidemark.examples.verify import read_committed
+from tidemark.local.pipeline import InputFeeder, json_events, wait_for
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -44,3 +46,43 @@ def test_changelog_mode_is_exactly_once_across_sigkills(tmp_path, kafka_bootstra
     assert len(failures) == len(KILLS), [(f["stage"], f["epoch"]) for f in failures]
     assert verdict.exactly_once, verdict
     assert '"event": "materialized"' in materializer_log  # materializations ran alongside
+
+
+def test_changelog_mode_stops_with_a_savepoint_and_resumes_rescaled(tmp_path, kafka_bootstrap, unique_name):
+    """A savepoint of a changelog-mode job is self-contained (canonical state, no changelog
+    ranges); the job resumes from it at another parallelism, again in changelog mode, and its
+    checkpoints and materializations go on from there."""
+    topics = topics_for(unique_name)
+    first, second = list(generate(2500, seed=21)), list(generate(2500, seed=22))
+    args = topics.args(changelog=True, state_backend="rocksdb", parallelism=2)
+    env = {"TIDEMARK_CHECKPOINT__INTERVAL_MS": "1500", "TIDEMARK_MATERIALIZATION__INTERVAL_MS": "2000"}
+    with pipeline(tmp_path, kafka_bootstrap, unique_name, services=SERVICES, env=env) as pipe:
+        pipe.create_topic(topics.input, 4)
+        produce(kafka_bootstrap, topics.input, first, 4)
+        job = pipe.start_job(TOP_URLS, args)
+        read_committed(kafka_bootstrap, topics.output, expect=len(first), timeout_s=240, settle_s=0)
+        client = pipe.client()
+        request = client.trigger_savepoint(topics.job_id, stop=True)
+        savepoint = client.wait_for_savepoint(topics.job_id, request["request_id"], timeout_s=120)
+        assert savepoint["status"] == "COMPLETED", savepoint
+        assert job.wait(timeout_s=120) == 0
+        saved = client.history(topics.job_id)["checkpoints"]
+        produce(kafka_bootstrap, topics.input, second, 4)
+        resumed = pipe.start_job(TOP_URLS, args, parallelism=3, from_savepoint=savepoint["metadata_path"])
+        verdict = verify_two_stage(kafka_bootstrap, topics, first + second, timeout_s=300)
+        newest = max(c["id"] for c in saved)
+        materializer_log = tmp_path / "home" / "logs" / "materializer.log"
+
+        def materialized_after_resume():  # including a task that exists at parallelism 3 only
+            found = [e for e in json_events(materializer_log.read_text(errors="replace"))
+                     if e.get("event") == "materialized" and e["job"] == topics.job_id and e["checkpoint"] > newest]
+            return found if any(e["task"].endswith("#2") for e in found) else None
+
+        wait_for(lambda: [c for c in client.history(topics.job_id)["checkpoints"]
+                          if c["id"] > newest and c["status"] == "COMPLETED"], 120,
+                 "a completed checkpoint of the resumed job")
+        wait_for(materialized_after_resume, 120, "a materialization of the resumed job's third task")
+        attempts = resumed.events("starting attempt")
+        resumed.stop()
+    assert attempts[0]["parallelism"] == 3 and attempts[0]["restore"] == savepoint["metadata_path"]
+    assert verdict.exactly_once, verdict

@@ -72,6 +72,11 @@ class ChangelogSnapshot:
                             **fields)
 
 
+def is_shareable(handles: Sequence[StateHandle]) -> bool:
+    """True when every file of ``handles`` is shared, so any number of checkpoints may reference it."""
+    return all(f.shared for h in handles for f in h.files)
+
+
 class ChangelogStateBackend:
     """Keyed state with a changelog; see the module docstring for the lifecycle."""
 
@@ -86,6 +91,7 @@ class ChangelogStateBackend:
         self._marks: dict[CheckpointId, ChangelogMark] = {}
         self._logged_states: set[str] = set()
         self._started = False
+        self.rebased = False  # restore wrote the restored state as a new shared base
         backend.add_change_listener(self._on_change)
 
     def _on_change(self, change: Any) -> None:
@@ -141,9 +147,18 @@ class ChangelogStateBackend:
     # ------------------------------------------------------------------ restore
 
     def restore(self, sources: Sequence[ChangelogSource], storage: CheckpointStorage,
-                reader: ChangelogReader) -> RestoreResult:
+                reader: ChangelogReader, *, rebase_to: CheckpointStorage | None = None) -> RestoreResult:
         """Restore this task's key groups from the sources of one checkpoint; later snapshots
-        carry what was restored until this task's first materialization."""
+        carry what was restored until this task's first materialization.
+
+        Checkpoints may only reference snapshot files that are *shared* (reference-counted by the
+        checkpoint-store, as materialized snapshots are). When the restored state rests on files
+        private to another checkpoint or savepoint (a savepoint is canonical and self-contained;
+        a checkpoint taken without changelog owns its files), this task never claims them: the
+        restored state is written once more, as shared files, into ``rebase_to`` (a
+        :class:`~tidemark.materializer.storage.SharedFilesView` of a folder of its own), and
+        later snapshots start from that base with no ranges carried (Flink's NO_CLAIM restore,
+        whose first checkpoint is a full one). Without ``rebase_to`` such a restore raises."""
         if self._started:
             raise StateRegistrationError("restore must happen before any state is used")
         self._started = True
@@ -155,6 +170,13 @@ class ChangelogStateBackend:
         covering = [s for s in sources if len(s.key_groups.intersection(target))]
         if len(covering) == 1 and covering[0].key_groups == target:
             self._materialization = covering[0].materialization
+        if not is_shareable(self._handles):
+            if rebase_to is None:
+                raise ValueError("the restored state rests on files private to another checkpoint or "
+                                 "savepoint; restore needs rebase_to storage to write a base of its own")
+            self.rebased = True
+            self._handles = tuple(self.backend.snapshot(CheckpointId(0), rebase_to))  # its folder is its own
+            self._carried, self._materialization = (), None
         return result
 
     def _relevant_ranges(self, sources: Sequence[ChangelogSource],

@@ -107,12 +107,16 @@ class StageTask:
             self.operator_state.restore(operator, storage)
 
     def restore_changelog(self, sources: Sequence[ChangelogSource], operator: Sequence[StateHandle],
-                          storage: CheckpointStorage, reader: ChangelogReader) -> None:
-        """Changelog mode: materialized snapshots, then exactly the recorded changelog ranges."""
+                          storage: CheckpointStorage, reader: ChangelogReader,
+                          rebase_to: CheckpointStorage) -> bool:
+        """Changelog mode: materialized snapshots, then exactly the recorded changelog ranges;
+        True when the restored state had to be written again as a base of this task's own
+        (see :meth:`ChangelogStateBackend.restore`)."""
         assert isinstance(self.backend, ChangelogStateBackend)
-        self.backend.restore(sources, storage, reader)
+        self.backend.restore(sources, storage, reader, rebase_to=rebase_to)
         if operator:
             self.operator_state.restore(operator, storage)
+        return self.backend.rebased
 
     def restored_items(self, descriptor: ListStateDescriptor) -> list[bytes]:
         return list(self.operator_state.get_union_list_state(descriptor).get())

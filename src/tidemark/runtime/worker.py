@@ -21,6 +21,7 @@ each task to the coordinator. Completed / aborted notifications commit / keep th
 from __future__ import annotations
 
 import json
+import secrets
 import shutil
 import threading
 import time
@@ -41,6 +42,7 @@ from tidemark.config.settings import TidemarkSettings
 from tidemark.kafka.admin import ensure_topics
 from tidemark.kafka.clients import base_config, producer_config
 from tidemark.kafka.topics import TopicNames, TopicSpec
+from tidemark.materializer.storage import SharedFilesView, materialization_prefix
 from tidemark.protocol import codec
 from tidemark.protocol.errors import DecodeError
 from tidemark.protocol.messages import (
@@ -202,6 +204,7 @@ class StageWorker:
         sink_items: dict[bytes, None] = {}
         cut: dict[Channel, int] = {}
         reader = None
+        rebased: list[TaskId] = []
         if self.spec.changelog:
             reader = ChangelogReader(self.client, partitions=self._changelog_partitions(),
                                      max_parallelism=self.spec.max_parallelism)
@@ -210,7 +213,10 @@ class StageWorker:
             if reader is not None:
                 sources = [ChangelogSource.from_task_snapshot(t) for t in metadata.tasks if t.operator_id == op
                            and len(_range(t).intersection(task.key_groups))]
-                task.restore_changelog(sources, operator_handles, self.storage, reader)
+                base = SharedFilesView(self.storage, materialization_prefix(self.job, task.task_id),
+                                       f"restored-e{self.epoch}-{secrets.token_hex(4)}")
+                if task.restore_changelog(sources, operator_handles, self.storage, reader, base):
+                    rebased.append(task.task_id)
             else:
                 task.restore(part.keyed_handles, operator_handles, self.storage)
             sink_items.update(dict.fromkeys(task.restored_items(SINK_STATE)))
@@ -220,7 +226,8 @@ class StageWorker:
             for offset in part.source_offsets:
                 self.positions[(offset.topic, offset.partition)] = offset.offset
         log.info("restored", job=self.job, stage=self.stage.name, checkpoint=metadata.checkpoint_id,
-                 epoch=self.epoch, positions=len(self.positions), pending_buffers=len(sink_items))
+                 epoch=self.epoch, positions=len(self.positions), pending_buffers=len(sink_items),
+                 rebased=rebased)
         return list(sink_items), cut
 
     def _create_output(self) -> StageOutput:

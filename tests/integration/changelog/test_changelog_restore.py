@@ -9,6 +9,8 @@ from confluent_kafka import Producer
 
 from changelog_helpers import DESCRIPTORS, MAX_P, apply_ops, keys_in, random_ops, restrict, visible
 from tidemark.changelog import ChangelogReadError, ChangelogSource, restore_from_changelog
+from tidemark.changelog.backend import is_shareable
+from tidemark.materializer.storage import SharedFilesView
 from tidemark.changelog.partitioning import record_key
 from tidemark.protocol.messages import ChangelogRange, MaterializationRef
 from tidemark.state import KeyGroupRange, compute_key_group_range
@@ -76,6 +78,41 @@ def test_changes_after_the_checkpoint_are_never_applied(kind, make_topic, make_c
 
 
 @pytest.mark.parametrize("kind", KINDS)
+def test_a_restore_from_files_private_to_a_savepoint_writes_a_base_of_its_own(
+        kind, make_topic, make_changelog_backend, make_backend, make_reader, storage) -> None:
+    """A savepoint's files belong to the savepoint (the checkpoint-store refuses a checkpoint
+    that claims them): the restored task writes its state again as shared files and its
+    checkpoints reference only those, with no ranges carried."""
+    topic = make_topic(2)
+    rng = random.Random(13)
+    saved = make_backend(kind, ALL)
+    apply_ops(saved, random_ops(rng, keys_in(ALL), 150))
+    savepoint = tuple(saved.snapshot(CheckpointId(4), storage))  # canonical or native, private files
+    assert not is_shareable(savepoint)
+    with pytest.raises(ValueError, match="rebase_to"):
+        make_changelog_backend(kind, ALL, topic, 2).restore([ChangelogSource(ALL, savepoint, ())], storage,
+                                                            make_reader(2))
+
+    task = make_changelog_backend(kind, ALL, topic, 2, epoch=1)
+    base = SharedFilesView(storage, "job/materialized/op_0", "restored-e1")
+    task.restore([ChangelogSource(ALL, savepoint, ())], storage, make_reader(2), rebase_to=base)
+    assert task.rebased and visible(task) == visible(saved)
+    apply_ops(task, random_ops(rng, keys_in(ALL), 60))
+    checkpoint_5 = task.snapshot(CheckpointId(5))
+    assert checkpoint_5.handles and is_shareable(checkpoint_5.handles)
+    private = {f.path for h in savepoint for f in h.files if not f.shared}
+    assert not private & {f.path for h in checkpoint_5.handles for f in h.files}  # (shared SSTs may be reused)
+    assert checkpoint_5.materialization is None
+    assert {r.start_offset for r in checkpoint_5.ranges} == {0}  # only this attempt's own changes
+    again = make_backend(kind, ALL)
+    restore_from_changelog(again, [checkpoint_5.source()], storage, make_reader(2))
+    assert visible(again) == visible(task)
+    shared = make_changelog_backend(kind, ALL, topic, 2, epoch=2)  # shared files: referenced, not copied
+    shared.restore([checkpoint_5.source()], storage, make_reader(2))
+    assert not shared.rebased and shared.snapshot(CheckpointId(6)).handles == checkpoint_5.handles
+
+
+@pytest.mark.parametrize("kind", KINDS)
 def test_reset_after_abort_then_restore(kind, make_topic, make_changelog_backend, make_backend,
                                         make_reader, storage) -> None:
     topic = make_topic(3)
@@ -99,7 +136,8 @@ def _materialize(source, key_groups, kind, checkpoint_id, make_backend, reader, 
     restore_from_changelog(replica, [source], storage, reader)
     for descriptor in DESCRIPTORS.values():  # the changelog carries no state metadata
         replica.get_state(descriptor)
-    return tuple(replica.snapshot(CheckpointId(1000 + checkpoint_id), storage))
+    view = SharedFilesView(storage, f"job/materialized/kg-{key_groups.start}", f"m-{checkpoint_id}")
+    return tuple(replica.snapshot(CheckpointId(1000 + checkpoint_id), view))
 
 
 @pytest.mark.parametrize("kind", KINDS)
