@@ -82,7 +82,9 @@ class PersistentCheckpointStore:
         """Make ``metadata`` durable and retained; returns the event that was published.
 
         That is the ``CheckpointMetadata`` confirmation, or a ``CheckpointDiscarded`` whose reason
-        starts with ``REJECTED_PREFIX`` when a state file is missing (nothing is written then).
+        starts with ``REJECTED_PREFIX`` when a state file is missing or the checkpoint claims a
+        file another checkpoint owns (nothing is written then; the coordinator fails the
+        checkpoint instead of waiting for a confirmation that cannot come).
         Idempotent: storing a checkpoint already retained re-publishes its confirmation.
         """
         cid = metadata.checkpoint_id
@@ -93,10 +95,11 @@ class PersistentCheckpointStore:
         if self.store.has_seen(cid):
             raise ValueError(f"checkpoint {cid} was already discarded; it cannot be stored again")
         missing = [f.path for f in state_files(metadata) if not self.storage.exists(f.path)]
-        if missing:
+        conflicts = self.store.ownership_conflicts(metadata)
+        if missing or conflicts:
+            problem = f"missing state files {missing[:5]}" if missing else f"file ownership: {conflicts[:3]}"
             rejection = CheckpointDiscarded(
-                job_id=self.job_id, checkpoint_id=cid, discarded_at=now_ms,
-                reason=f"{REJECTED_PREFIX}missing state files {missing[:5]}",
+                job_id=self.job_id, checkpoint_id=cid, discarded_at=now_ms, reason=f"{REJECTED_PREFIX}{problem}",
             )
             self.event_log.append([rejection])
             return rejection

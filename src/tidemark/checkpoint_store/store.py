@@ -14,7 +14,6 @@ savepoint references.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 from tidemark.checkpoint_store.event_log import CheckpointEvent
@@ -106,8 +105,8 @@ class CompletedCheckpointStore:
         cid = metadata.checkpoint_id
         if cid in self._seen:
             return ()
+        self._check_private_files(metadata)
         files = state_files(metadata)
-        self._check_private_files(cid, files)
         self._seen.add(cid)
         self._retained[cid] = metadata
         self.registry.register(cid, files)
@@ -153,14 +152,24 @@ class CompletedCheckpointStore:
             deleted_files=(meta_file, *private, *freed_shared),
         )
 
-    def _check_private_files(self, cid: CheckpointId, files: Iterable[StateFile]) -> None:
-        for f in files:
+    def ownership_conflicts(self, metadata: CheckpointMetadata) -> list[str]:
+        """Why ``metadata`` cannot be retained: a file it names as shared that another
+        checkpoint owns privately, or a private file another checkpoint references (empty:
+        none). A checkpoint already added has none."""
+        if metadata.checkpoint_id in self._seen:
+            return []
+        conflicts = []
+        for f in state_files(metadata):
             if f.shared and f.path in self._private_owner:
-                raise ValueError(f"{f.path} is private to checkpoint {self._private_owner[f.path]}")
-            if not f.shared and (
-                f.path in self._private_owner or self.registry.reference_count(f.path)
-            ):
-                raise ValueError(f"checkpoint {cid} claims {f.path}, which another one references")
+                conflicts.append(f"{f.path} is private to checkpoint {self._private_owner[f.path]}")
+            elif not f.shared and (f.path in self._private_owner or self.registry.reference_count(f.path)):
+                conflicts.append(f"checkpoint {metadata.checkpoint_id} claims {f.path}, which another one references")
+        return conflicts
+
+    def _check_private_files(self, metadata: CheckpointMetadata) -> None:
+        conflicts = self.ownership_conflicts(metadata)
+        if conflicts:
+            raise ValueError(conflicts[0])
 
     def _check_job(self, job_id: JobId) -> None:
         if job_id != self.job_id:

@@ -72,6 +72,22 @@ def test_missing_state_files_are_rejected_without_writing_metadata(storage) -> N
     assert not storage.exists("job/chk-1/_metadata") and s.store.retained() == ()
 
 
+def test_a_checkpoint_claiming_a_savepoints_private_file_is_rejected_not_retried(storage) -> None:
+    """Such a checkpoint can never be retained: the coordinator must hear a rejection (and fail
+    it) instead of waiting for a confirmation while the request is dead-lettered again and again."""
+    s = make(storage, n=2)
+    sp = metadata(4, write_files(storage, [private_file(4, "sp")]), CheckpointType.SAVEPOINT)
+    s.store_checkpoint(sp, 1)
+    claiming = metadata(5, [private_file(4, "sp")])
+    rejection = s.store_checkpoint(claiming, 2)
+    assert isinstance(rejection, CheckpointDiscarded) and rejection.reason.startswith(REJECTED_PREFIX)
+    assert "ownership" in rejection.reason and private_file(4, "sp").path in rejection.reason
+    assert not storage.exists("job/chk-5/_metadata") and s.store.retained() == (sp,)
+    assert storage.exists(private_file(4, "sp").path)  # the savepoint keeps its file
+    later = metadata(6, write_files(storage, [private_file(6)]))
+    assert s.store_checkpoint(later, 3) == later  # and the next checkpoint is stored
+
+
 def test_savepoints_survive_retention_until_deleted(storage) -> None:
     s = make(storage, n=1)
     sp = metadata(1, write_files(storage, [private_file(1, "sp"), shared_file("a")]), CheckpointType.SAVEPOINT)
