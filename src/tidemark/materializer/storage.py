@@ -12,15 +12,13 @@ which is how handles reference them (read them back through the root storage).
 from __future__ import annotations
 
 import re
-from typing import BinaryIO, Iterator
 
 from tidemark.checkpoint_store.layout import validate_job_id
-from tidemark.protocol.messages import StateFile
 from tidemark.storage.base import CheckpointStorage
+from tidemark.storage.scoped import SHARED, SnapshotStorage
 from tidemark.types import JobId, TaskId
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
-SHARED = "shared/"
 
 
 def materialization_prefix(job_id: JobId, task_id: TaskId) -> str:
@@ -28,7 +26,7 @@ def materialization_prefix(job_id: JobId, task_id: TaskId) -> str:
     return f"{validate_job_id(job_id)}/materialized/{_UNSAFE.sub('_', task_id)}"
 
 
-class SharedFilesView:
+class SharedFilesView(SnapshotStorage):
     """A ``CheckpointStorage`` for one materialized snapshot; every file written is shared.
 
     As a state backend sees it, paths under ``shared/`` (content-addressed SST files, reused by
@@ -38,38 +36,6 @@ class SharedFilesView:
     """
 
     def __init__(self, storage: CheckpointStorage, prefix: str, snapshot: str) -> None:
-        self.storage = storage
         self.prefix = prefix.strip("/")
-        self._private = f"{self.prefix}/{snapshot}/"
-        self._shared = f"{self.prefix}/{SHARED}"
+        super().__init__(storage, f"{self.prefix}/{snapshot}", f"{self.prefix}/{SHARED}", all_shared=True)
         self.url = f"{storage.url.rstrip('/')}/{self.prefix}"
-
-    def _full(self, path: str) -> str:
-        if path.startswith(SHARED):
-            return self._shared + path[len(SHARED):]
-        return self._private + path
-
-    def write_bytes(self, path: str, data: bytes, *, shared: bool = False) -> StateFile:
-        return self.storage.write_bytes(self._full(path), data, shared=True)
-
-    def write_from(self, path: str, source: BinaryIO, *, shared: bool = False) -> StateFile:
-        return self.storage.write_from(self._full(path), source, shared=True)
-
-    def read_bytes(self, path: str) -> bytes:
-        return self.storage.read_bytes(self._full(path))
-
-    def read_verified(self, ref: StateFile) -> bytes:
-        """``ref`` names a root-relative path, as every returned ``StateFile`` does."""
-        return self.storage.read_verified(ref)
-
-    def exists(self, path: str) -> bool:
-        return self.storage.exists(self._full(path))
-
-    def delete(self, path: str) -> None:
-        self.storage.delete(self._full(path))
-
-    def list(self, prefix: str = "") -> Iterator[str]:
-        """Paths (as the backend names them) of this snapshot's own files under ``prefix``."""
-        start = len(self._private)
-        for path in self.storage.list(self._full(prefix).rstrip("/")):
-            yield path[start:]
