@@ -22,6 +22,18 @@ from types import TracebackType
 from tidemark.broker.embedded import _die_with_parent, free_port
 
 
+def stop_process(process: subprocess.Popen[bytes], sig: int = signal.SIGTERM, timeout_s: float = 20.0) -> int:
+    """Send ``sig`` to a running ``process``, SIGKILL it after ``timeout_s``; its exit status."""
+    if process.poll() is None:
+        process.send_signal(sig)
+        try:
+            process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    return process.returncode
+
+
 class ServiceStartError(RuntimeError):
     """A service exited or did not become ready in time; the message carries its log tail."""
 
@@ -114,15 +126,7 @@ class LocalCluster:
             time.sleep(0.2)
 
     def stop_one(self, name: str, *, sig: int = signal.SIGTERM, timeout_s: float = 20.0) -> int:
-        service = self.services.pop(name)
-        if service.process.poll() is None:
-            service.process.send_signal(sig)
-            try:
-                service.process.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                service.process.kill()
-                service.process.wait()
-        return service.process.returncode
+        return stop_process(self.services.pop(name).process, sig, timeout_s)
 
     def stop(self) -> dict[str, int]:
         return {name: self.stop_one(name) for name in list(self.services)}

@@ -28,7 +28,7 @@ from tidemark.broker.embedded import _die_with_parent
 from tidemark.examples.generator import generate, produce
 from tidemark.kafka.admin import ensure_topics
 from tidemark.kafka.topics import TopicSpec
-from tidemark.local.cluster import LocalCluster
+from tidemark.local.cluster import LocalCluster, stop_process
 from tidemark.operator.client import ApiError, CoordinatorClient
 
 DEFAULT_SERVICES = ("coordinator", "checkpoint-store")
@@ -67,14 +67,7 @@ class JobRun:
         return self.process.wait(timeout=timeout_s)
 
     def stop(self, timeout_s: float = 60.0) -> int:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        return self.process.returncode
+        return stop_process(self.process, signal.SIGTERM, timeout_s)
 
 
 @dataclass
