@@ -202,7 +202,8 @@ class TwoPhaseCommitOutput:
         buffers = {(b.task, b.checkpoint_id): b for b in map(PendingBuffer.decode, items)}
         if not buffers:
             return
-        marker = newest_commit(self.client, self.marker_topic, self.query_id, 0, at_most=int(checkpoint_id))
+        marker = newest_commit(self.client, self.marker_topic, self.query_id, 0, at_most=int(checkpoint_id),
+                               partitions=self._marker_partitions)
         done = marker.batch_id if marker is not None else 0
         self._sealed = sorted((b for b in buffers.values() if b.checkpoint_id > done),
                               key=lambda b: (b.checkpoint_id, b.task))

@@ -85,14 +85,16 @@ def find_commit(
     *,
     window: int = 1_000,
     idle_timeout_s: float = 90.0,
+    partitions: int | None = None,
 ) -> CommitMarker | None:
     """The committed marker of (query, batch, partition), or None when that batch is not committed.
 
     Call it after ``init_transactions`` of the slot's transactional id, so no earlier attempt of
-    the same slot can still commit.
+    the same slot can still commit. ``partitions``: the marker topic's partition count, when
+    the caller knows it (else it is looked up).
     """
     found = newest_commit(client, topic, query_id, partition, at_most=batch_id, window=window,
-                          idle_timeout_s=idle_timeout_s)
+                          idle_timeout_s=idle_timeout_s, partitions=partitions)
     return found if found is not None and found.batch_id == batch_id else None
 
 
@@ -105,10 +107,11 @@ def newest_commit(
     at_most: int,
     window: int = 1_000,
     idle_timeout_s: float = 90.0,
+    partitions: int | None = None,
 ) -> CommitMarker | None:
     """The newest committed marker of slot (query, partition) whose batch is ``<= at_most``."""
     key = marker_key(query_id, partition)
-    part = marker_partition(key, marker_partition_count(client, topic))
+    part = marker_partition(key, partitions or marker_partition_count(client, topic))
     consumer = metadata_consumer(client, "read_uncommitted")
     try:
         low, high = consumer.get_watermark_offsets(TopicPartition(topic, part), timeout=10.0, cached=False)

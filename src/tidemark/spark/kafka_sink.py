@@ -147,8 +147,9 @@ def write_partition(options: KafkaSinkOptions, slot: SinkSlot, batches: Iterable
     producer = Producer(producer_config(options.client, txid, **{"transaction.timeout.ms": options.transaction_timeout_ms}))
     producer.init_transactions(_TIMEOUT_S)
     idle = options.transaction_timeout_ms / 1000 + 30
+    partitions = marker_partition_count(options.client, options.marker_topic)
     if find_commit(options.client, options.marker_topic, slot.query_id, slot.batch_id, slot.partition,
-                   window=options.marker_scan_window, idle_timeout_s=idle) is not None:
+                   window=options.marker_scan_window, idle_timeout_s=idle, partitions=partitions) is not None:
         log.info("tidemark-kafka sink: %s already committed, skipping", txid)
         for _ in batches:  # drain the input so Spark's feeding side finishes normally
             pass
@@ -157,7 +158,6 @@ def write_partition(options: KafkaSinkOptions, slot: SinkSlot, batches: Iterable
     try:
         records = _produce_batches(producer, batches, options.topic)
         marker = CommitMarker(slot.query_id, slot.batch_id, slot.partition, txid, records, int(time.time() * 1000))
-        partitions = marker_partition_count(options.client, options.marker_topic)
         producer.produce(options.marker_topic, key=marker.key, value=marker.encode(),
                          partition=marker_partition(marker.key, partitions))
         producer.commit_transaction(_TIMEOUT_S)
