@@ -1,7 +1,8 @@
 # syntax=docker/dockerfile:1
 # The one Tidemark image: every service (`tidemark run <service>`) and the jobs
 # (`tidemark jobs run package.module:attr`, one PySpark worker process per stage).
-# services/*/Dockerfile are thin FROMs of this image.
+# The build stage makes the Tidemark wheel (it carries the message schemas) and installs it into
+# /opt/tidemark. services/*/Dockerfile are thin FROMs of this image.
 #
 #   docker build -t tidemark:0.1.0 .
 
@@ -10,12 +11,15 @@ ARG PYTHON_IMAGE=python:3.11.14-slim-bookworm
 FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
-RUN python -m venv /opt/tidemark
-COPY pyproject.toml README.md* ./
+COPY pyproject.toml README.md ./
+COPY schemas ./schemas
 COPY src ./src
+# The wheel carries the message schemas: src/tidemark/schemas links to schemas/.
+RUN python -m pip wheel --no-deps --wheel-dir /wheels .
 # Byte-code is compiled at install time: the root filesystem is read-only at run time.
-RUN /opt/tidemark/bin/pip install ".[s3]" \
- && /opt/tidemark/bin/python -c "import tidemark"
+RUN python -m venv /opt/tidemark \
+ && /opt/tidemark/bin/pip install "$(ls /wheels/tidemark-*.whl)[s3]" \
+ && /opt/tidemark/bin/python -c "from tidemark.protocol.codec import Codec; Codec.local()"
 
 FROM ${PYTHON_IMAGE} AS runtime
 # Java 17 for PySpark; tini reaps the JVM children and forwards signals; no other packages.
@@ -28,8 +32,7 @@ RUN groupadd --system --gid 10001 tidemark \
  && mkdir -p /var/lib/tidemark/state /var/lib/tidemark/checkpoints \
  && chown -R tidemark:tidemark /var/lib/tidemark
 COPY --from=build /opt/tidemark /opt/tidemark
-COPY --chown=tidemark:tidemark schemas /opt/tidemark/schemas
-COPY --chown=tidemark:tidemark examples /opt/tidemark/app/examples
+# Derived images add their job modules under /opt/tidemark/app (on PYTHONPATH).
 ENV PATH=/opt/tidemark/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \

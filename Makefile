@@ -1,34 +1,51 @@
 # Tidemark: two commands on a fresh Debian machine with Python 3.11.
 #   make demo   run the main job on the embedded defaults
 #   make test   run the whole test suite
-# Each creates .venv, installs the project and what it needs (Java 17, Prometheus,
-# docker-compose from Debian when missing), then runs.
+# Each creates .venv and installs what it needs, one line per step: the demo the project and
+# Java 17 + Maven (the embedded Apache Kafka broker is fetched with Maven on its first start);
+# the tests also the test extras, Prometheus and docker-compose. Then it runs.
 
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.tidemark-installed
+DEMO_STAMP := $(VENV)/.tidemark-installed-demo
+PIP_LOG := $(VENV)/pip-install.log
 PYTEST_ARGS ?=
 
-.PHONY: demo test install system-deps bench clean
+.PHONY: demo test install install-demo system-deps system-deps-demo bench clean
 
-demo: install system-deps
-	$(VENV)/bin/tidemark demo
+demo: install-demo system-deps-demo
+	@$(VENV)/bin/tidemark demo
 
 test: install system-deps
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 install: $(STAMP)
+install-demo: $(DEMO_STAMP)
+
+# pip_install EXTRAS: the venv (once) and the project with EXTRAS, pip's output in $(PIP_LOG)
+define pip_install
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else "Tidemark needs Python 3.11 (python3 is %d.%d); set PYTHON=python3.11" % sys.version_info[:2])'
+	@test -x $(PY) || { echo "install: creating $(VENV)"; $(PYTHON) -m venv $(VENV); }
+	@echo "install: pip install -e '.$(1)' into $(VENV) (a few minutes the first time; output in $(PIP_LOG))"
+	@$(PY) -m pip install --upgrade pip >$(PIP_LOG) 2>&1 && \
+	  $(PY) -m pip install --progress-bar off -e '.$(1)' >>$(PIP_LOG) 2>&1 || { tail -n 30 $(PIP_LOG); exit 1; }
+endef
 
 $(STAMP): pyproject.toml
-	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else "Tidemark needs Python 3.11 (python3 is %d.%d); set PYTHON=python3.11" % sys.version_info[:2])'
-	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet --progress-bar off -e '.[test]'
-	touch $(STAMP)
+	$(call pip_install,[test])
+	@touch $(STAMP) $(DEMO_STAMP)
+
+$(DEMO_STAMP): pyproject.toml
+	$(call pip_install,)
+	@touch $(DEMO_STAMP)
 
 system-deps:
-	@bash scripts/install-system-deps.sh
+	@bash scripts/install-system-deps.sh test
+
+system-deps-demo:
+	@bash scripts/install-system-deps.sh demo
 
 bench: install system-deps
 	for b in bench/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done

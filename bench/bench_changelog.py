@@ -143,7 +143,7 @@ def main() -> None:
         with kafka_or_embedded(os.path.join(work, "broker")) as (bootstrap, broker):
             rows = run(bootstrap, args.changes, args.keys, args.partitions, work)
     print(f"\n{args.changes} ValueState updates over {args.keys} int keys, {args.partitions} "
-          f"changelog partitions, broker {'external' if broker is None else 'embedded'}")
+          f"changelog partitions, broker {'external' if broker is None else 'embedded ' + broker.describe()}")
     print(f"{'path':<28}{'changes':>10}{'seconds':>10}{'changes/s':>12}{'us/change':>11}")
     for label, count, seconds in rows:
         print(f"{label:<28}{count:>10}{seconds:>10.2f}{count / seconds:>12,.0f}"

@@ -504,7 +504,7 @@ def main() -> None:
             results = [run_size(size, cfg, client, root) for size in sizes]
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    print_report(results, cfg, "external" if broker is None else "embedded",
+    print_report(results, cfg, "external" if broker is None else "embedded " + broker.describe(),
                  time.perf_counter() - started)
     if args.show_durations:
         print("\nevery measured checkpoint duration (ms), in order:")

@@ -117,7 +117,7 @@ def main() -> None:
         with kafka_or_embedded(work) as (bootstrap, broker):
             results = run(bootstrap, args.records, args.partitions, args.value_bytes)
     print(f"\n{args.records} records x {args.value_bytes} B values, {args.partitions} partitions, "
-          f"broker {'external' if broker is None else 'embedded'}")
+          f"broker {'external' if broker is None else 'embedded ' + broker.describe()}")
     print(f"{'path':<32}{'records':>10}{'seconds':>10}{'records/s':>14}")
     for label, count, seconds in results:
         print(f"{label:<32}{count:>10}{seconds:>10.2f}{count / seconds:>14,.0f}")

@@ -71,11 +71,12 @@ def main() -> None:
     parser.add_argument("--backends", default="heap,rocksdb")
     options = parser.parse_args()
     home = Path(tempfile.mkdtemp(prefix="tidemark-bench-pipeline-"))
-    with kafka_or_embedded(home / "broker") as (bootstrap, _):
+    with kafka_or_embedded(home / "broker") as (bootstrap, broker):
         results = {b: run(bootstrap, home, options.records, options.interval_ms, b)
                    for b in options.backends.split(",")}
     print()
-    print(f"single-stage access-log job, {options.records} records, checkpoint interval {options.interval_ms} ms")
+    print(f"single-stage access-log job, {options.records} records, checkpoint interval {options.interval_ms} ms, "
+          f"broker {'external' if broker is None else 'embedded ' + broker.describe()}")
     print(f"{'backend':<9} {'records/s':>10} {'elapsed s':>10} {'checkpoints':>12} {'p50 ms':>8} {'p99 ms':>8}")
     for backend, r in results.items():
         print(f"{backend:<9} {r['throughput']:>10,.0f} {r['elapsed']:>10.1f} {r['checkpoints']:>12} "

@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
-# Install the Debian packages Tidemark's build and tests need, when missing.
+# Install the Debian packages Tidemark needs, when missing.
 #
-#   openjdk-17-jre-headless  Java 17 for PySpark
+#   scripts/install-system-deps.sh demo   what `make demo` needs: Java and Maven
+#   scripts/install-system-deps.sh        what `make test` needs: all of the below
+#
+#   openjdk-17-jre-headless  Java 17 for PySpark and the embedded Apache Kafka broker
+#   maven                    fetches Apache Kafka's broker jars from Maven Central (first broker start)
 #   prometheus               the Prometheus server and promtool (monitoring tests, rule tests)
 #   docker-compose           validates docker-compose.yml (`docker-compose config`)
 #
@@ -10,7 +14,11 @@
 # naming the packages when they cannot be installed (not root, no apt-get, apt failure).
 set -euo pipefail
 
-PACKAGES=(openjdk-17-jre-headless prometheus docker-compose)
+PACKAGES=(openjdk-17-jre-headless maven prometheus docker-compose)
+if [ "${1:-test}" = "demo" ]; then
+    PACKAGES=(openjdk-17-jre-headless maven)
+fi
+LOG=${TIDEMARK_INSTALL_LOG:-/tmp/tidemark-system-deps.log}
 
 is_installed() {
     dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q '^install ok installed$'
@@ -43,12 +51,14 @@ if [ "$(id -u)" -ne 0 ]; then
     fi
 fi
 
-echo "system deps: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
-"${SUDO[@]}" apt-get update -qq || fail "apt-get update failed"
+: > "$LOG"
+echo "system deps: apt-get update (output in $LOG)"
+"${SUDO[@]}" apt-get update -qq >>"$LOG" 2>&1 || { tail -n 20 "$LOG" >&2; fail "apt-get update failed"; }
+echo "system deps: installing ${missing[*]} (output in $LOG)"
 # --no-install-recommends keeps prometheus from pulling in its exporters and web assets.
-"${SUDO[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" \
-    || fail "apt-get install failed"
+"${SUDO[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >>"$LOG" 2>&1 \
+    || { tail -n 20 "$LOG" >&2; fail "apt-get install failed"; }
 
 # The Debian prometheus package starts a system service on install where an init system
 # exists; Tidemark's tests start their own Prometheus on a free port and never need it.

@@ -1,8 +1,16 @@
 """Suite-wide fixtures: one real Kafka broker per test session and unique topic names.
 
-The broker is ``KAFKA_BOOTSTRAP_SERVERS`` when set (any real Kafka), otherwise the embedded Tansu
-broker, started once for the session on a free port and killed with the session (also when the
-test process itself is killed).
+The broker is ``KAFKA_BOOTSTRAP_SERVERS`` when set (any real Kafka), otherwise the embedded
+broker: Apache Kafka (KRaft) by default, Tansu with ``TIDEMARK_BROKER_ENGINE=tansu``; started once
+for the session on a free port and killed with the session (also when the test process itself is
+killed).
+Tests of behaviour Tansu lacks carry ``broker_gaps.tansu_gap``.
+
+Tiers: every test gets exactly one of the markers ``unit`` (no broker, no Spark, no process of
+its own: ``pytest -m unit`` runs in well under a minute), ``integration`` (a real broker, Spark,
+Prometheus, helm or kubectl, service processes) or ``e2e`` (whole jobs on the local pipeline, for
+minutes). A test's tier is the highest of: its folder, a marker it carries, and the fixtures it
+uses, so a test in ``tests/unit`` that asks for ``kafka_bootstrap`` is an integration test.
 """
 
 from __future__ import annotations
@@ -15,6 +23,27 @@ import pytest
 
 from tidemark.broker.embedded import kafka_or_embedded
 from tidemark.kafka.topics import TopicNames
+
+
+TIERS = ("unit", "integration", "e2e")
+_FOLDER_TIERS = {"e2e": "e2e", "integration": "integration", "deploy": "integration", "monitoring": "integration"}
+_INTEGRATION_FIXTURES = {"kafka_bootstrap", "spark", "topic_names"}
+
+
+def _tier(item: pytest.Item) -> str:
+    folder = item.path.relative_to(item.config.rootpath / "tests").parts[0]
+    rank = TIERS.index(_FOLDER_TIERS.get(folder, "unit"))
+    if item.get_closest_marker("integration") or item.get_closest_marker("spark") or \
+            _INTEGRATION_FIXTURES & set(getattr(item, "fixturenames", ())):
+        rank = max(rank, TIERS.index("integration"))
+    if item.get_closest_marker("e2e") or item.get_closest_marker("slow"):
+        rank = TIERS.index("e2e")
+    return TIERS[rank]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        item.add_marker(_tier(item))
 
 
 @pytest.fixture(scope="session")

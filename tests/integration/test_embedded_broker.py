@@ -1,29 +1,87 @@
-"""The embedded broker answers the Kafka protocol and its manager starts and stops it cleanly."""
+"""The embedded broker answers the Kafka protocol, and its manager starts, restarts and stops it
+cleanly: Apache Kafka (the default) keeps its data and port across restarts, also after SIGKILL;
+Tansu (selectable) starts and stops the same way."""
 
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from tidemark.broker.embedded import EmbeddedBroker, _pid_alive
+from tidemark.broker.embedded import EmbeddedBroker
+from tidemark.broker.engine import EmbeddedBrokerError
 from tidemark.kafka.admin import TruncationResult, delete_records_before, ensure_topics
 from tidemark.kafka.topics import TopicSpec
+from tidemark.processes import pid_alive
 
 pytestmark = pytest.mark.integration
 
 
-def test_manager_start_status_stop(tmp_path):
-    broker = EmbeddedBroker(tmp_path)
+def _produce_transactionally(bootstrap: str, topic: str, values: list[bytes], txn_id: str) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for i, value in enumerate(values):
+        producer.produce(topic, key=str(i).encode(), value=value, partition=i % 2)
+    producer.commit_transaction(30)
+
+
+def _read_committed(bootstrap: str, topic: str, partitions: int, want: int) -> set[bytes]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused",
+                         "isolation.level": "read_committed", "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    seen: set[bytes] = set()
+    for _ in range(150):
+        msg = consumer.poll(0.2)
+        if msg is not None and not msg.error():
+            seen.add(msg.value())
+        if len(seen) >= want:
+            break
+    consumer.close()
+    return seen
+
+
+@pytest.mark.parametrize("engine", ["kafka", "tansu"])
+def test_manager_start_status_stop(tmp_path, engine):
+    broker = EmbeddedBroker(tmp_path, engine_name=engine)
     status = broker.start(tie_to_parent=True)
-    assert status.running and status.port
+    assert status.running and status.port and status.engine == engine
+    assert status.startup_s is not None and status.startup_s > 0
     assert broker.start().pid == status.pid  # idempotent
     assert broker.stop() is True
-    assert not _pid_alive(status.pid)
+    assert not pid_alive(status.pid)
     assert broker.status().running is False
     assert broker.stop() is False  # repeated stop is harmless
+
+
+def test_apache_kafka_keeps_data_and_port_across_restarts_and_sigkill(tmp_path, unique_name):
+    broker = EmbeddedBroker(tmp_path, engine_name="kafka")
+    first = broker.start(tie_to_parent=True)
+    try:
+        assert first.fetch_s is not None  # 0.0 when the jar cache was warm
+        topic = unique_name("kept")
+        admin = AdminClient({"bootstrap.servers": first.bootstrap_servers})
+        ensure_topics(admin, [TopicSpec(topic, 2)])
+        _produce_transactionally(first.bootstrap_servers, topic, [b"a", b"b"], unique_name("tx"))
+        assert broker.stop() is True
+        second = broker.start(tie_to_parent=True)
+        assert second.port == first.port and second.fetch_s == 0.0  # same address, cache reused
+        _produce_transactionally(second.bootstrap_servers, topic, [b"c", b"d"], unique_name("tx2"))
+        os.kill(second.pid, signal.SIGKILL)  # an unclean end: Kafka recovers its logs at the next start
+        deadline = time.monotonic() + 10
+        while pid_alive(second.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        third = broker.start(tie_to_parent=True)
+        assert third.port == first.port and third.pid != second.pid
+        assert _read_committed(third.bootstrap_servers, topic, 2, 4) == {b"a", b"b", b"c", b"d"}
+    finally:
+        broker.stop()
 
 
 def test_transactional_round_trip(kafka_bootstrap, unique_name):
@@ -31,59 +89,63 @@ def test_transactional_round_trip(kafka_bootstrap, unique_name):
     admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
     assert ensure_topics(admin, [TopicSpec(topic, 2)]) == [topic]
     assert ensure_topics(admin, [TopicSpec(topic, 2)]) == []  # idempotent
-    producer = Producer({"bootstrap.servers": kafka_bootstrap, "transactional.id": unique_name("tx")})
-    producer.init_transactions(10)
-    producer.begin_transaction()
-    for i in range(10):
-        producer.produce(topic, key=str(i).encode(), value=f"v{i}".encode(), partition=i % 2)
-    producer.commit_transaction(10)
-    consumer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": unique_name("g"),
-                         "isolation.level": "read_committed", "enable.auto.commit": False})
-    consumer.assign([TopicPartition(topic, p, 0) for p in (0, 1)])
-    seen = set()
-    for _ in range(100):
-        msg = consumer.poll(0.2)
-        if msg is not None and not msg.error():
-            seen.add(msg.value())
-        if len(seen) == 10:
-            break
-    consumer.close()
-    assert seen == {f"v{i}".encode() for i in range(10)}
+    _produce_transactionally(kafka_bootstrap, topic, [f"v{i}".encode() for i in range(10)], unique_name("tx"))
+    assert _read_committed(kafka_bootstrap, topic, 2, 10) == {f"v{i}".encode() for i in range(10)}
 
 
-def test_delete_records_is_detected_when_unsupported(kafka_bootstrap, unique_name):
+def test_delete_records_moves_the_log_start_offset(kafka_bootstrap, unique_name):
     topic = unique_name("dr")
     admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
     ensure_topics(admin, [TopicSpec(topic, 1)])
     producer = Producer({"bootstrap.servers": kafka_bootstrap})
-    for i in range(5):
+    for _ in range(5):
         producer.produce(topic, value=b"x", partition=0)
     producer.flush(10)
-    result = delete_records_before(admin, {(topic, 0): 3}, timeout_s=5)
-    if os.environ.get("KAFKA_BOOTSTRAP_SERVERS"):
-        assert result is TruncationResult.PHYSICAL
-    else:  # the embedded broker does not implement DeleteRecords (notes/embedded-broker.md)
-        assert result is TruncationResult.UNSUPPORTED
+    assert delete_records_before(admin, {(topic, 0): 3}, timeout_s=10) is TruncationResult.PHYSICAL
+    consumer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": "unused"})
+    low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+    consumer.close()
+    assert (low, high) == (3, 5)
+
+
+def test_tansu_lacks_delete_records_and_says_so(tmp_path, unique_name):
+    """What differs if you choose Tansu (docs/architecture.md): DeleteRecords is detected, not hidden."""
+    broker = EmbeddedBroker(tmp_path, engine_name="tansu")
+    bootstrap = broker.start(tie_to_parent=True).bootstrap_servers
+    try:
+        topic = unique_name("dr")
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        ensure_topics(admin, [TopicSpec(topic, 1)])
+        producer = Producer({"bootstrap.servers": bootstrap})
+        producer.produce(topic, value=b"x", partition=0)
+        producer.flush(10)
+        assert delete_records_before(admin, {(topic, 0): 1}, timeout_s=5) is TruncationResult.UNSUPPORTED
+    finally:
+        broker.stop()
+
+
+def test_an_unknown_engine_is_named(tmp_path, monkeypatch):
+    monkeypatch.setenv("TIDEMARK_BROKER_ENGINE", "redpanda")
+    with pytest.raises(EmbeddedBrokerError, match="TIDEMARK_BROKER_ENGINE='redpanda'.*kafka, tansu"):
+        EmbeddedBroker(tmp_path).start()
 
 
 def test_broker_cli_start_status_stop(tmp_path):
-    import subprocess
-    import sys
-
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([sys.executable, "-m", "tidemark.cli", "broker", *args, "--home", str(tmp_path)],
-                              capture_output=True, text=True, timeout=60)
+                              capture_output=True, text=True, timeout=180)
 
     started = cli("start")
     assert started.returncode == 0, started.stderr
-    assert "bootstrap=127.0.0.1:" in started.stdout
+    assert "engine=kafka" in started.stdout and "bootstrap=127.0.0.1:" in started.stdout
+    assert "started_in=" in started.stdout
     status = cli("status", "--json")
-    assert status.returncode == 0 and '"running": true' in status.stdout
+    assert status.returncode == 0 and '"running": true' in status.stdout and '"engine": "kafka"' in status.stdout
     pid = EmbeddedBroker(tmp_path / "broker").status().pid
     try:
         assert cli("stop").stdout.strip() == "broker stopped"
     finally:
         EmbeddedBroker(tmp_path / "broker").stop()
-    assert not _pid_alive(pid)
+    assert not pid_alive(pid)
     assert cli("status").returncode == 1
     assert "port" in cli("start", "--port", "70000").stderr  # out of range: says what was expected

@@ -34,7 +34,7 @@ from prom_harness import PrometheusProcess, assert_every_panel_has_data
 from tidemark.examples.generator import generate, produce
 from tidemark.local.pipeline import LocalPipeline, stage_logs
 
-pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.e2e, pytest.mark.spark, pytest.mark.timeout(600)]
 
 DASHBOARDS_DIR = Path(__file__).resolve().parents[2] / "dashboards" / "tidemark"
 TOP_URLS = "tidemark.examples.access_log:top_urls"

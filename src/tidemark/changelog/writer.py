@@ -33,7 +33,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import KafkaError, Message, Producer
-from confluent_kafka.admin import AdminClient
 
 from tidemark.changelog.errors import ChangelogWriteError
 from tidemark.changelog.options import ChangelogWriterOptions
@@ -45,6 +44,8 @@ from tidemark.changelog.partitioning import (
     record_key,
 )
 from tidemark.kafka.clients import producer_config
+from tidemark.kafka.metadata import partition_counts
+from tidemark.kafka.outage import PATIENCE_S, broker_wait
 from tidemark.protocol.codec import Codec, default_codec
 from tidemark.protocol.messages import ChangelogRange, StateChange, StateChangeOp
 from tidemark.state.keygroups import KeyGroupRange
@@ -125,6 +126,7 @@ class ChangelogWriter:
         self.options = options
         self._codec = codec or default_codec()
         self._producer = Producer(self._config(client, options))
+        self._wait = broker_wait(client)
         self._check_topic(client)
         self._logs: dict[int, _PartitionLog] = {}
         self._sequence = 0
@@ -148,15 +150,12 @@ class ChangelogWriter:
         return config
 
     def _check_topic(self, client: dict[str, Any]) -> None:
-        admin = AdminClient(client)  # admin metadata requests never auto-create a topic
-        metadata = admin.list_topics(timeout=self.options.persist_timeout_s)
-        topic = metadata.topics.get(self.topic)
-        if topic is None or topic.error is not None or not topic.partitions:
+        found = partition_counts(client, [self.topic], self.options.persist_timeout_s)
+        if self.topic not in found:
             raise ChangelogWriteError(f"changelog topic {self.topic!r} does not exist")
-        if len(topic.partitions) != self.partitions:
+        if found[self.topic] != self.partitions:
             raise ChangelogWriteError(
-                f"changelog topic {self.topic!r} has {len(topic.partitions)} partitions, "
-                f"expected {self.partitions}"
+                f"changelog topic {self.topic!r} has {found[self.topic]} partitions, expected {self.partitions}"
             )
 
     # ------------------------------------------------------------------ appending
@@ -249,12 +248,20 @@ class ChangelogWriter:
         return self.ranges(self._base, up_to)
 
     def _flush(self, up_to: ChangelogMark) -> None:
+        """Wait until every change before ``up_to`` is delivered. The timeout counts only time in
+        which the broker is known to answer: during an outage (see :mod:`tidemark.kafka.outage`)
+        the producer keeps retrying and this waits, up to the outage patience."""
         deadline = time.monotonic() + self.options.persist_timeout_s
+        patience = time.monotonic() + PATIENCE_S
         while True:
             self._check_usable()
             if all(self._logs[p].delivered >= n for p, n in up_to.counts):
                 return
             remaining = deadline - time.monotonic()
+            if remaining <= 0 and self._wait.waiting and time.monotonic() < patience:
+                self._wait.failed(f"persist changes to {self.topic}", "changes not delivered yet")
+                deadline = time.monotonic() + self.options.persist_timeout_s
+                continue
             if remaining <= 0:
                 raise ChangelogWriteError(f"changes to {self.topic} not durable within "
                                           f"{self.options.persist_timeout_s}s")

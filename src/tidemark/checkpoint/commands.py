@@ -2,7 +2,8 @@
 
 The service carries each out: ``Emit*`` commands are written to the control topic,
 ``PersistCheckpoint`` goes to the checkpoint-store (which answers with the ``CheckpointMetadata``
-event once ``_metadata`` is durable), ``FailJob`` stops the job attempt.
+event once ``_metadata`` is durable), ``FailJob`` writes ``AttemptFailed`` to the control topic,
+on which the job's supervisor fails the job over.
 """
 
 from __future__ import annotations
@@ -13,10 +14,11 @@ from tidemark.protocol.messages import (
     CheckpointAborted,
     CheckpointCompleted,
     CheckpointMetadata,
+    AttemptFailed,
     CheckpointTrigger,
     RestoreCommand,
 )
-from tidemark.types import JobId, TaskId
+from tidemark.types import TaskId
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,11 +60,11 @@ class EmitRestore:
 
 @dataclass(frozen=True, slots=True)
 class FailJob:
-    """More consecutive checkpoint failures than tolerated: fail the current job attempt."""
+    """More consecutive checkpoint failures than tolerated: write ``failed`` to the control
+    topic; the attempt's supervisor fails the job over (Flink: a global failover restoring the
+    newest completed checkpoint, counted as a restart)."""
 
-    job_id: JobId
-    reason: str
-    failed_at: int
+    failed: AttemptFailed
 
 
 Command = EmitTrigger | PersistCheckpoint | EmitCompleted | EmitAborted | EmitRestore | FailJob

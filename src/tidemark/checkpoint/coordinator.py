@@ -36,13 +36,14 @@ from tidemark.checkpoint.commands import (
 from tidemark.checkpoint.completed import CompletedCheckpoint
 from tidemark.checkpoint.ledger import CheckpointLedger, CoordinatorRecord
 from tidemark.checkpoint.options import CheckpointingOptions
-from tidemark.checkpoint.outcomes import AbortReason, AckOutcome
+from tidemark.checkpoint.outcomes import DECLINED_SUBSUMED, AbortReason, AckOutcome
 from tidemark.checkpoint.pending import PendingCheckpoint
 from tidemark.checkpoint.requests import RestoreRequest
 from tidemark.checkpoint.restore_planner import plan_restore
 from tidemark.checkpoint.stats import CheckpointStatsSnapshot
 from tidemark.checkpoint_store.layout import metadata_path
 from tidemark.protocol.messages import (
+    AttemptFailed,
     CheckpointAborted,
     CheckpointCompleted,
     CheckpointTrigger,
@@ -158,6 +159,29 @@ class CheckpointCoordinator:
         )
 
     @property
+    def attempt_failed(self) -> bool:
+        """The active attempt failed over for too many checkpoint failures and no new attempt
+        has registered yet: the job makes no progress until its supervisor restores it."""
+        return self._ledger.attempt_failed
+
+    @property
+    def state(self) -> str:
+        """CREATED (no attempt with tasks yet), RUNNING, STOPPING (stop-with-savepoint in flight),
+        FINISHED, FAILING (failed over, waiting for the new attempt) or RESTORING (a restore was
+        issued, waiting for its attempt to register)."""
+        ledger = self._ledger
+        reg = ledger.registration
+        if reg is not None and ledger.restore_epoch > reg.epoch:
+            return "RESTORING"
+        if self.is_finishing:
+            return "FINISHED"
+        if ledger.attempt_failed:
+            return "FAILING"
+        if ledger.running is None:
+            return "RESTORING" if ledger.restore_epoch >= 0 and reg is None else "CREATED"
+        return "STOPPING" if ledger.stopping is not None else "RUNNING"
+
+    @property
     def consecutive_failures(self) -> int:
         return self._ledger.failures.consecutive_failures
 
@@ -186,7 +210,7 @@ class CheckpointCoordinator:
             *self._close_completing(now_ms),
             *self._settle_pending(now_ms),
             *self._serve_savepoint_requests(now_ms),
-            *self._fail_job_if_intolerable(now_ms),
+            *self._fail_attempt_if_intolerable(now_ms),
         ]
 
     def _close_completing(self, now_ms: int) -> list[Command]:
@@ -213,13 +237,20 @@ class CheckpointCoordinator:
                 commands.append(self._persist(self._ledger.finalize(pending)))
         return commands
 
-    def _fail_job_if_intolerable(self, now_ms: int) -> list[Command]:
-        if not self._ledger.failures.take_failure():
+    def _fail_attempt_if_intolerable(self, now_ms: int) -> list[Command]:
+        """Flink's failure policy: past the tolerance the running attempt fails over (its
+        supervisor restores the newest completed checkpoint), never a silent stop. Once per
+        attempt: the ``AttemptFailed`` record is folded, and a new attempt clears the count."""
+        ledger = self._ledger
+        running = ledger.running
+        if running is None or not ledger.failures.exceeded:
             return []
-        failures = self._ledger.failures.consecutive_failures
+        failures = ledger.failures.consecutive_failures
         tolerable = self.options.tolerable_failures
         reason = f"{failures} consecutive checkpoint failures exceed the tolerable {tolerable}"
-        return [FailJob(self.job_id, reason, now_ms)]
+        record = AttemptFailed(self.job_id, running.epoch, reason, now_ms)
+        ledger.fold(record)
+        return [FailJob(record), *self._settle_pending(now_ms)]
 
     def _abort_reason(self, pending: PendingCheckpoint) -> tuple[AbortReason, str] | None:
         ledger = self._ledger
@@ -229,6 +260,8 @@ class CheckpointCoordinator:
         if pending.epoch < ledger.active_epoch:
             detail = f"job attempt {ledger.active_epoch} replaced {pending.epoch}"
             return AbortReason.SUPERSEDED, detail
+        if ledger.attempt_failed:
+            return AbortReason.SUPERSEDED, f"job attempt {ledger.active_epoch} failed over"
         if ledger.running is None:
             return AbortReason.JOB_FINISHED, "the job attempt finished"
         last = ledger.last_completed
@@ -240,7 +273,8 @@ class CheckpointCoordinator:
         ):
             return AbortReason.SUBSUMED, f"checkpoint {last.checkpoint_id} completed first"
         if pending.declined is not None:
-            return AbortReason.DECLINED, f"{pending.declined.task_id}: {pending.declined.reason}"
+            why = AbortReason.SUBSUMED if pending.declined.reason.startswith(DECLINED_SUBSUMED) else AbortReason.DECLINED
+            return why, f"{pending.declined.task_id}: {pending.declined.reason}"
         return None
 
     def _serve_savepoint_requests(self, now_ms: int) -> list[Command]:
@@ -254,7 +288,7 @@ class CheckpointCoordinator:
 
     def _periodic_trigger_due(self, now_ms: int) -> bool:
         ledger = self._ledger
-        if ledger.running is None or ledger.stopping is not None or ledger.failures.exceeded:
+        if ledger.running is None or ledger.stopping is not None:
             return False
         if ledger.next_periodic_at is None or now_ms < ledger.next_periodic_at:
             return False

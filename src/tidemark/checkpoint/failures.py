@@ -1,8 +1,10 @@
 """Counting consecutive checkpoint failures (Flink: CheckpointFailureManager).
 
 Lifecycle: one per coordinator; ``on_aborted`` for every aborted checkpoint or savepoint,
-``on_completed`` for every completed one, ``reset`` when a restore starts a new attempt.
-Savepoints and aborts that are not the job's fault (superseded, finished) never count.
+``on_completed`` for every completed one, ``reset`` when a new attempt starts (a registration
+of a newer epoch, or a restore). Savepoints and aborts that are not the job's fault (superseded,
+finished) never count. Once ``exceeded``, the coordinator fails the attempt over (see
+:meth:`CheckpointCoordinator._fail_attempt_if_intolerable`).
 """
 
 from __future__ import annotations
@@ -14,12 +16,11 @@ from tidemark.types import CheckpointType
 class CheckpointFailureManager:
     """Tells when more consecutive counted failures happened than ``tolerable_failures``."""
 
-    __slots__ = ("tolerable_failures", "_consecutive", "_fail_reported")
+    __slots__ = ("tolerable_failures", "_consecutive")
 
     def __init__(self, tolerable_failures: int) -> None:
         self.tolerable_failures = tolerable_failures
         self._consecutive = 0
-        self._fail_reported = False
 
     @property
     def consecutive_failures(self) -> int:
@@ -37,15 +38,6 @@ class CheckpointFailureManager:
     def on_completed(self, checkpoint_type: CheckpointType) -> None:
         if not checkpoint_type.is_savepoint:
             self._consecutive = 0
-            self._fail_reported = False
 
     def reset(self) -> None:
         self._consecutive = 0
-        self._fail_reported = False
-
-    def take_failure(self) -> bool:
-        """True exactly once per run of exceeding failures (the job should fail now)."""
-        if self.exceeded and not self._fail_reported:
-            self._fail_reported = True
-            return True
-        return False

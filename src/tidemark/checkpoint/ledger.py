@@ -2,7 +2,7 @@
 
 Lifecycle: one ledger per job, starting empty; ``fold(record)`` for every record of the control
 topic (registrations, triggers, savepoint requests, completed/aborted notifications, restore
-commands), the acks topic (acks, declines) and the checkpoint-events topic (``CheckpointMetadata``
+commands, failed attempts), the acks topic (acks, declines) and the checkpoint-events topic (``CheckpointMetadata``
 written by the store once a checkpoint is durable, and its rejections), merged by record
 timestamp. Reading whole topics one after another also converges as long as the control topic
 comes before the acks (see docs/concepts/checkpointing.md).
@@ -24,6 +24,7 @@ from tidemark.checkpoint.pending import PendingCheckpoint
 from tidemark.checkpoint.stats import CheckpointStatsTracker
 from tidemark.checkpoint_store.store import REJECTED_PREFIX
 from tidemark.protocol.messages import (
+    AttemptFailed,
     CheckpointAborted,
     CheckpointCompleted,
     CheckpointDiscarded,
@@ -44,6 +45,7 @@ CoordinatorRecord = (
     | CheckpointAborted
     | SavepointRequest
     | RestoreCommand
+    | AttemptFailed
     | TaskAck
     | TaskDecline
     | CheckpointMetadata
@@ -62,6 +64,7 @@ class CheckpointLedger:
         self.interval_ms = interval_ms
         self.registration: JobRegistration | None = None
         self.restore_epoch: Epoch = Epoch(-1)
+        self.failed_epoch: Epoch = Epoch(-1)  # the newest attempt declared failed
         self.last_id: CheckpointId = CheckpointId(0)
         self.pending: dict[CheckpointId, PendingCheckpoint] = {}
         self.completing: dict[CheckpointId, CompletedCheckpoint] = {}
@@ -93,7 +96,15 @@ class CheckpointLedger:
         reg = self.registration
         if reg is None or reg.epoch != self.active_epoch or reg.finished or self.finishing:
             return None
+        if reg.epoch <= self.failed_epoch:
+            return None  # failed: nothing is triggered until a new attempt registers
         return reg if reg.tasks else None
+
+    @property
+    def attempt_failed(self) -> bool:
+        """The active attempt was declared failed and no new attempt has started yet."""
+        reg = self.registration
+        return reg is not None and reg.epoch == self.active_epoch and reg.epoch <= self.failed_epoch
 
     def is_closed(self, checkpoint_id: CheckpointId) -> bool:
         """Triggered once and no longer pending or completing."""
@@ -130,6 +141,8 @@ class CheckpointLedger:
                 self._fold_savepoint_request(record)
             case RestoreCommand():
                 self._fold_restore(record)
+            case AttemptFailed():
+                self.failed_epoch = Epoch(max(self.failed_epoch, record.epoch))
             case _:
                 raise TypeError(f"not a coordinator record: {type(record).__name__}")
         return None
@@ -270,6 +283,7 @@ class CheckpointLedger:
             self.next_periodic_at = reg.registered_at + self.interval_ms
             self.finishing = False
             self.stopping = None
+            self.failures.reset()  # a new attempt starts with its full tolerance
         self.registration = reg
 
     def _fold_savepoint_request(self, request: SavepointRequest) -> None:

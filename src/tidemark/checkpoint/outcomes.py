@@ -17,6 +17,12 @@ class AckOutcome(str, enum.Enum):
     DISCARDED = "DISCARDED"  # the checkpoint was already aborted or completed
 
 
+DECLINED_SUBSUMED = "CHECKPOINT_DECLINED_SUBSUMED"
+"""Prefix of a ``TaskDecline`` reason when a newer checkpoint's barrier overtook the task's
+alignment (Flink's CHECKPOINT_DECLINED_SUBSUMED): the checkpoint aborts as ``SUBSUMED``, which
+is not the job's failure and uses up no tolerance."""
+
+
 class AbortReason(str, enum.Enum):
     """Why a checkpoint was aborted; carried as the prefix of ``CheckpointAborted.reason``.
 

@@ -24,7 +24,7 @@ from collections.abc import Iterable
 
 from tidemark.checkpoint_store.event_log import CheckpointEvent, CheckpointEventLog
 from tidemark.checkpoint_store.layout import checkpoint_dir, metadata_path
-from tidemark.checkpoint_store.metadata_codec import decode_metadata, encode_metadata
+from tidemark.checkpoint_store.metadata_codec import MetadataFormatError, decode_metadata, encode_metadata
 from tidemark.checkpoint_store.store import (
     REJECTED_PREFIX,
     CheckpointStoreOptions,
@@ -151,5 +151,10 @@ class PersistentCheckpointStore:
 
 
 def read_metadata(storage: CheckpointStorage, path: str) -> CheckpointMetadata:
-    """Decode the ``_metadata`` file at ``path`` (what a restore reads)."""
-    return decode_metadata(storage.read_bytes(path))
+    """Decode the ``_metadata`` file at ``path`` (what a restore reads); a
+    ``MetadataFormatError`` names the file."""
+    data = storage.read_bytes(path)
+    try:
+        return decode_metadata(data)
+    except MetadataFormatError as exc:
+        raise type(exc)(f"{path}: {exc}") from None

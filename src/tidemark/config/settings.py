@@ -3,8 +3,10 @@
 Sources, highest precedence first: environment variables (``TIDEMARK_`` prefix, ``__`` between
 nested keys, e.g. ``TIDEMARK_KAFKA__SECURITY_PROTOCOL``; the bootstrap address is the plain
 ``KAFKA_BOOTSTRAP_SERVERS``), then the YAML file named by ``TIDEMARK_CONFIG_FILE``, then defaults.
-Unknown keys in the file are errors. :func:`load_settings` turns every validation failure into a
-:class:`ConfigurationError` that names the key and the reason.
+Unknown keys in the file are errors, and so is a ``TIDEMARK_*`` variable that names no setting
+(:mod:`tidemark.config.environment`). :func:`load_settings` turns every validation failure into a
+:class:`ConfigurationError` that names the key and the reason; the value given is quoted unless the
+field is a secret (declared with ``repr=False``: the API token, the SASL password).
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from typing import Any, Literal, TypeVar
 import yaml
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from tidemark.config.environment import unknown_variables
 
 CONFIG_FILE_ENV = "TIDEMARK_CONFIG_FILE"
 DEFAULT_HOME = Path(os.environ.get("TIDEMARK_HOME", ".tidemark"))
@@ -38,7 +42,7 @@ class KafkaSettings(BaseModel):
     security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
     sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = None
     sasl_username: str | None = None
-    sasl_password: str | None = None
+    sasl_password: str | None = Field(None, repr=False)
     ssl_ca_location: str | None = None
     replication_factor: int = Field(1, ge=1, le=16)
 
@@ -84,6 +88,9 @@ class TidemarkSettings(BaseSettings):
         description="Kafka bootstrap address; unset: the embedded broker under home",
     )
     kafka: KafkaSettings = KafkaSettings()
+    broker_engine: Literal["kafka", "tansu"] = Field(
+        "kafka", description="embedded broker engine when KAFKA_BOOTSTRAP_SERVERS is unset (tidemark.broker.engine)"
+    )
     schema_registry_url: str | None = None
     topic_prefix: str = Field("tidemark", pattern=r"^[A-Za-z0-9._-]{1,100}$")
     home: Path = DEFAULT_HOME
@@ -93,7 +100,17 @@ class TidemarkSettings(BaseSettings):
     http_port: int = Field(0, ge=0, le=65535)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     shutdown_timeout_s: float = Field(15.0, gt=0, le=600)
-    api_token: str | None = None
+    restore_fallback: bool = Field(
+        False,
+        description="On failover, when the newest checkpoint is corrupted, restore an older one if the "
+                    "two-phase-commit markers show that keeps the output exactly once (else the job stops)",
+    )
+    dead_letter_max_bytes: int = Field(
+        1_000_000, ge=10_000, le=100_000_000,
+        description="Largest dead letter a stage publishes (key, value and framing); bigger ones are cut "
+                    "(keep it at or below the broker's and the dead-letter topic's max.message.bytes)",
+    )
+    api_token: str | None = Field(None, repr=False)
 
     @classmethod
     def settings_customise_sources(
@@ -133,15 +150,35 @@ def _key_name(settings_cls: type[BaseSettings], loc: tuple[Any, ...]) -> str:
     return "TIDEMARK_" + "__".join(str(part).upper() for part in loc)
 
 
+def _is_secret(model: type[BaseModel], loc: tuple[Any, ...]) -> bool:
+    """True when the field at ``loc`` is declared ``repr=False`` (its value must not be shown)."""
+    for part in loc:
+        field = model.model_fields.get(str(part))
+        if field is None:
+            return False
+        if not field.repr:
+            return True
+        if not (isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel)):
+            return False
+        model = field.annotation
+    return False
+
+
 def load_settings(settings_cls: type[S], **overrides: Any) -> S:
-    """Build ``settings_cls`` from the environment and file, or raise ConfigurationError."""
+    """Build ``settings_cls`` from the environment and file, or raise ConfigurationError (unknown
+    ``TIDEMARK_*`` variables first, then every invalid or missing value)."""
+    unknown = unknown_variables(settings_cls, os.environ)
+    if unknown:
+        raise ConfigurationError(unknown)
     try:
         return settings_cls(**overrides)
     except ValidationError as exc:
         problems = []
         for error in exc.errors():
-            key = _key_name(settings_cls, tuple(error.get("loc", ())))
+            loc = tuple(error.get("loc", ()))
+            key = _key_name(settings_cls, loc)
             given = error.get("input")
-            reason = error["msg"] + (f" (got {given!r})" if not isinstance(given, dict) else "")
+            shown = not isinstance(given, dict) and not _is_secret(settings_cls, loc)
+            reason = error["msg"] + (f" (got {given!r})" if shown else "")
             problems.append((key, reason))
         raise ConfigurationError(problems) from None

@@ -12,13 +12,18 @@ Input records (one JSON document per Kafka record, see :mod:`tidemark.examples.g
   sequence number, and emits ``{"minute", "seq", "top": [[url, hits], ...]}`` on every update.
   The last record of a minute (``seq`` = the minute's number of input records) holds its final
   top URLs.
+
+Both take ``on_error`` (the stages' error policy: ``dead-letter``, ``skip`` or ``fail``).
+``top_urls(fail_on_url=...)`` makes the first stage's function raise on records of that URL,
+before it touches state: a stand-in for a bug in user code, used by the poison-record tests.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
-from tidemark.runtime.api import JobSpec, KeyedProcessFunction, Stage, StateBackendKind
+from tidemark.runtime.api import ErrorPolicy, JobSpec, KeyedProcessFunction, Stage, StateBackendKind
 from tidemark.state import MapStateDescriptor, ValueStateDescriptor
 from tidemark.types import CheckpointingMode, JobId
 
@@ -44,10 +49,15 @@ class CountHits(KeyedProcessFunction):
 
 
 class CountPerMinute(KeyedProcessFunction):
+    def __init__(self, fail_on_url: str | None = None) -> None:
+        self.fail_on_url = fail_on_url
+
     def open(self, ctx: Any) -> None:
         self.per_minute = ctx.get_state(MapStateDescriptor("hits_per_minute"))
 
     def process(self, value: Any, ctx: Any) -> None:
+        if self.fail_on_url is not None and ctx.key == self.fail_on_url:
+            raise RuntimeError(f"CountPerMinute was told to fail on {ctx.key!r}")
         minute = int(value["ts"]) // MINUTE_MS * MINUTE_MS
         hits = (self.per_minute.get(minute) or 0) + 1
         self.per_minute.put(minute, hits)
@@ -75,10 +85,11 @@ def top_of(counts: Any, n: int = TOP_N) -> list[list[Any]]:
 
 def url_counts(job_id: str = "access-log-counts", input_topic: str = "access-log",
                output_topic: str = "url-counts", parallelism: int = 2, mode: str = "EXACTLY_ONCE",
-               state_backend: str = "heap", changelog: bool = False) -> JobSpec:
+               state_backend: str = "heap", changelog: bool = False, on_error: str = "dead-letter") -> JobSpec:
     return JobSpec(
         job_id=JobId(job_id),
-        stages=(Stage("count_hits", (input_topic,), _url, CountHits, output_topic),),
+        stages=(Stage("count_hits", (input_topic,), _url, CountHits, output_topic,
+                      on_error=ErrorPolicy(on_error)),),
         mode=CheckpointingMode(mode), parallelism=parallelism,
         state_backend=StateBackendKind(state_backend), changelog=changelog)
 
@@ -86,14 +97,17 @@ def url_counts(job_id: str = "access-log-counts", input_topic: str = "access-log
 def top_urls(job_id: str = "access-log-top-urls", input_topic: str = "access-log",
              channel_topic: str = "url-minute-counts", output_topic: str = "top-urls",
              parallelism: int = 2, mode: str = "EXACTLY_ONCE", state_backend: str = "heap",
-             changelog: bool = False, top_urls_batch_records: int = 20_000) -> JobSpec:
+             changelog: bool = False, top_urls_batch_records: int = 20_000, on_error: str = "dead-letter",
+             fail_on_url: str | None = None) -> JobSpec:
     """``top_urls_batch_records`` caps the second stage's micro-batches (a slower consumer)."""
+    policy = ErrorPolicy(on_error)
     return JobSpec(
         job_id=JobId(job_id),
         stages=(
-            Stage("minute_counts", (input_topic,), _url, CountPerMinute, channel_topic),
+            Stage("minute_counts", (input_topic,), _url, functools.partial(CountPerMinute, fail_on_url),
+                  channel_topic, on_error=policy),
             Stage("top_urls", (channel_topic,), lambda v: int(v["minute"]), TopUrls, output_topic,
-                  max_records_per_batch=top_urls_batch_records),
+                  max_records_per_batch=top_urls_batch_records, on_error=policy),
         ),
         mode=CheckpointingMode(mode), parallelism=parallelism,
         state_backend=StateBackendKind(state_backend), changelog=changelog)

@@ -16,6 +16,7 @@ from typing import Any
 
 from confluent_kafka import Producer
 
+from tidemark.broker.engine import tansu_selected
 from tidemark.examples.access_log import MINUTE_MS, top_of
 from tidemark.kafka.clients import produce_waiting, producer_config
 
@@ -38,23 +39,34 @@ def generate(n: int, seed: int = 7, per_minute: int = 1000, malformed_every: int
 
 
 def produce(bootstrap: str, topic: str, records: Iterable[bytes], partitions: int | None = None,
-            chunk: int = 1000) -> int:
-    """Write ``records`` in order (round-robin over partitions when given) in transactions of
-    ``chunk`` records, so every broker reports exact end offsets; returns the count."""
-    producer = Producer(producer_config({"bootstrap.servers": bootstrap}, f"tidemark-generator-{uuid.uuid4().hex}"))
-    producer.init_transactions(30)
+            chunk: int = 1000, transactional: bool | None = None) -> int:
+    """Write ``records`` in order (round-robin over partitions when given) with an idempotent
+    producer, as an application writing a job's input would; returns the count.
+
+    ``transactional`` (default: only when the broker is Tansu, ``tansu_selected()``) commits a transaction every
+    ``chunk`` records instead: Tansu reports a short end offset after plain batched produce, and
+    the commit marker that ends each transaction makes its reported end exact."""
+    if transactional is None:
+        transactional = tansu_selected()
+    txn_id = f"tidemark-generator-{uuid.uuid4().hex}" if transactional else None
+    producer = Producer(producer_config({"bootstrap.servers": bootstrap}, txn_id))
+    if transactional:
+        producer.init_transactions(30)
+        producer.begin_transaction()
     count = 0
-    producer.begin_transaction()
     for i, value in enumerate(records):
         kwargs: dict[str, Any] = {"value": value}
         if partitions:
             kwargs["partition"] = i % partitions
         produce_waiting(producer, topic, **kwargs)
         count += 1
-        if count % chunk == 0:
+        if transactional and count % chunk == 0:
             producer.commit_transaction(60)
             producer.begin_transaction()
-    producer.commit_transaction(60)
+    if transactional:
+        producer.commit_transaction(60)
+    elif producer.flush(60) > 0:
+        raise RuntimeError(f"{topic}: records still undelivered after 60 s")
     return count
 
 

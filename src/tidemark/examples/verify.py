@@ -17,6 +17,7 @@ from typing import Any
 from confluent_kafka import Consumer, TopicPartition
 
 from tidemark.kafka.clients import consumer_config
+from tidemark.kafka.metadata import topic_partitions
 
 
 @dataclass
@@ -43,8 +44,7 @@ def read_committed(bootstrap: str, topic: str, *, expect: int, timeout_s: float 
     try:
         partitions: list[int] = []
         while not partitions:  # the job creates its output topic when it starts
-            meta = consumer.list_topics(timeout=10).topics.get(topic)
-            partitions = sorted(meta.partitions) if meta is not None and meta.error is None else []
+            partitions = topic_partitions(consumer, topic, 10)
             if not partitions:
                 if time.monotonic() > deadline:
                     return []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -20,7 +21,9 @@ class TruncationResult(str, enum.Enum):
 def ensure_topics(
     admin: AdminClient, specs: Iterable[TopicSpec], replication_factor: int = 1, timeout_s: float = 15.0
 ) -> list[str]:
-    """Create the topics that do not exist yet; return the names created."""
+    """Create the topics that do not exist yet; return the names created. Returns once every topic
+    of ``specs`` shows in the broker's metadata: Apache Kafka lists a new topic a moment after
+    CreateTopics answers, and a worker that looks it up at once must find it."""
     specs = list(specs)
     existing = set(admin.list_topics(timeout=timeout_s).topics)
     wanted = [
@@ -39,7 +42,21 @@ def ensure_topics(
         except KafkaException as exc:
             if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise
+    _wait_until_listed(admin, [topic.topic for topic in wanted], timeout_s)
     return created
+
+
+def _wait_until_listed(admin: AdminClient, topics: list[str], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    for topic in topics:  # named one by one: each was just created, so naming it creates nothing
+        while True:
+            meta = admin.list_topics(topic, timeout=timeout_s).topics.get(topic)
+            if meta is not None and meta.error is None and meta.partitions:
+                break
+            if time.monotonic() > deadline:
+                raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"topic {topic} not listed {timeout_s:g}s "
+                                                "after it was created"))
+            time.sleep(0.1)
 
 
 def delete_records_before(
@@ -48,7 +65,7 @@ def delete_records_before(
     """Ask the broker to drop every record before ``offsets`` (DeleteRecords).
 
     Returns UNSUPPORTED, instead of raising, when the broker does not implement the request
-    (the embedded broker closes the connection); any other failure raises KafkaException.
+    (Tansu closes the connection); any other failure raises KafkaException.
     """
     partitions = [TopicPartition(topic, part, off) for (topic, part), off in offsets.items()]
     if not partitions:

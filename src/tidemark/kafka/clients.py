@@ -17,6 +17,12 @@ GROUP_SETTINGS: dict[str, Any] = {
     "max.poll.interval.ms": 10000,
 }
 
+# librdkafka's own log lines (stderr) at syslog level 2 (critical) and above only: during a broker
+# outage every client would log each failed connection attempt. The outage is reported once per
+# process instead ("waiting for the broker", tidemark.kafka.outage), and failed operations raise
+# with librdkafka's error.
+LIBRDKAFKA_LOG_LEVEL = 2
+
 FAUST_GROUP_SETTINGS: dict[str, float] = {
     "broker_session_timeout": 6.0,
     "broker_heartbeat_interval": 1.0,
@@ -53,6 +59,7 @@ def base_config(settings: TidemarkSettings, bootstrap: str | None = None) -> dic
     config: dict[str, Any] = {
         "bootstrap.servers": bootstrap or resolve_bootstrap(settings),
         "security.protocol": kafka.security_protocol,
+        "log_level": LIBRDKAFKA_LOG_LEVEL,
     }
     if kafka.sasl_mechanism:
         config["sasl.mechanism"] = kafka.sasl_mechanism
@@ -73,7 +80,7 @@ def consumer_config(base: dict[str, Any], group_id: str | None, **extra: Any) ->
         "enable.partition.eof": False,
     }
     if group_id:
-        config.update(GROUP_SETTINGS, {"group.id": group_id})
+        config.update(GROUP_SETTINGS, **{"group.id": group_id})
     else:
         config["group.id"] = "tidemark-unused"  # librdkafka requires one even in assign() mode
     config.update(extra)

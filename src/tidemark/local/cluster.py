@@ -19,19 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
-from tidemark.broker.embedded import _die_with_parent, free_port
-
-
-def stop_process(process: subprocess.Popen[bytes], sig: int = signal.SIGTERM, timeout_s: float = 20.0) -> int:
-    """Send ``sig`` to a running ``process``, SIGKILL it after ``timeout_s``; its exit status."""
-    if process.poll() is None:
-        process.send_signal(sig)
-        try:
-            process.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-    return process.returncode
+from tidemark.processes import die_with_parent, free_port, stop_process
 
 
 class ServiceStartError(RuntimeError):
@@ -103,7 +91,7 @@ class LocalCluster:
             process = subprocess.Popen(
                 [sys.executable, "-m", "tidemark.cli", "run", name],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env=child_env, preexec_fn=_die_with_parent,
+                env=child_env, preexec_fn=die_with_parent,
             )
         service = LocalService(name, port, process, log_path, child_env)
         self.services[name] = service

@@ -24,11 +24,11 @@ from typing import Any, TypeVar
 
 from confluent_kafka.admin import AdminClient
 
-from tidemark.broker.embedded import _die_with_parent
+from tidemark.processes import die_with_parent, stop_process
 from tidemark.examples.generator import generate, produce
 from tidemark.kafka.admin import ensure_topics
 from tidemark.kafka.topics import TopicSpec
-from tidemark.local.cluster import LocalCluster, stop_process
+from tidemark.local.cluster import LocalCluster
 from tidemark.operator.client import ApiError, CoordinatorClient
 
 DEFAULT_SERVICES = ("coordinator", "checkpoint-store")
@@ -68,6 +68,38 @@ class JobRun:
 
     def stop(self, timeout_s: float = 60.0) -> int:
         return stop_process(self.process, signal.SIGTERM, timeout_s)
+
+    def kill_tree(self) -> list[int]:
+        """SIGKILL the supervisor and every process under it (workers, their JVMs) at once, as a
+        lost pod does; the pids killed."""
+        pids = process_tree(self.process.pid)
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.process.wait(timeout=30)
+        return pids
+
+
+def process_tree(root: int) -> list[int]:
+    """``root`` and its descendants (from ``/proc``), parents first."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        parent = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(parent, []).append(int(entry.name))
+    tree, todo = [], [root]
+    while todo:
+        pid = todo.pop(0)
+        tree.append(pid)
+        todo.extend(children.get(pid, []))
+    return tree
 
 
 @dataclass
@@ -172,6 +204,7 @@ class LocalPipeline:
     def start_job(self, reference: str, job_args: dict[str, Any] | None = None, *,
                   faults: tuple[str, ...] = (), parallelism: int | None = None,
                   from_savepoint: str | None = None, from_checkpoint: int | None = None,
+                  fresh: bool = False, force: bool = False,
                   max_restarts: int = 10, env: dict[str, str] | None = None) -> JobRun:
         """Start ``tidemark jobs run``; ``env`` is applied last (e.g. ``TIDEMARK_HTTP_PORT`` to serve the
         supervisor's and the stages' metrics on fixed ports, which the job does not get otherwise)."""
@@ -185,6 +218,8 @@ class LocalPipeline:
             command += ["--from-savepoint", from_savepoint]
         if from_checkpoint is not None:
             command += ["--from-checkpoint", str(from_checkpoint)]
+        command += ["--fresh"] if fresh else []
+        command += ["--force"] if force else []
         child_env = {**os.environ, **self.cluster.services["coordinator"].env, **self.env,
                      "TIDEMARK_COORDINATOR_URL": self.coordinator_url}
         child_env.pop("TIDEMARK_HTTP_PORT", None)  # a service's port: the job's processes take free ones
@@ -194,7 +229,7 @@ class LocalPipeline:
         log_path = logs / f"job-{len(self.jobs)}.log"
         with open(log_path, "ab") as out:
             process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                       env=child_env, preexec_fn=_die_with_parent)
+                                       env=child_env, preexec_fn=die_with_parent)
         run = JobRun(process, log_path)
         self.jobs.append(run)
         return run

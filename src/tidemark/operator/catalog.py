@@ -90,7 +90,7 @@ def load_restore_source(storage: CheckpointStorage, job: JobId, path: str) -> St
     except IsADirectoryError:
         raise RestoreSourceNotFound(f"{path!r} is a directory, not a _metadata file") from None
     except MetadataFormatError as exc:
-        raise UnusableRestoreSource(f"{path}: {exc}") from None
+        raise UnusableRestoreSource(str(exc)) from None  # read_metadata names the file
     if metadata.job_id != job:
         raise UnusableRestoreSource(f"{path} belongs to job {metadata.job_id!r}, not {job!r}")
     return StoredCheckpoint(path, metadata)

@@ -62,6 +62,7 @@ def job_document(job: JobId, coordinator: CheckpointCoordinator) -> dict[str, An
     return {
         "job": job,
         "epoch": coordinator.active_epoch,
+        "state": coordinator.state,
         "stopping": coordinator.is_stopping,
         "finishing": coordinator.is_finishing,
         "pending_checkpoints": list(coordinator.pending_checkpoint_ids),

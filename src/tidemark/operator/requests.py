@@ -19,6 +19,7 @@ from tidemark.checkpoint_store.layout import METADATA_FILE, validate_job_id
 from tidemark.types import CheckpointId, JobId
 
 MAX_PATH_LENGTH = 1024
+MAX_JOB_ID_LENGTH = 200  # one path segment: file systems allow 255 bytes per name
 MAX_PARALLELISM = 32768
 MAX_JOB_ARGS_BYTES = 64 * 1024  # passed on the command line of the run (Linux: 128 KiB per argument)
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
@@ -37,8 +38,13 @@ def parse_object(raw: bytes, *, empty_is_object: bool = False) -> dict[str, Any]
         raise BadRequest("request body must be a JSON object")
     try:
         value = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise BadRequest(f"request body is not valid JSON: {exc}") from None
+        json.dumps(value, ensure_ascii=False).encode("utf-8")  # lone surrogates (\ud800) are not text
+    except RecursionError:
+        raise BadRequest("request body is nested too deeply") from None
+    except UnicodeEncodeError:
+        raise BadRequest("request body holds a lone surrogate (\\uD800-\\uDFFF): not valid Unicode") from None
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, an integer of over 4300 digits
+        raise BadRequest(f"request body is not valid JSON: {str(exc)[:200]}") from None
     if not isinstance(value, dict):
         raise BadRequest(f"request body must be a JSON object, not {type(value).__name__}")
     return value
@@ -88,6 +94,8 @@ def metadata_file(path: str | None) -> str | None:
 
 def parse_job_id(value: str) -> JobId:
     """A job id from a URL (one storage path segment); ``BadRequest`` otherwise."""
+    if len(value) > MAX_JOB_ID_LENGTH:
+        raise BadRequest(f"job id longer than {MAX_JOB_ID_LENGTH} characters")
     try:
         return validate_job_id(JobId(value))
     except ValueError as exc:

@@ -184,6 +184,17 @@ class SavepointRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class AttemptFailed:
+    """Coordinator -> job supervisor: attempt ``epoch`` failed (more consecutive checkpoint
+    failures than tolerated); its supervisor fails the job over (control)."""
+
+    job_id: JobId
+    epoch: Epoch
+    reason: str
+    failed_at: int
+
+
+@dataclass(frozen=True, slots=True)
 class RestoreCommand:
     """Coordinator -> workers: restore from a checkpoint or savepoint (control)."""
 
@@ -370,6 +381,8 @@ class DeadLetter:
     error_message: str = ""
     service: str = ""
     failed_at: int = 0
+    original_sizes: dict[str, int] = field(default_factory=dict)  # parts cut to fit (v2)
+    original_sha256: dict[str, str] = field(default_factory=dict)  # their digests (v2)
 
 
 MESSAGE_TYPES: tuple[type, ...] = (
@@ -378,6 +391,7 @@ MESSAGE_TYPES: tuple[type, ...] = (
     CheckpointAborted,
     SavepointRequest,
     RestoreCommand,
+    AttemptFailed,
     JobRegistration,
     TaskAck,
     TaskDecline,

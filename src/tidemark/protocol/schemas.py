@@ -1,5 +1,8 @@
 """The schema catalog: every version of every message schema in ``schemas/``.
 
+The package carries the catalog (``tidemark/schemas``, see :func:`packaged_schemas_dir`);
+``$TIDEMARK_SCHEMAS_DIR`` overrides it.
+
 Layout (see ``docs/concepts/wire-format.md``): ``schemas/<Name>/v<N>.avsc`` holds version ``N``
 of the record ``tidemark.protocol.<Name>``. Each file is a self-contained Avro schema; nested
 named types (``StateHandle``, ``TaskSnapshot``...) are defined inline at their first use inside
@@ -12,10 +15,10 @@ A :class:`SchemaCatalog` is loaded once and is read-only afterwards (thread-safe
 from __future__ import annotations
 
 import hashlib
+import importlib.resources
 import json
 import os
 import re
-import sys
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -172,14 +175,22 @@ class SchemaCatalog:
 
 
 def default_schemas_dir() -> Path:
-    """Where ``schemas/`` is: ``$TIDEMARK_SCHEMAS_DIR`` if set, else the first that exists of the
-    source checkout's folder (editable install), ``<sys.prefix>/schemas`` (the container image
-    installs into a virtualenv next to it) and ``./schemas``."""
+    """Where the catalog is: ``$TIDEMARK_SCHEMAS_DIR`` if set, else :func:`packaged_schemas_dir`."""
     configured = os.environ.get(SCHEMAS_DIR_ENV)
-    if configured:
-        return Path(configured)
-    candidates = [Path(__file__).resolve().parents[3] / "schemas", Path(sys.prefix) / "schemas", Path.cwd() / "schemas"]
-    return next((c for c in candidates if (c / "ids.json").is_file()), candidates[0])
+    return Path(configured) if configured else packaged_schemas_dir()
+
+
+def packaged_schemas_dir() -> Path:
+    """The catalog shipped inside the package, ``tidemark/schemas``, found with importlib.resources.
+
+    In a source checkout (and an editable install) ``src/tidemark/schemas`` is a link to the
+    top-level ``schemas/``, the one source of the files, so the path returned (resolved) is that
+    folder and tools that append to ``ids.json`` write the committed file; a wheel carries a copy.
+    """
+    packaged = importlib.resources.files("tidemark") / "schemas"
+    if not isinstance(packaged, Path):
+        raise SchemaCatalogError(f"tidemark must be installed as files to read its schemas, not from {packaged}")
+    return packaged.resolve()
 
 
 @lru_cache(maxsize=8)

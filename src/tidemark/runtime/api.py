@@ -25,9 +25,13 @@ Example (the seed's access-log job)::
 
 from __future__ import annotations
 
+import difflib
 import enum
 import importlib
+import inspect
 import json
+import types
+import typing
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -71,6 +75,16 @@ class StateBackendKind(str, enum.Enum):
     ROCKSDB = "rocksdb"
 
 
+class ErrorPolicy(str, enum.Enum):
+    """What a stage does with a record it cannot handle: one that does not decode, whose key
+    cannot be computed or encoded, whose Tidemark headers are malformed, or whose
+    ``process`` raised (see :mod:`tidemark.runtime.record_errors`)."""
+
+    DEAD_LETTER = "dead-letter"  # publish it with its origin and the error, count it, go on (default)
+    SKIP = "skip"  # count it (tidemark_worker_records_skipped_total) and go on
+    FAIL = "fail"  # fail the attempt; the supervisor restores from the newest checkpoint
+
+
 def json_decode(key: bytes | None, value: bytes | None) -> Any:
     """Default record decoder: the value is one JSON document."""
     if value is None:
@@ -99,6 +113,7 @@ class Stage:
     encode_value: Callable[[Any], bytes] = json_encode
     encode_key: Callable[[Any], bytes] = key_encode
     max_records_per_batch: int = 20_000
+    on_error: ErrorPolicy = ErrorPolicy.DEAD_LETTER
 
     @property
     def operator_id(self) -> OperatorId:
@@ -170,6 +185,7 @@ def load_job(reference: str, args: dict[str, Any] | None = None) -> JobSpec:
             raise JobSpecError(f"{reference} is a JobSpec and takes no arguments, got {sorted(args)}")
         spec = target
     elif callable(target):
+        check_job_args(reference, target, args or {})
         try:
             spec = target(**(args or {}))
         except TypeError as exc:
@@ -179,3 +195,86 @@ def load_job(reference: str, args: dict[str, Any] | None = None) -> JobSpec:
     if not isinstance(spec, JobSpec):
         raise JobSpecError(f"{reference} is a {type(spec).__name__}, not a JobSpec")
     return spec
+
+
+_JSON_TYPES: dict[Any, tuple[str, tuple[type, ...]]] = {
+    int: ("an integer", (int,)),
+    float: ("a number", (int, float)),
+    str: ("a string", (str,)),
+    bool: ("true or false", (bool,)),
+    list: ("a JSON list", (list,)),
+    tuple: ("a JSON list", (list,)),
+    dict: ("a JSON object", (dict,)),
+}
+
+
+def _expected(annotation: Any) -> list[str] | None:
+    """What ``annotation`` accepts from JSON, as phrases; None when any value may do."""
+    origin = typing.get_origin(annotation)
+    if annotation is type(None) or annotation is None:
+        return ["null"]
+    if origin is typing.Literal:
+        return [json.dumps(v) for v in typing.get_args(annotation)]
+    if origin in (typing.Union, types.UnionType):
+        phrases: list[str] = []
+        for member in typing.get_args(annotation):
+            more = _expected(member)
+            if more is None:
+                return None
+            phrases.extend(more)
+        return phrases
+    found = _JSON_TYPES.get(origin or annotation)
+    return None if found is None else [found[0]]
+
+
+def _accepts(annotation: Any, value: Any) -> bool:
+    origin = typing.get_origin(annotation)
+    if annotation is type(None) or annotation is None:
+        return value is None
+    if origin is typing.Literal:
+        return any(value == v and type(value) is type(v) for v in typing.get_args(annotation))
+    if origin in (typing.Union, types.UnionType):
+        return any(_accepts(member, value) for member in typing.get_args(annotation))
+    found = _JSON_TYPES.get(origin or annotation)
+    if found is None:
+        return True
+    if isinstance(value, bool) and bool not in found[1]:
+        return False  # JSON true is no integer here
+    return isinstance(value, found[1])
+
+
+def check_job_args(reference: str, function: Callable[..., Any], args: dict[str, Any]) -> None:
+    """Check ``args`` (decoded JSON) against the job function's signature before calling it:
+    unknown names (with the closest one), missing required ones, and values of the wrong JSON
+    type for the parameter's annotation (or its default's type). Raises :class:`JobSpecError`."""
+    try:
+        signature = inspect.signature(function)
+    except (TypeError, ValueError):  # no signature to check against: the call will say
+        return
+    try:
+        hints = typing.get_type_hints(function)
+    except Exception:  # an annotation that does not evaluate: check by defaults only
+        hints = {}
+    named = {name: p for name, p in signature.parameters.items()
+             if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    open_ended = any(p.kind is p.VAR_KEYWORD for p in signature.parameters.values())
+    for name, value in args.items():
+        parameter = named.get(name)
+        if parameter is None:
+            if open_ended:
+                continue
+            close = difflib.get_close_matches(name, list(named), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise JobSpecError(f"{reference} has no argument {name!r}{hint} (arguments: {', '.join(named) or 'none'})")
+        if name in hints:
+            annotation = hints[name]
+        elif parameter.default is not parameter.empty and parameter.default is not None:
+            annotation = type(parameter.default)
+        else:
+            continue
+        if not _accepts(annotation, value):
+            expected = " or ".join(_expected(annotation) or ["another value"])
+            raise JobSpecError(f"{reference}: argument {name!r} must be {expected}, got {json.dumps(value)}")
+    missing = [name for name, p in named.items() if p.default is p.empty and name not in args]
+    if missing:
+        raise JobSpecError(f"{reference} needs the argument(s) {', '.join(missing)} in --job-args")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import NoReturn, Optional
 
 import typer
 
@@ -13,11 +13,13 @@ from tidemark.config.settings import ConfigurationError, TidemarkSettings, load_
 from tidemark.operator.client import DEFAULT_URL, CoordinatorClient
 from tidemark.runtime.api import JobSpecError, load_job
 from tidemark.runtime.faults import POINTS
-from tidemark.runtime.supervisor import FaultPlan, JobSupervisor, RunOptions
+from tidemark.runtime.supervisor import FaultPlan, JobSupervisor, RunOptions, StartRefused
 from tidemark.service.logs import configure_logging
 from tidemark.types import Epoch
 
-EXIT_CONFIG = 78
+EXIT_CONFIG = 78  # EX_CONFIG: invalid settings
+EXIT_USAGE = 2  # bad command-line arguments
+EXIT_REFUSED = 3  # the start would write committed results again (see --force), or its restore source is unusable
 JobRef = typer.Argument(..., help="The job: 'package.module:attribute' naming a JobSpec or a function returning one.")
 ArgsOption = typer.Option("{}", "--job-args", help="JSON object of keyword arguments for a job function.")
 
@@ -32,13 +34,19 @@ def _settings(component: str) -> TidemarkSettings:
     return settings
 
 
-def _job_args(text: str) -> dict:
+def _usage_error(command: str, message: str) -> NoReturn:
+    """One line on stderr, exit status 2 (no usage block, no traceback)."""
+    print(f"tidemark {command}: {message}", file=sys.stderr)
+    raise typer.Exit(EXIT_USAGE)
+
+
+def _job_args(text: str, command: str) -> dict:
     try:
         value = json.loads(text)
     except ValueError as exc:
-        raise typer.BadParameter(f"expected a JSON object: {exc}", param_hint="--job-args") from None
+        _usage_error(command, f"--job-args: expected a JSON object, e.g. '{{\"parallelism\": 2}}': {exc}")
     if not isinstance(value, dict):
-        raise typer.BadParameter("expected a JSON object", param_hint="--job-args")
+        _usage_error(command, f"--job-args: expected a JSON object, got {text!r}")
     return value
 
 
@@ -47,9 +55,15 @@ def run(
     job_args: str = ArgsOption,
     parallelism: Optional[int] = typer.Option(None, "--parallelism", min=1, help="Tasks per stage (default: the job's)."),
     from_checkpoint: Optional[int] = typer.Option(None, "--from-checkpoint", min=1,
-                                                  help="Restore from this retained checkpoint or savepoint id."),
+                                                  help="Start from this retained checkpoint or savepoint id "
+                                                       "(unless the job has newer state; see --force)."),
     from_savepoint: Optional[str] = typer.Option(None, "--from-savepoint",
-                                                 help="Restore from this _metadata path in checkpoint storage."),
+                                                 help="Start from this _metadata path in checkpoint storage "
+                                                      "(unless the job has newer state; see --force)."),
+    fresh: bool = typer.Option(False, "--fresh", help="Start with empty state, reading the input from the "
+                               "beginning (default: resume the job's newest retained checkpoint or savepoint)."),
+    force: bool = typer.Option(False, "--force", help="Start as asked even when the job's output already holds "
+                               "committed results (an empty start) or the job has state newer than --from-*."),
     max_restarts: int = typer.Option(10, "--max-restarts", min=0, help="Failovers before giving up."),
     fault: list[str] = typer.Option([], "--fault", help="Testing: 'attempt@stage@point[:n]' kills a worker "
                                     f"with SIGKILL; points: {', '.join(sorted(POINTS))}."),
@@ -58,16 +72,28 @@ def run(
 ) -> None:
     """Run a job: one PySpark worker per stage, checkpointed by the coordinator, restored on failure."""
     if from_checkpoint is not None and from_savepoint is not None:
-        raise typer.BadParameter("give --from-checkpoint or --from-savepoint, not both")
-    args = _job_args(job_args)
+        _usage_error("jobs run", "give --from-checkpoint or --from-savepoint, not both")
+    if fresh and (from_checkpoint is not None or from_savepoint is not None):
+        _usage_error("jobs run", "--fresh starts with empty state; it cannot be combined with --from-checkpoint "
+                                 "or --from-savepoint")
+    args = _job_args(job_args, "jobs run")
     try:
         load_job(job, args)
+    except (JobSpecError, ValueError) as exc:  # ValueError: what the job function raises on these args
+        _usage_error("jobs run", str(exc))
+    try:
         faults = tuple(FaultPlan.parse(f) for f in fault)
-    except (JobSpecError, ValueError) as exc:
-        raise typer.BadParameter(str(exc)) from None
+    except ValueError as exc:
+        _usage_error("jobs run", f"--fault: {exc}")
     settings = _settings("supervisor")
-    options = RunOptions(job, args, parallelism, from_checkpoint, from_savepoint, max_restarts, faults)
-    raise typer.Exit(JobSupervisor(settings, options, CoordinatorClient(url, token)).run())
+    options = RunOptions(job, args, parallelism, from_checkpoint, from_savepoint, max_restarts, faults,
+                         fresh=fresh, force=force)
+    try:
+        code = JobSupervisor(settings, options, CoordinatorClient(url, token)).run()
+    except StartRefused as exc:
+        print(f"tidemark jobs run: {exc}", file=sys.stderr)
+        raise typer.Exit(EXIT_REFUSED) from None
+    raise typer.Exit(code)
 
 
 def worker(
@@ -84,7 +110,7 @@ def worker(
     from tidemark.runtime.worker import Attempt
 
     settings = _settings("worker")
-    attempt = Attempt(job, stage, Epoch(epoch), parallelism, run_dir, _job_args(job_args), restore)
+    attempt = Attempt(job, stage, Epoch(epoch), parallelism, run_dir, _job_args(job_args, "jobs worker"), restore)
     raise typer.Exit(run_attempt(settings, attempt))
 
 

@@ -1,9 +1,14 @@
-"""A worker's view of the control plane: notifications in, acks and declines out.
+"""The job processes' view of the control plane: notifications in, registrations, acks and declines out.
+
+A supervisor follows its job's attempt signals with :class:`AttemptSignals` (see there).
+
 
 Lifecycle: ``ControlPlane(...)`` positions a consumer at the *end* of the control topic (so it
 sees every notification issued after the worker started, and none of older attempts) ->
 ``poll()`` repeatedly from the worker's loop (non-blocking; returns this job's triggers,
 completed and aborted notifications in log order, and in changelog mode its materializations) -> ``ack``/``decline`` -> ``close()``.
+Sending waits through a broker outage (:mod:`tidemark.kafka.outage`); polling returns nothing
+during one.
 """
 
 from __future__ import annotations
@@ -14,15 +19,18 @@ from typing import Any
 from confluent_kafka import OFFSET_END, Consumer, Producer, TopicPartition
 
 from tidemark.kafka.clients import consumer_config, producer_config
+from tidemark.kafka.outage import broker_wait
 from tidemark.kafka.topics import TopicNames
 from tidemark.protocol import codec
 from tidemark.protocol.errors import DecodeError
 from tidemark.protocol.messages import (
+    AttemptFailed,
     CheckpointAborted,
     CheckpointCompleted,
     CheckpointTrigger,
     JobRegistration,
     MaterializationEvent,
+    RestoreCommand,
     TaskAck,
     TaskDecline,
 )
@@ -43,6 +51,7 @@ class ControlPublisher:
         self.topics = topics
         self.job_id = job_id
         self._producer = Producer(producer_config(client))
+        self._wait = broker_wait(client)
 
     def register(self, registration: JobRegistration) -> None:
         self._send(self.topics.control, registration)
@@ -54,9 +63,18 @@ class ControlPublisher:
         self._send(self.topics.acks, TaskDecline(self.job_id, checkpoint_id, task, reason, now_ms(), epoch))
 
     def _send(self, topic: str, message: Any) -> None:
-        self._producer.produce(topic, key=self.job_id.encode(), value=codec.encode(message))
-        if self._producer.flush(30) != 0:
-            raise RuntimeError(f"{type(message).__name__} to {topic} not delivered within 30s")
+        """Deliver ``message``, waiting through a broker outage (the producer is idempotent: a
+        record retried after an outage is written once)."""
+        failures: list[str] = []
+
+        def delivered(error: Any, record: Any) -> None:
+            if error is not None:
+                failures.append(str(error))
+
+        self._producer.produce(topic, key=self.job_id.encode(), value=codec.encode(message), on_delivery=delivered)
+        self._wait.deliver(self._producer, f"send {type(message).__name__} to {topic}")
+        if failures:
+            raise RuntimeError(f"{type(message).__name__} to {topic} not delivered: {failures[0]}")
 
     def close(self) -> None:
         self._producer.flush(10)
@@ -91,3 +109,38 @@ class ControlPlane(ControlPublisher):
     def close(self) -> None:
         self._consumer.close()
         super().close()
+
+
+class AttemptSignals:
+    """What the control topic tells a job's supervisor about its attempts: ``AttemptFailed``
+    (the coordinator failed an attempt over for too many checkpoint failures) and
+    ``RestoreCommand`` (a restore issued through the coordinator's API, by an operator or by the
+    supervisor itself).
+
+    Lifecycle: construct before the first attempt registers (it reads from the topic's end at
+    that moment, so it sees every signal about this supervisor's attempts and none older) ->
+    ``poll()`` repeatedly (non-blocking; returns nothing during a broker outage) -> ``close()``.
+    """
+
+    def __init__(self, client: dict[str, Any], topics: TopicNames, job_id: JobId) -> None:
+        self.job_id = job_id
+        self._consumer = Consumer(consumer_config(client, None))
+        partition = TopicPartition(topics.control, 0)
+        _, end = self._consumer.get_watermark_offsets(partition, timeout=30.0, cached=False)
+        self._consumer.assign([TopicPartition(topics.control, 0, end)])
+
+    def poll(self, max_records: int = 500) -> list[AttemptFailed | RestoreCommand]:
+        found: list[AttemptFailed | RestoreCommand] = []
+        for record in self._consumer.consume(num_messages=max_records, timeout=0):
+            if record.error() is not None or record.value() is None:
+                continue
+            try:
+                message = codec.decode(record.value())
+            except DecodeError:
+                continue
+            if isinstance(message, (AttemptFailed, RestoreCommand)) and message.job_id == self.job_id:
+                found.append(message)
+        return found
+
+    def close(self) -> None:
+        self._consumer.close()

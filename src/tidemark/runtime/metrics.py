@@ -18,6 +18,9 @@ SNAPSHOT_SYNC = Histogram("tidemark_worker_snapshot_sync_seconds",
 SNAPSHOT_ASYNC = Histogram("tidemark_worker_snapshot_async_seconds",
                            "Asynchronous part of task snapshots (async checkpoint duration)", ["job"],
                            buckets=_SECONDS)
+RECORDS_SKIPPED = Counter("tidemark_worker_records_skipped_total",
+                          "Records a stage could not handle and skipped (error policy skip or dead-letter)",
+                          ["job", "topic", "reason"])
 RESTORE_DURATION = Gauge("tidemark_worker_restore_duration_seconds",
                          "Duration of the last state restore (restore duration)", ["job"])
 

@@ -19,6 +19,10 @@ restored checkpoint) -> per micro-batch ``write(batch)`` -> at each checkpoint o
   does; the write-ahead buffer gives the same guarantee.)
 * :class:`AtLeastOnceOutput` writes at once and flushes at ``pre_commit``: after a failure,
   results since the last completed checkpoint are written again.
+
+Every transaction goes through :func:`tidemark.kafka.transactions.run_transaction`, so a broker
+outage delays an output (retried commit, or abort and the same records written again) and never
+fails the stage or breaks exactly-once.
 """
 
 from __future__ import annotations
@@ -32,7 +36,10 @@ from typing import Any, Protocol
 
 from confluent_kafka import Producer
 
+from tidemark.broker.engine import tansu_selected
 from tidemark.kafka.clients import produce_waiting, producer_config
+from tidemark.kafka.outage import broker_wait
+from tidemark.kafka.transactions import init_transactions, run_transaction
 from tidemark.protocol import codec
 from tidemark.protocol.messages import Barrier
 from tidemark.runtime.faults import FAULTS
@@ -137,7 +144,8 @@ class ChannelOutput:
         self.epoch = epoch
         self.records_out = 0
         self._producer = Producer(producer_config(client, transactional_id))
-        self._producer.init_transactions(_TIMEOUT_S)
+        self._wait = broker_wait(client)
+        init_transactions(self._producer, self._wait, _TIMEOUT_S)
 
     def recover(self, items: Sequence[bytes], checkpoint_id: CheckpointId) -> None:
         """Nothing to do: ``init_transactions`` fenced the previous attempt."""
@@ -145,22 +153,25 @@ class ChannelOutput:
     def write(self, batch: Mapping[TaskId, list[OutputRecord]]) -> None:
         if not any(batch.values()):
             return
-        self._producer.begin_transaction()
-        for task, records in batch.items():
-            headers = channel_headers(self.epoch, task)
-            for key, value in records:
-                _produce(self._producer, self.topic, key, value, headers)
-            self.records_out += len(records)
-        self._producer.commit_transaction(_TIMEOUT_S)
+
+        def records() -> None:
+            for task, records in batch.items():
+                headers = channel_headers(self.epoch, task)
+                for key, value in records:
+                    _produce(self._producer, self.topic, key, value, headers)
+
+        run_transaction(self._producer, records, self._wait, f"write to {self.topic}", _TIMEOUT_S)
+        self.records_out += sum(len(records) for records in batch.values())
         FAULTS.hit("after-channel-write")
 
     def pre_commit(self, barriers: Mapping[TaskId, Barrier]) -> dict[TaskId, list[bytes]]:
-        self._producer.begin_transaction()
-        for barrier in barriers.values():
-            value = codec.encode(barrier)
-            for partition in range(self.partitions):
-                _produce(self._producer, self.topic, None, value, barrier_headers(barrier), partition)
-        self._producer.commit_transaction(_TIMEOUT_S)
+        def records() -> None:
+            for barrier in barriers.values():
+                value = codec.encode(barrier)
+                for partition in range(self.partitions):
+                    _produce(self._producer, self.topic, None, value, barrier_headers(barrier), partition)
+
+        run_transaction(self._producer, records, self._wait, f"write barriers to {self.topic}", _TIMEOUT_S)
         return {}
 
     def commit(self, checkpoint_id: CheckpointId) -> None:
@@ -189,9 +200,12 @@ class TwoPhaseCommitOutput:
         self._sealed: list[PendingBuffer] = []
         ensure_marker_topic(client, marker_topic)
         self._marker_partitions = marker_partition_count(client, marker_topic)
-        # linger long enough that nothing leaves the client before commit_transaction() flushes
-        self._producer = Producer(producer_config(client, transactional_id, **{"linger.ms": 1000}))
-        self._producer.init_transactions(_TIMEOUT_S)  # fences and aborts the previous attempt
+        # Tansu shows aborted records to read_committed readers once they reached it, so there
+        # nothing may leave the client before commit_transaction() flushes; Apache Kafka hides them
+        linger = {"linger.ms": 1000} if tansu_selected() else {}
+        self._producer = Producer(producer_config(client, transactional_id, **linger))
+        self._wait = broker_wait(client)
+        init_transactions(self._producer, self._wait, _TIMEOUT_S)  # fences and aborts the previous attempt
 
     @property
     def pending_records(self) -> int:
@@ -225,19 +239,20 @@ class TwoPhaseCommitOutput:
         due = [b for b in self._sealed if b.checkpoint_id <= checkpoint_id]
         if not due:
             return
-        producer = self._producer
-        producer.begin_transaction()
-        count = 0
-        for buffer in due:
-            for key, value in buffer.records:
-                _produce(producer, self.topic, key, value)
-            count += len(buffer.records)
+        count = sum(len(buffer.records) for buffer in due)
         marker = CommitMarker(self.query_id, int(checkpoint_id), 0, self.transactional_id, count,
                               int(time.time() * 1000))
-        _produce(producer, self.marker_topic, marker.key, marker.encode(), None,
-                 marker_partition(marker.key, self._marker_partitions))
-        FAULTS.hit("during-commit")
-        producer.commit_transaction(_TIMEOUT_S)
+
+        def records() -> None:
+            for buffer in due:
+                for key, value in buffer.records:
+                    _produce(self._producer, self.topic, key, value)
+            _produce(self._producer, self.marker_topic, marker.key, marker.encode(), None,
+                     marker_partition(marker.key, self._marker_partitions))
+            FAULTS.hit("during-commit")
+
+        run_transaction(self._producer, records, self._wait, f"commit checkpoint {checkpoint_id} to {self.topic}",
+                        _TIMEOUT_S)
         FAULTS.hit("after-commit")
         self._sealed = [b for b in self._sealed if b.checkpoint_id > checkpoint_id]
         self.records_out += count
@@ -257,6 +272,7 @@ class AtLeastOnceOutput:
         self.topic = topic
         self.records_out = 0
         self._producer = Producer(producer_config(client))
+        self._wait = broker_wait(client)
 
     def recover(self, items: Sequence[bytes], checkpoint_id: CheckpointId) -> None:
         """Nothing is buffered in at-least-once mode."""
@@ -269,9 +285,7 @@ class AtLeastOnceOutput:
         self._producer.poll(0)
 
     def pre_commit(self, barriers: Mapping[TaskId, Barrier]) -> dict[TaskId, list[bytes]]:
-        remaining = self._producer.flush(_TIMEOUT_S)
-        if remaining:
-            raise RuntimeError(f"{remaining} records to {self.topic} not delivered at the checkpoint")
+        self._wait.deliver(self._producer, f"deliver to {self.topic} at the checkpoint")
         return {}
 
     def commit(self, checkpoint_id: CheckpointId) -> None:

@@ -4,24 +4,27 @@ Lifecycle: ``run_attempt(settings, attempt)`` prepares the worker (restore inclu
 local SparkSession and the streaming query (``tidemark-kafka`` source -> ``foreachBatch``), writes
 the attempt's ready file, then loops: the control plane between micro-batches, consumer lag every
 few seconds, until the stage finishes (stop-with-savepoint completed: returns 0) or the query
-fails (raises). Metrics are served on ``settings.http_port`` from the start.
+fails (raises). Metrics are served on ``settings.http_port`` from the start. A broker outage
+neither ends the loop nor fails the query: every Kafka call of the stage waits for the broker, and
+a :class:`~tidemark.kafka.outage.BrokerWatch` reports the outage in the log.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import tempfile
+import signal
 import time
 from typing import Any
 
 from prometheus_client import start_http_server
 
 from tidemark.config.settings import TidemarkSettings
+from tidemark.kafka.outage import BrokerWatch
 from tidemark.runtime.records import records_of
 from tidemark.runtime.worker import Attempt, StageWorker
 from tidemark.service.logs import get_logger
-from tidemark.spark.session import LocalSessionOptions, local_session
+from tidemark.spark.session import LocalSessionOptions, local_session, query_checkpoint_location
 
 log = get_logger(__name__)
 TRIGGER = "200 milliseconds"
@@ -43,10 +46,16 @@ def _source_options(worker: StageWorker) -> dict[str, str]:
     return options
 
 
+def _exit_on_sigterm(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)  # unwinds run_attempt, so its temp directory is removed
+
+
 def run_attempt(settings: TidemarkSettings, attempt: Attempt) -> int:
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     if settings.http_port:
         start_http_server(settings.http_port, addr=settings.http_host)
     worker = StageWorker(settings, attempt)
+    watch = BrokerWatch(worker.client).start()
     worker.prepare()
     spark = local_session(LocalSessionOptions(app_name=f"tidemark-{worker.job}-{worker.stage.name}"))
 
@@ -55,13 +64,18 @@ def run_attempt(settings: TidemarkSettings, attempt: Attempt) -> int:
         with worker.lock:
             worker.on_batch(records_of(table))
 
-    spark_checkpoints = tempfile.mkdtemp(prefix=f"tidemark-{worker.stage.name}-")
+    with query_checkpoint_location(f"{worker.job}-{worker.stage.name}") as spark_checkpoints:
+        return _run_query(worker, attempt, spark, on_batch, spark_checkpoints, watch)
+
+
+def _run_query(worker: StageWorker, attempt: Attempt, spark: Any, on_batch: Any, spark_checkpoints: str,
+               watch: BrokerWatch) -> int:
     stream = spark.readStream.format("tidemark-kafka").options(**_source_options(worker)).load()
     query = (stream.writeStream.foreachBatch(on_batch).option("checkpointLocation", spark_checkpoints)
              .trigger(processingTime=TRIGGER).queryName(f"{worker.job}.{worker.stage.name}").start())
     attempt.ready_file.parent.mkdir(parents=True, exist_ok=True)
     attempt.ready_file.write_text(json.dumps({
-        "stage": worker.stage.name, "epoch": attempt.epoch, "pid": os.getpid(), "metrics_port": settings.http_port,
+        "stage": worker.stage.name, "epoch": attempt.epoch, "pid": os.getpid(), "metrics_port": worker.settings.http_port,
         "restored_from": worker.restored_from.checkpoint_id if worker.restored_from else None}))
     log.info("stage running", job=worker.job, stage=worker.stage.name, epoch=attempt.epoch,
              parallelism=attempt.parallelism, starting_offsets=_source_options(worker)["startingOffsets"])
@@ -80,5 +94,6 @@ def run_attempt(settings: TidemarkSettings, attempt: Attempt) -> int:
         log.info("stage finished", job=worker.job, stage=worker.stage.name, epoch=attempt.epoch)
         return 0
     finally:
+        watch.stop()
         worker.close()
         spark.stop()

@@ -5,6 +5,12 @@ A *channel* topic connects two stages of one job. Every record written to it car
 of a checkpoint, the writing task appends one barrier record per partition whose
 ``tidemark-barrier`` header holds the encoded :class:`~tidemark.protocol.messages.Barrier`.
 Records of other topics (the job's inputs) carry none of these.
+
+Tidemark's headers are validated wherever they are read, on input topics and on channels: an
+epoch must be a decimal integer, a task id non-empty UTF-8 of at most 256 bytes, a barrier an
+encoded ``Barrier``, and each may appear once. A record that breaks a rule is not interpreted
+at all: it carries ``header_error`` and the stage hands it to its error policy
+(:mod:`tidemark.runtime.record_errors`) instead of processing it.
 """
 
 from __future__ import annotations
@@ -16,11 +22,14 @@ from typing import Any
 import pyarrow as pa
 
 from tidemark.protocol import codec
+from tidemark.protocol.errors import DecodeError
 from tidemark.protocol.messages import BARRIER_HEADER, Barrier
 from tidemark.types import Epoch, TaskId
 
 EPOCH_HEADER = "tidemark-epoch"
 TASK_HEADER = "tidemark-task"
+RUNTIME_HEADERS = (EPOCH_HEADER, TASK_HEADER, BARRIER_HEADER)
+_MAX_TASK_ID_BYTES = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,10 +45,15 @@ class InputRecord:
     epoch: Epoch | None = None  # channel records only
     task: TaskId | None = None  # channel records only
     barrier: Barrier | None = None  # set on barrier records
+    header_error: str | None = None  # a Tidemark header is malformed: the record is not processed
+    headers: Any = None  # the raw headers (``[{"key", "value"}]``), kept for dead letters
 
     @property
     def position(self) -> tuple[str, int]:
         return (self.topic, self.partition)
+
+    def raw_headers(self) -> dict[str, bytes]:
+        return {str(h["key"]): bytes(h["value"] or b"") for h in self.headers or ()}
 
 
 def channel_headers(epoch: Epoch, task: TaskId) -> list[tuple[str, bytes]]:
@@ -55,21 +69,57 @@ def records_of(table: pa.Table | pa.RecordBatch) -> Iterator[InputRecord]:
     columns = {name: table.column(name).to_pylist() for name in
                ("topic", "partition", "offset", "timestamp", "key", "value", "headers")}
     for i in range(table.num_rows):
-        headers = columns["headers"][i] or ()
-        epoch = task = barrier = None
-        for header in headers:
-            name, raw = header["key"], header["value"]
-            if name == EPOCH_HEADER and raw is not None:
-                epoch = Epoch(int(raw))
-            elif name == TASK_HEADER and raw is not None:
-                task = TaskId(raw.decode())
-            elif name == BARRIER_HEADER and raw is not None:
-                message: Any = codec.decode(raw)
-                if isinstance(message, Barrier):
-                    barrier = message
+        headers = columns["headers"][i]
+        epoch = task = barrier = error = None
+        if headers:
+            try:
+                epoch, task, barrier = tidemark_headers(headers)
+            except HeaderError as exc:
+                error = str(exc)
         stamp = columns["timestamp"][i]
         yield InputRecord(
             topic=columns["topic"][i], partition=columns["partition"][i], offset=columns["offset"][i],
             timestamp_ms=int(stamp.timestamp() * 1000) if stamp is not None else 0,
             key=columns["key"][i], value=columns["value"][i], epoch=epoch, task=task, barrier=barrier,
+            header_error=error, headers=headers,
         )
+
+
+class HeaderError(ValueError):
+    """A Tidemark header of a record is malformed (see the module docstring)."""
+
+
+def tidemark_headers(headers: list[dict[str, Any]]) -> tuple[Epoch | None, TaskId | None, Barrier | None]:
+    """The epoch, task and barrier a record's headers carry; ``HeaderError`` if one is malformed."""
+    epoch = task = barrier = None
+    seen: set[str] = set()
+    for header in headers:
+        name, raw = header["key"], header["value"]
+        if name not in RUNTIME_HEADERS:
+            continue
+        if name in seen:
+            raise HeaderError(f"header {name} appears more than once")
+        seen.add(name)
+        if raw is None:
+            raise HeaderError(f"header {name} has no value")
+        if name == EPOCH_HEADER:
+            if not (0 < len(raw) <= 19 and raw.isdigit() and raw.isascii()):
+                raise HeaderError(f"header {name} is not a decimal epoch: {bytes(raw[:40])!r}")
+            epoch = Epoch(int(raw))
+        elif name == TASK_HEADER:
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                text = ""
+            if not text or len(raw) > _MAX_TASK_ID_BYTES or not text.isprintable():
+                raise HeaderError(f"header {name} is not a task id: {bytes(raw[:40])!r}")
+            task = TaskId(text)
+        else:
+            try:
+                message: Any = codec.decode(raw)
+            except DecodeError as exc:
+                raise HeaderError(f"header {name} is not a barrier: {exc}") from None
+            if not isinstance(message, Barrier):
+                raise HeaderError(f"header {name} holds a {type(message).__name__}, not a Barrier")
+            barrier = message
+    return epoch, task, barrier

@@ -2,17 +2,25 @@
 
 Lifecycle: ``JobSupervisor(settings, options).run()`` blocks until the job finishes or is stopped:
 
-1. choose the attempt's epoch and restore source: a fresh run takes the coordinator's newest
-   epoch + 1 and no state (or the checkpoint/savepoint the options name, through the
-   coordinator's restore API, which issues the ``RestoreCommand`` and the epoch);
+1. choose the first attempt's restore source (Flink's operator's upgrade modes; see
+   :meth:`JobSupervisor._first_attempt`): by default the newest retained checkpoint or savepoint
+   of the job (last state); the one the options name, unless the job already has newer state (a
+   restart of a run that began there); nothing with ``fresh``. A start with empty state is
+   refused (:class:`StartRefused`) when the job's output already holds committed results, unless
+   ``force``. A restore goes through the coordinator's restore API, which issues the
+   ``RestoreCommand`` and the epoch; an empty start takes the coordinator's newest epoch + 1;
 2. start one worker process per stage, wait until each has restored and started its query;
 3. register the attempt (``JobRegistration``: every task, the source tasks, the mode) on the
    control topic, so the coordinator starts triggering checkpoints (in changelog mode the
    attempt is first announced without tasks, so the changelog service creates the operators'
    changelog topics before the workers need them);
-4. watch: a worker that dies fails the whole attempt (global failover, as Flink's full restart
-   strategy): the others are killed, and the next attempt restores every stage from the newest
-   retained checkpoint or savepoint *of this run* via the coordinator (up to ``max_restarts``);
+4. watch: a worker that dies, or an ``AttemptFailed`` for the attempt on the control topic (the
+   coordinator's checkpoint failure policy), fails the whole attempt (global failover, as Flink's
+   full restart strategy): the others are killed, and the next attempt restores every stage from
+   the newest retained checkpoint or savepoint *of this run* via the coordinator (up to
+   ``max_restarts``). A ``RestoreCommand`` of a newer epoch (the restore API called by an
+   operator) replaces the attempt the same way with the attempt it names (not counted as a
+   restart);
 5. when every worker exits 0 (a stop-with-savepoint completed) the attempt is registered as
    finished and ``run`` returns 0. SIGTERM/SIGINT stop the workers and return 143/130.
 
@@ -32,17 +40,20 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from tidemark.broker.embedded import _die_with_parent, free_port
+from tidemark.processes import die_with_parent, free_port
 from tidemark.checkpoint.restore_planner import plan_assignments
 from tidemark.config.settings import TidemarkSettings
 from tidemark.kafka.clients import base_config
+from tidemark.kafka.outage import BrokerWatch
 from tidemark.kafka.topics import TopicNames
-from tidemark.operator.catalog import list_retained
+from tidemark.operator.catalog import RestoreSourceNotFound, UnusableRestoreSource, resolve_restore_source
 from tidemark.operator.client import ApiError, CoordinatorClient
-from tidemark.protocol.messages import JobRegistration
+from tidemark.protocol.messages import AttemptFailed, JobRegistration, RestoreCommand
 from tidemark.runtime.api import JobSpec, load_job
-from tidemark.runtime.control import ControlPublisher, now_ms
+from tidemark.runtime.committed_output import committed_output, newest_committed_checkpoint
+from tidemark.runtime.control import AttemptSignals, ControlPublisher, now_ms
 from tidemark.runtime.health import EPOCH, RESTARTS, RUNNING, serve_health
+from tidemark.runtime.restore_source import RestoreRefused, choose_restore_source, restore_candidates
 from tidemark.service.logs import get_logger
 from tidemark.storage import open_storage
 from tidemark.types import CheckpointId, Epoch
@@ -66,8 +77,16 @@ class FaultPlan:
         return cls(int(parts[0]), parts[1], parts[2])
 
 
+class StartRefused(Exception):
+    """The job cannot start as asked; the message is one line for the operator."""
+
+
 @dataclass
 class RunOptions:
+    """``restore_checkpoint``/``restore_path``: start there (unless the job has newer state);
+    ``fresh``: start with empty state; neither: the newest retained state (last state).
+    ``force``: start as asked even over committed output or newer state."""
+
     job_ref: str
     job_args: dict[str, Any] = field(default_factory=dict)
     parallelism: int | None = None
@@ -76,6 +95,8 @@ class RunOptions:
     max_restarts: int = 10
     faults: tuple[FaultPlan, ...] = ()
     ready_timeout_s: float = 240.0
+    fresh: bool = False
+    force: bool = False
 
 
 @dataclass
@@ -105,7 +126,10 @@ class JobSupervisor:
         self.running = False
         self._stop_signal: int | None = None
         self._control: ControlPublisher | None = None  # created at the first registration
+        self._signals: AttemptSignals | None = None  # created before the first attempt
+        self._restored_by_operator: RestoreCommand | None = None
         self._baseline = self._newest_retained_id()
+        self._origin: AttemptState | None = None  # whose restore source a failover falls back to
 
     # ------------------------------------------------------------------ main loop
 
@@ -116,7 +140,9 @@ class JobSupervisor:
         if self.settings.http_port:
             serve_health(self.settings.http_host, self.settings.http_port, lambda: self.running)
         RESTARTS.labels(job)
-        attempt = self._first_attempt()
+        BrokerWatch(base_config(self.settings)).start()  # reports a broker outage; nothing here needs to wait
+        self._signals = AttemptSignals(base_config(self.settings), self.topics, job)
+        attempt = self._origin = self._first_attempt()
         while True:
             self.attempts.append(attempt)
             EPOCH.labels(job).set(attempt.epoch)
@@ -129,6 +155,9 @@ class JobSupervisor:
                 return 0
             if outcome == "stopped":
                 return 130 if self._stop_signal == signal.SIGINT else 143
+            if outcome == "restored":
+                attempt = self._origin = self._operator_restore_attempt(attempt.index + 1)
+                continue
             self.restarts += 1
             RESTARTS.labels(job).inc()
             if self.restarts > self.options.max_restarts:
@@ -162,6 +191,9 @@ class JobSupervisor:
         while pending:
             if self._stop_signal is not None:
                 return "stopped"
+            signalled = self._control_signal(attempt)
+            if signalled is not None:
+                return signalled
             for name in list(pending):
                 if attempt.processes[name].poll() is not None:
                     log.error("worker died while starting", stage=name, code=attempt.processes[name].returncode)
@@ -179,6 +211,9 @@ class JobSupervisor:
         while True:
             if self._stop_signal is not None:
                 return "stopped"
+            signalled = self._control_signal(attempt)
+            if signalled is not None:
+                return signalled
             for name, process in attempt.processes.items():
                 code = process.poll()
                 if code is None or name in finished:
@@ -191,23 +226,95 @@ class JobSupervisor:
                 return "finished"
             time.sleep(0.1)
 
+    def _control_signal(self, attempt: AttemptState) -> str | None:
+        """``failed`` when the coordinator failed this attempt over, ``restored`` when a restore
+        of a newer epoch was issued (the restore API), else None."""
+        assert self._signals is not None
+        for message in self._signals.poll():
+            if isinstance(message, AttemptFailed) and message.epoch == attempt.epoch:
+                log.error("attempt failed by the coordinator; failing over", job=self.spec.job_id,
+                          epoch=attempt.epoch, reason=message.reason)
+                return "failed"
+            if isinstance(message, RestoreCommand) and message.epoch > attempt.epoch:
+                log.info("restore issued through the API; replacing the attempt", job=self.spec.job_id,
+                         epoch=attempt.epoch, restore_epoch=message.epoch, checkpoint=message.checkpoint_id,
+                         parallelism=message.parallelism)
+                self._restored_by_operator = message
+                return "restored"
+        return None
+
     # ------------------------------------------------------------------ attempts
 
     def _first_attempt(self) -> AttemptState:
-        if self.options.restore_checkpoint is not None or self.options.restore_path is not None:
-            return self._restore(0, self.options.restore_checkpoint, self.options.restore_path)
-        return AttemptState(0, Epoch(self._coordinator_epoch() + 1), None, None)
+        """Flink's operator's start semantics: ``fresh`` starts empty; a named checkpoint or
+        savepoint is restored unless the job already has newer retained state (then this is a
+        restart of a run that began there, e.g. a pod restarted with the same arguments, and
+        the newest state is resumed: restoring the older one would commit its results again);
+        otherwise the newest retained checkpoint or savepoint (last state)."""
+        options, job = self.options, self.spec.job_id
+        if options.fresh:
+            self._refuse_over_committed_output("--fresh")
+            return self._empty_attempt(0)
+        if options.restore_checkpoint is not None or options.restore_path is not None:
+            requested = self._requested_id()
+            if self._baseline > requested and not options.force:
+                log.warning("the job has newer state than the requested restore source; resuming it",
+                            job=job, requested=requested, newest=self._baseline)
+                return self._restore(0, self._baseline, None)
+            return self._restore(0, options.restore_checkpoint, options.restore_path)
+        if self._baseline:
+            log.info("resuming the job's last state", job=job, checkpoint=self._baseline)
+            return self._restore(0, self._baseline, None)
+        self._refuse_over_committed_output("a start without a retained checkpoint or savepoint")
+        return self._empty_attempt(0)
+
+    def _requested_id(self) -> int:
+        options = self.options
+        if options.restore_checkpoint is not None:
+            return options.restore_checkpoint
+        try:
+            source = resolve_restore_source(self.storage, self.spec.job_id, None, options.restore_path)
+        except (RestoreSourceNotFound, UnusableRestoreSource) as exc:
+            raise StartRefused(str(exc)) from None
+        return source.metadata.checkpoint_id
+
+    def _refuse_over_committed_output(self, start: str) -> None:
+        if self.options.force:
+            return
+        found = committed_output(base_config(self.settings), self.topics, self.spec)
+        if found is not None:
+            raise StartRefused(f"{start} would write results again: {found}; resume the job's state "
+                               f"(no --fresh), or pass --force to start empty anyway")
+
+    def _empty_attempt(self, index: int) -> AttemptState:
+        return AttemptState(index, Epoch(self._coordinator_epoch() + 1), None, None)
 
     def _failover_attempt(self, index: int) -> AttemptState:
-        """Restore from the newest checkpoint of this run, else from where the run started."""
-        newest = self._newest_retained_id()
-        if newest > self._baseline:
-            return self._restore(index, newest, None)
-        first = self.attempts[0]
-        if first.restore_path is not None:
-            return self._restore(index, None, first.restore_path)
+        """Restore from the newest checkpoint of this run, else from where the run started; a
+        corrupted one stops the job or falls back (see :mod:`tidemark.runtime.restore_source`)."""
+        assert self._origin is not None
+        try:
+            source = choose_restore_source(
+                self.storage, self.spec, baseline=self._baseline, started_from=self._origin.restore_path,
+                allow_fallback=self.settings.restore_fallback,
+                committed_up_to=lambda: newest_committed_checkpoint(base_config(self.settings), self.topics, self.spec))
+        except RestoreRefused as exc:
+            log.error("restore refused", job=self.spec.job_id, error=str(exc))
+            raise StartRefused(str(exc)) from None
+        if source.checkpoint_id is not None or source.path is not None:
+            return self._restore(index, source.checkpoint_id, source.path)
         log.warning("no checkpoint of this run yet; restarting from the start", job=self.spec.job_id)
-        return AttemptState(index, Epoch(self._coordinator_epoch() + 1), None, None)
+        return self._empty_attempt(index)
+
+    def _operator_restore_attempt(self, index: int) -> AttemptState:
+        """The attempt a restore issued through the API names: its epoch, source and parallelism.
+        Later failovers fall back to it, not to where the run started."""
+        command = self._restored_by_operator
+        assert command is not None
+        self._restored_by_operator = None
+        self.parallelism = command.parallelism
+        self._baseline = max(self._newest_retained_id(), command.checkpoint_id)
+        return AttemptState(index, command.epoch, command.metadata_path, command.checkpoint_id)
 
     def _restore(self, index: int, checkpoint_id: int | None, path: str | None) -> AttemptState:
         doc = self._call(lambda: self.coordinator.restore(self.spec.job_id, parallelism=self.parallelism,
@@ -217,9 +324,8 @@ class JobSupervisor:
         return AttemptState(index, Epoch(doc["epoch"]), doc["metadata_path"], CheckpointId(doc["checkpoint_id"]))
 
     def _newest_retained_id(self) -> int:
-        ids = [e.metadata.checkpoint_id for kind in (False, True)
-               for e in list_retained(self.storage, self.spec.job_id, savepoints=kind).entries]
-        return max(ids, default=0)
+        """Counting checkpoints whose ``_metadata`` does not decode: never skip one silently."""
+        return max((checkpoint_id for checkpoint_id, _ in restore_candidates(self.storage, self.spec, 0)), default=0)
 
     def _coordinator_epoch(self) -> int:
         jobs = self._call(self.coordinator.jobs)["jobs"]
@@ -254,7 +360,7 @@ class JobSupervisor:
         log_path = self.run_dir / f"{stage}.log"
         with open(log_path, "ab") as out:
             return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    env=env, preexec_fn=_die_with_parent)
+                                    env=env, preexec_fn=die_with_parent)
 
     def _kill_all(self, attempt: AttemptState, *, graceful: bool) -> None:
         for process in attempt.processes.values():

@@ -25,6 +25,7 @@ from tidemark.runtime.outputs import OutputRecord
 from tidemark.state import HashMapStateBackend, KeyedStateBackend, ListStateDescriptor, OperatorStateBackend
 from tidemark.state.keygroups import KeyGroupRange
 from tidemark.state.rocksdb.backend import RocksDBStateBackend
+from tidemark.state.ttl import Clock
 from tidemark.storage.base import CheckpointStorage
 from tidemark.types import CheckpointId, TaskId
 
@@ -63,10 +64,11 @@ class _Context:
 
 
 def create_backend(kind: StateBackendKind, key_groups: KeyGroupRange, max_parallelism: int,
-                   operator_id: str, local_dir: Path) -> KeyedStateBackend:
+                   operator_id: str, local_dir: Path, clock: Clock | None = None) -> KeyedStateBackend:
+    """``clock``: processing time for TTL (default the wall clock; tests pass a ManualClock)."""
     if kind is StateBackendKind.ROCKSDB:
-        return RocksDBStateBackend(local_dir, key_groups, max_parallelism, operator_id=operator_id)
-    return HashMapStateBackend(key_groups, max_parallelism, operator_id=operator_id)
+        return RocksDBStateBackend(local_dir, key_groups, max_parallelism, operator_id=operator_id, clock=clock)
+    return HashMapStateBackend(key_groups, max_parallelism, operator_id=operator_id, clock=clock)
 
 
 def _state_snapshot(backend: KeyedStateBackend, checkpoint_id: CheckpointId, storage: CheckpointStorage,

@@ -31,20 +31,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
 from tidemark.changelog import ChangelogReader, ChangelogSource, ChangelogStateBackend, ChangelogWriter
 from tidemark.checkpoint.restore_planner import plan_assignments, plan_restore
 from tidemark.checkpoint_store.layout import checkpoint_dir, shared_dir
+from tidemark.checkpoint_store.metadata_codec import MetadataFormatError
 from tidemark.checkpoint_store.persistent_store import read_metadata
 from tidemark.config.settings import TidemarkSettings
 from tidemark.kafka.admin import ensure_topics
-from tidemark.kafka.clients import base_config, producer_config
+from tidemark.kafka.clients import base_config
+from tidemark.kafka.outage import broker_wait, unavailable
 from tidemark.kafka.topics import TopicNames, TopicSpec
 from tidemark.materializer.storage import SharedFilesView, materialization_prefix
-from tidemark.protocol import codec
-from tidemark.protocol.errors import DecodeError
 from tidemark.protocol.messages import (
     Barrier,
     CheckpointAborted,
@@ -59,6 +58,7 @@ from tidemark.protocol.messages import (
     TaskSnapshot,
     TaskTimings,
 )
+from tidemark.checkpoint.outcomes import DECLINED_SUBSUMED
 from tidemark.runtime.alignment import Aligned, BarrierAligner, Cancelled, Channel, Process
 from tidemark.runtime.api import JobSpec, Stage, load_job
 from tidemark.runtime.control import ControlPlane, now_ms
@@ -80,26 +80,20 @@ from tidemark.runtime.outputs import (
     StageOutput,
     TwoPhaseCommitOutput,
 )
+from tidemark.runtime.record_errors import FunctionFailed, MalformedHeaders, MalformedInput, RecordFailures
 from tidemark.runtime.records import InputRecord
 from tidemark.runtime.routing import KeyGroupRouter
 from tidemark.runtime.task import CUT_STATE, SINK_STATE, StageTask, create_backend
-from tidemark.service.dead_letters import RawRecord, record_failure
 from tidemark.service.logs import get_logger
 from tidemark.spark.offsets import PartitionOffsets
 from tidemark.spark.planning import TopicNotFoundError, list_partitions, metadata_consumer, watermarks
 from tidemark.state.keygroups import KeyGroupRange
 from tidemark.storage import open_storage
+from tidemark.storage.base import CorruptStateFile
 from tidemark.storage.scoped import SnapshotStorage
 from tidemark.types import CheckpointId, CheckpointingMode, CheckpointType, Epoch, TaskId
 
 log = get_logger(__name__)
-SERVICE = "worker"
-
-
-class InputRecordError(DecodeError):
-    """An input record the stage cannot decode or key (dead-lettered with its origin)."""
-
-    reason = "malformed-input"
 
 
 @dataclass(frozen=True)
@@ -147,8 +141,10 @@ class StageWorker:
         self.finished = False
         self.checkpoints_taken = 0
         self._batch: dict[TaskId, list[OutputRecord]] = defaultdict(list)
-        self._dead_letters = Producer(producer_config(self.client))
+        self.failures = RecordFailures(self.client, self.topics, self.job, self.stage.on_error,
+                                       settings.dead_letter_max_bytes)
         self._metadata = metadata_consumer(self.client)  # topic metadata and watermarks, for the attempt's life
+        self._lag_error: str | None = None
         self._local = (settings.state_dir or settings.home / "state") / self.job / self.stage.name / f"epoch-{self.epoch}"
 
     # ------------------------------------------------------------------ set-up
@@ -182,7 +178,12 @@ class StageWorker:
                 backend = ChangelogStateBackend(backend, writer)
             self.tasks.append(StageTask(stage, assignment, self.attempt.parallelism, backend))
         self.router = KeyGroupRouter(spec.max_parallelism, [t.key_groups for t in self.tasks])
-        sink_items, cut = self._restore() if self.attempt.restore_path else ([], {})
+        try:
+            sink_items, cut = self._restore() if self.attempt.restore_path else ([], {})
+        except (CorruptStateFile, MetadataFormatError) as exc:  # the supervisor will not restore it again
+            log.error("restore failed: checkpoint corrupted", job=self.job, stage=stage.name,
+                      checkpoint=self.attempt.restore_path, error=str(exc))
+            raise
         self.output = self._create_output()
         restored_id = self.restored_from.checkpoint_id if self.restored_from else CheckpointId(0)
         self.output.recover(sink_items, restored_id)
@@ -284,7 +285,10 @@ class StageWorker:
                 return
             if self.aligner is None:
                 self.positions[record.position] = record.offset + 1
-                self._process(record)
+                if record.header_error is not None:
+                    self.failures.record_failed(record, MalformedHeaders(record.header_error))
+                elif record.barrier is None:  # a barrier copied into an input topic means nothing here
+                    self._process(record)
             else:
                 self._feed(record)
         self.flush_outputs()
@@ -299,6 +303,10 @@ class StageWorker:
     def _feed(self, record: InputRecord) -> None:
         assert self.aligner is not None
         self.positions[record.position] = record.offset + 1
+        if record.header_error is not None or record.epoch is None or record.task is None:
+            self.failures.record_failed(record, MalformedHeaders(
+                record.header_error or "a channel record without tidemark-epoch and tidemark-task headers"))
+            return
         for action in self.aligner.feed(record, now_ms()):
             if isinstance(action, Process):
                 self._process(action.record)
@@ -308,28 +316,26 @@ class StageWorker:
             elif isinstance(action, Cancelled):
                 for task in self.tasks:
                     self.control.decline(action.checkpoint_id, task.task_id,  # type: ignore[union-attr]
-                                         "CHECKPOINT_DECLINED: alignment overtaken by a newer barrier", self.epoch)
+                                         f"{DECLINED_SUBSUMED}: alignment overtaken by a newer barrier", self.epoch)
         if record.barrier is not None and self.aligner.aligning is not None:
             FAULTS.hit("during-alignment")
 
     def _process(self, record: InputRecord) -> None:
+        """Run one record through its task; a failure goes to the stage's error policy."""
         try:
             value = self.stage.decode(record.key, record.value)
             key = self.stage.key_by(value)
-        except Exception as exc:  # malformed input: dead-letter it with its origin, keep going
-            self._dead_letter(record, InputRecordError(f"{type(exc).__name__}: {exc}"))
+            task = self.tasks[self.router.task_index(key)]  # type: ignore[union-attr]
+        except Exception as exc:
+            self.failures.record_failed(record, MalformedInput(f"{type(exc).__name__}: {exc}"))
             return
-        task = self.tasks[self.router.task_index(key)]  # type: ignore[union-attr]
-        outputs = task.process(key, value, record.timestamp_ms)
+        try:
+            outputs = task.process(key, value, record.timestamp_ms)
+        except Exception as exc:
+            self.failures.record_failed(record, FunctionFailed(f"{type(exc).__name__}: {exc}"))
+            return
         if outputs:
             self._batch[task.task_id].extend(outputs)
-
-    def _dead_letter(self, record: InputRecord, error: BaseException) -> None:
-        raw = RawRecord(record.topic, record.partition, record.offset, record.timestamp_ms, record.key,
-                        record.value, {})
-        letter = record_failure(raw, error, SERVICE)
-        self._dead_letters.produce(self.topics.dead_letters, key=record.key, value=codec.encode(letter))
-        self._dead_letters.poll(0)
 
     def flush_outputs(self) -> None:
         """Hand the results gathered so far to the output; count what the tasks read meanwhile."""
@@ -429,8 +435,20 @@ class StageWorker:
     # ------------------------------------------------------------------ monitoring
 
     def report_lag(self) -> None:
-        partitions = list_partitions(self._metadata, self.stage.inputs)
-        for (topic, partition), (_, high) in watermarks(self._metadata, partitions).items():
+        """Update the consumer-lag gauges. A metric never takes the worker down: when the broker
+        cannot answer, the gauges keep their last values and the outage is reported."""
+        try:
+            partitions = list_partitions(self._metadata, self.stage.inputs)
+            marks = watermarks(self._metadata, partitions)
+        except Exception as exc:
+            if unavailable(exc):
+                broker_wait(self.client).failed("consumer lag", exc)
+            elif str(exc) != self._lag_error:
+                log.warning("consumer lag not measured", job=self.job, stage=self.stage.name, error=str(exc))
+            self._lag_error = str(exc)
+            return
+        self._lag_error = None
+        for (topic, partition), (_, high) in marks.items():
             position = self.positions.get((topic, partition), 0)
             CONSUMER_LAG.labels(self.job, topic, str(partition)).set(max(0, high - position))
 
@@ -441,7 +459,7 @@ class StageWorker:
             self.output.close()
         if self.control is not None:
             self.control.close()
-        self._dead_letters.flush(10)
+        self.failures.close()
         self._metadata.close()
         shutil.rmtree(self._local, ignore_errors=True)
 

@@ -1,8 +1,10 @@
 """ServiceApp: a Faust app with Tidemark's topics, codec, dead letters, health and metrics.
 
 Lifecycle: ``ServiceApp(name, settings)`` -> register handlers with :meth:`subscribe` and
-periodic work with :meth:`every` -> :meth:`run` (blocks; creates the topics, starts the Faust
-worker and the HTTP port, and returns after SIGTERM/SIGINT once in-flight work is finished,
+periodic work with :meth:`every` -> :meth:`run` (blocks; creates the topics, claims the service's
+singleton lease (:mod:`tidemark.service.singleton`: a newer instance fences this one, which then
+exits with code 75), starts the Faust worker and the HTTP port (:mod:`tidemark.service.http_edge`:
+bind address, token, limits), and returns after SIGTERM/SIGINT once in-flight work is finished,
 offsets are committed, consumers closed and producers flushed, or exits non-zero when that takes
 longer than ``shutdown_timeout_s``).
 
@@ -26,12 +28,15 @@ from tidemark import __version__
 from tidemark.config.settings import TidemarkSettings
 from tidemark.kafka.admin import ensure_topics
 from tidemark.kafka.clients import FAUST_GROUP_SETTINGS, base_config, resolve_bootstrap
+from tidemark.kafka.outage import BrokerWatch
 from tidemark.kafka.topics import TopicNames, TopicSpec
 from tidemark.protocol import codec
 from tidemark.service.dead_letters import RawRecord, headers_of, record_failure
 from tidemark.service.event_log import EventLogReader
+from tidemark.service.http_edge import install_edge, web_options
 from tidemark.service.logs import get_logger
 from tidemark.service.metrics import BUILD_INFO, MESSAGES_CONSUMED, SERVICE_READY
+from tidemark.service.singleton import SingletonLease, lease_topic
 
 log = get_logger(__name__)
 
@@ -78,7 +83,7 @@ class ServiceApp:
         self.settings = settings
         self.topics = TopicNames(settings.topic_prefix)
         self.bootstrap = resolve_bootstrap(settings)
-        self._topic_specs = [*self.topics.control_plane(), *extra_topics]
+        self._topic_specs = [*self.topics.control_plane(), lease_topic(settings.topic_prefix), *extra_topics]
         self._subscriptions: list[Subscription] = []
         self._logs: list[EventLogReader] = []
         data_dir = settings.resolved_state_dir / name
@@ -89,9 +94,7 @@ class ServiceApp:
             broker_credentials=_faust_credentials(settings),
             store="rocksdb://",
             datadir=str(data_dir),
-            web_host=settings.http_host,
-            web_port=settings.http_port,
-            web_in_thread=False,
+            **web_options(settings),
             consumer_auto_offset_reset="earliest",
             topic_replication_factor=settings.kafka.replication_factor,
             topic_partitions=1,
@@ -99,6 +102,7 @@ class ServiceApp:
             **FAUST_GROUP_SETTINGS,
         )
         self._dead_letters = self.faust.topic(self.topics.dead_letters, value_serializer="raw", key_serializer="raw")
+        self.http_auth = install_edge(self.faust.web.web_app, name, settings.api_token)
         self._install_pages()
         BUILD_INFO.labels(service=name).info({"version": __version__})
         SERVICE_READY.labels(service=name).set_function(lambda: 1.0 if self.ready() else 0.0)
@@ -219,7 +223,7 @@ class ServiceApp:
         except Exception as exc:  # never crash, never block the partition
             letter = record_failure(raw, exc, self.name)
             if not replayed:
-                await self._dead_letters.send(key=raw.key, value=codec.encode(letter))
+                await self._dead_letters.send(key=letter.key, value=codec.encode(letter))
 
     # ------------------------------------------------------------------ running
 
@@ -239,6 +243,10 @@ class ServiceApp:
         )
         worker.shutdown_timeout_s = self.settings.shutdown_timeout_s
         log.info("service starting", bootstrap=self.bootstrap, http_port=self.settings.http_port)
+        BrokerWatch(base_config(self.settings, self.bootstrap)).start()  # reports outages; aiokafka reconnects
+        lease = SingletonLease(self.name, base_config(self.settings, self.bootstrap), self.settings.topic_prefix)
+        lease.claim()  # fences the running instance, if any, before this one acts
+        lease.watch()
         worker.execute_from_commandline()
 
 

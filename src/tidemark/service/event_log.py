@@ -23,6 +23,8 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
 from tidemark.kafka.clients import consumer_config
+from tidemark.kafka.metadata import topic_partitions
+from tidemark.kafka.outage import broker_wait, unavailable
 from tidemark.service.dead_letters import RawRecord, headers_of
 
 
@@ -37,6 +39,7 @@ class EventLogReader:
 
     def __init__(self, config: dict[str, Any], topics: list[str], *, metadata_timeout_s: float = 15.0) -> None:
         self._config = consumer_config(config, None)
+        self._wait = broker_wait(config)
         self.topics = list(topics)
         self._timeout = metadata_timeout_s
         self._consumer: Consumer | None = None
@@ -45,13 +48,13 @@ class EventLogReader:
 
     def open(self) -> None:
         consumer = Consumer(self._config)
-        metadata = consumer.list_topics(timeout=self._timeout)
         partitions = []
         for topic in self.topics:
-            if topic not in metadata.topics or metadata.topics[topic].error is not None:
+            numbers = topic_partitions(consumer, topic, self._timeout)
+            if not numbers:
                 consumer.close()
                 raise RuntimeError(f"topic {topic} does not exist")
-            for partition in metadata.topics[topic].partitions:
+            for partition in numbers:
                 low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition),
                                                            timeout=self._timeout)
                 self._boundary[(topic, partition)] = high
@@ -66,13 +69,17 @@ class EventLogReader:
         return self._consumer is not None and all(self._position[tp] >= end for tp, end in self._boundary.items())
 
     def poll(self, max_records: int = 500, timeout_s: float = 0.2) -> list[LogRecord]:
-        """Up to ``max_records`` records; fetch errors other than end-of-partition raise."""
+        """Up to ``max_records`` records; fetch errors other than end-of-partition or a broker
+        outage (nothing is returned until it ends) raise."""
         assert self._consumer is not None, "open() first"
         records = []
         for message in self._consumer.consume(max_records, timeout_s):
             error = message.error()
             if error is not None:
                 if error.code() == KafkaError._PARTITION_EOF:
+                    continue
+                if unavailable(error):  # librdkafka fetches again once the broker is back
+                    self._wait.failed(f"read {', '.join(self.topics)}", error)
                     continue
                 raise RuntimeError(f"fetch failed: {error}")
             tp = (message.topic(), message.partition())

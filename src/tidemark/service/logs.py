@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import sys
+import threading
+import time
 
 import structlog
 
@@ -15,6 +17,39 @@ _SHARED = [
     structlog.processors.StackInfoRenderer(),
     structlog.processors.format_exc_info,
 ]
+
+
+REPEAT_EVERY_S = 10.0
+
+
+class RepeatLimiter(logging.Filter):
+    """Lets a line of the named libraries through at most once per ``every_s`` for each message
+    template, noting how many like it were dropped meanwhile. aiokafka logs every failed reconnect
+    and fetch at ERROR, thousands of lines during a broker outage; the outage itself is reported by
+    :mod:`tidemark.kafka.outage`."""
+
+    def __init__(self, prefixes: tuple[str, ...], every_s: float = REPEAT_EVERY_S) -> None:
+        super().__init__()
+        self.prefixes = prefixes
+        self.every_s = every_s
+        self._lock = threading.Lock()
+        self._last: dict[tuple[str, str], float] = {}
+        self._dropped: dict[tuple[str, str], int] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not record.name.startswith(self.prefixes):
+            return True
+        key, now = (record.name, str(record.msg)), time.monotonic()
+        with self._lock:
+            last = self._last.get(key)
+            if last is not None and now - last < self.every_s:
+                self._dropped[key] = self._dropped.get(key, 0) + 1
+                return False
+            self._last[key] = now
+            dropped = self._dropped.pop(key, 0)
+        if dropped:
+            record.msg = f"{record.msg} ({dropped} more like it in the last {now - (last or now):.0f}s not logged)"
+        return True
 
 
 def configure_logging(level: str = "INFO", *, service: str | None = None) -> None:
@@ -29,6 +64,7 @@ def configure_logging(level: str = "INFO", *, service: str | None = None) -> Non
             foreign_pre_chain=_SHARED,
         )
     )
+    handler.addFilter(RepeatLimiter(("aiokafka",)))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)

@@ -8,7 +8,7 @@ import sys
 from types import ModuleType
 
 from tidemark.config.settings import ConfigurationError, load_settings
-from tidemark.service.logs import configure_logging, get_logger
+from tidemark.service.logs import configure_logging
 
 SERVICES: dict[str, str] = {
     "coordinator": "tidemark.services.coordinator",
@@ -32,9 +32,7 @@ def run_service(name: str) -> None:
         settings = load_settings(module.SETTINGS)
         configure_logging(settings.log_level, service=name)
         app = module.build(settings)
-    except ConfigurationError as exc:
-        configure_logging("INFO", service=name)
-        get_logger(__name__).error("invalid configuration", problems=exc.problems)
+    except ConfigurationError as exc:  # one line on stderr, no traceback and no log record
         print(f"tidemark {name}: {exc}", file=sys.stderr)
         raise SystemExit(EXIT_CONFIG) from None
     app.run()

@@ -14,6 +14,7 @@ after the one asked for.
 from __future__ import annotations
 
 import json
+import time
 import zlib
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
@@ -26,6 +27,7 @@ from tidemark.kafka.admin import ensure_topics
 from tidemark.kafka.topics import TopicSpec
 from tidemark.spark.arrow import arrow_schema
 from tidemark.spark.offsets import OffsetRange
+from tidemark.kafka.metadata import topic_partitions
 from tidemark.spark.planning import metadata_consumer
 from tidemark.spark.range_reader import read_range
 
@@ -66,12 +68,18 @@ def ensure_marker_topic(client: Mapping[str, Any], topic: str, partitions: int =
 
 
 def marker_partition_count(client: Mapping[str, Any], topic: str, timeout_s: float = 10.0) -> int:
+    """Partitions of the marker topic; waits up to ``timeout_s`` for a topic just created (Apache
+    Kafka's metadata shows a new topic a moment after CreateTopics returns)."""
     consumer = metadata_consumer(client)
+    deadline = time.monotonic() + timeout_s
     try:
-        meta = consumer.list_topics(timeout=timeout_s).topics.get(topic)  # never by name: that may create it
-        if meta is None or meta.error is not None or not meta.partitions:
-            raise LookupError(f"commit marker topic {topic!r} not found")
-        return len(meta.partitions)
+        while True:
+            partitions = topic_partitions(consumer, topic, timeout_s)
+            if partitions:
+                return len(partitions)
+            if time.monotonic() > deadline:
+                raise LookupError(f"commit marker topic {topic!r} not found")
+            time.sleep(0.2)
     finally:
         consumer.close()
 

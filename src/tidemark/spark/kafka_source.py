@@ -3,7 +3,8 @@
 Lifecycle (Spark drives it): on the driver, ``initialOffset`` once for a new query, then per
 micro-batch ``latestOffset(start, limit)`` -> ``partitions(start, end)`` -> (executors run
 ``read(partition)``) -> ``commit(end)``; ``stop`` when the query ends. A restarted query skips
-``initialOffset`` and resumes from the offsets in its checkpoint.
+``initialOffset`` and resumes from the offsets in its checkpoint. While the broker is unreachable
+the planning calls wait for it (:mod:`tidemark.kafka.outage`) instead of failing the query.
 
 The planning and reading functions are plain Python in :mod:`tidemark.spark.planning` and
 :mod:`tidemark.spark.range_reader` (re-exported here) so the worker runtime can reuse them.
@@ -12,14 +13,15 @@ The planning and reading functions are plain Python in :mod:`tidemark.spark.plan
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TypeVar
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
+from tidemark.kafka.outage import broker_wait
 from tidemark.spark.arrow import arrow_schema
 from tidemark.spark.offsets import OffsetRange, PartitionOffsets
 from tidemark.spark.options import KafkaSourceOptions
@@ -43,6 +45,7 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class KafkaRangePartition(InputPartition):
@@ -79,9 +82,12 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._consumer = metadata_consumer(self.options.client, self.options.isolation_level)
         return self._consumer
 
+    def _planning(self, operation: str, plan: Callable[[], T]) -> T:
+        return broker_wait(self.options.client).call(operation, plan)
+
     def initialOffset(self) -> dict:
-        offsets = resolve_starting(self._metadata(), self.options.topics, self.options.starting,
-                                   self.options.metadata_timeout_s)
+        offsets = self._planning("resolve the starting offsets", lambda: resolve_starting(
+            self._metadata(), self.options.topics, self.options.starting, self.options.metadata_timeout_s))
         log.info("tidemark-kafka initial offsets %s", offsets.to_json())
         return offsets.to_json()
 
@@ -92,8 +98,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def prepareForTriggerAvailableNow(self) -> None:
         empty = PartitionOffsets()
-        self._available_now_target = plan_latest(self._metadata(), self.options.topics, empty,
-                                                 timeout_s=self.options.metadata_timeout_s)
+        self._available_now_target = self._planning("plan the available-now target", lambda: plan_latest(
+            self._metadata(), self.options.topics, empty, timeout_s=self.options.metadata_timeout_s))
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         if isinstance(limit, ReadMaxRows):
@@ -102,16 +108,18 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             max_records = None
         else:
             raise ValueError(f"tidemark-kafka supports ReadAllAvailable and ReadMaxRows, not {limit!r}")
-        end = plan_latest(self._metadata(), self.options.topics, PartitionOffsets.from_json(start),
-                          max_records, self._available_now_target, self.options.metadata_timeout_s)
+        end = self._planning("plan the next micro-batch", lambda: plan_latest(
+            self._metadata(), self.options.topics, PartitionOffsets.from_json(start), max_records,
+            self._available_now_target, self.options.metadata_timeout_s))
         return end.to_json()
 
     def reportLatestOffset(self) -> dict | None:
         return None
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
-        ranges = plan_ranges(self._metadata(), PartitionOffsets.from_json(start), PartitionOffsets.from_json(end),
-                             self.options.metadata_timeout_s)
+        ranges = self._planning("plan the micro-batch's ranges", lambda: plan_ranges(
+            self._metadata(), PartitionOffsets.from_json(start), PartitionOffsets.from_json(end),
+            self.options.metadata_timeout_s))
         return [KafkaRangePartition(r) for r in ranges]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:

@@ -15,9 +15,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from tidemark.kafka.clients import consumer_config
+from tidemark.kafka.metadata import topic_partitions
 from tidemark.spark.offsets import EARLIEST, LATEST, OffsetRange, PartitionOffsets, StartingOffsets, StartKind
 
 
@@ -34,15 +35,11 @@ def list_partitions(consumer: Consumer, topics: Iterable[str], timeout_s: float 
     """Every (topic, partition) of ``topics``; raises TopicNotFoundError naming missing ones."""
     found: list[tuple[str, int]] = []
     missing: list[str] = []
-    # all topics, never one by name: a metadata request naming a topic may create it (the
-    # embedded broker does, with its default partition count)
-    known = consumer.list_topics(timeout=timeout_s).topics
     for topic in topics:
-        meta = known.get(topic)
-        if meta is None or meta.error is not None or not meta.partitions:
+        partitions = topic_partitions(consumer, topic, timeout_s)
+        if not partitions:
             missing.append(topic)
-            continue
-        found.extend((topic, partition) for partition in sorted(meta.partitions))
+        found.extend((topic, partition) for partition in partitions)
     if missing:
         raise TopicNotFoundError(f"tidemark-kafka option 'subscribe': topic(s) not found: {missing}")
     return found
@@ -56,8 +53,10 @@ def watermarks(
     for topic, partition in partitions:
         try:
             low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout_s, cached=False)
-        except KafkaException as exc:
-            raise KafkaException(f"watermarks of {topic}/{partition}: {exc.args[0]}") from exc
+        except KafkaException as exc:  # name the partition; keep the code (an outage stays recognisable)
+            error = exc.args[0]
+            raise KafkaException(KafkaError(error.code(), f"watermarks of {topic}/{partition}: {error.str()}",
+                                            retriable=error.retriable())) from exc
         result[(topic, partition)] = (low, high)
     return result
 

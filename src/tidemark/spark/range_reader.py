@@ -11,7 +11,9 @@ Plain Python, shared by the Spark source and the worker runtime. Contract of :fu
   range are skipped by the position, so this means the broker cannot serve the range), it
   raises :class:`RangeNotReachedError` instead of returning a silently shorter result; while
   it waits it logs a warning every ``_STALL_WARNING_S`` (an open transaction under the range
-  holds a read_committed position back until it ends).
+  holds a read_committed position back until it ends);
+- while the broker is unreachable it waits (:mod:`tidemark.kafka.outage`): fetch errors of an outage
+  are not failures, and the idle timeout counts only time in which the broker answers.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from tidemark.kafka.clients import consumer_config
+from tidemark.kafka.metadata import brokers_listed
+from tidemark.kafka.outage import PROBE_TIMEOUT_S, BrokerWait, broker_wait, unavailable
 from tidemark.spark.arrow import RecordColumns, arrow_schema
 from tidemark.spark.offsets import OffsetRange
 
@@ -58,13 +62,15 @@ def read_range(
         return
     consumer = range_consumer(client, isolation_level)
     try:
-        yield from _consume(consumer, offset_range, batch_rows, idle_timeout_s, schema or arrow_schema())
+        yield from _consume(consumer, offset_range, batch_rows, idle_timeout_s, schema or arrow_schema(),
+                            broker_wait(client))
     finally:
         consumer.close()
 
 
 def _consume(
-    consumer: Consumer, r: OffsetRange, batch_rows: int, idle_timeout_s: float, schema: pa.Schema
+    consumer: Consumer, r: OffsetRange, batch_rows: int, idle_timeout_s: float, schema: pa.Schema,
+    wait: BrokerWait,
 ) -> Iterator[pa.RecordBatch]:
     tp = TopicPartition(r.topic, r.partition, r.start)
     consumer.assign([tp])
@@ -77,9 +83,12 @@ def _consume(
         for message in messages:
             error = message.error()
             if error is not None:
-                if error.code() != KafkaError._PARTITION_EOF:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    position = max(position, message.offset())
+                elif unavailable(error):  # librdkafka keeps fetching once the broker is back
+                    wait.failed(f"read {r.topic}/{r.partition}", error)
+                else:
                     raise KafkaException(error)
-                position = max(position, message.offset())
                 continue
             if message.offset() >= r.end:
                 position = r.end
@@ -94,6 +103,10 @@ def _consume(
         now = time.monotonic()
         if position > before:
             last_progress = last_warning = now
+            if wait.waiting:
+                wait.succeeded()
+        elif now - last_progress > idle_timeout_s and not _broker_answers(consumer, wait, r):
+            last_progress = last_warning = now  # an outage: the idle timeout starts again
         elif now - last_progress > idle_timeout_s:
             raise RangeNotReachedError(
                 f"{r.topic}/{r.partition}: position {position} did not reach the planned end {r.end} "
@@ -105,3 +118,15 @@ def _consume(
                         r.topic, r.partition, position, r.end, now - last_progress, idle_timeout_s)
     if len(columns):
         yield columns.flush()
+
+
+def _broker_answers(consumer: Consumer, wait: BrokerWait, r: OffsetRange) -> bool:
+    """Whether the broker answers a Metadata request now (an unanswered one is an outage)."""
+    try:
+        brokers_listed(consumer, PROBE_TIMEOUT_S)
+    except KafkaException as exc:
+        if not unavailable(exc):
+            raise
+        wait.failed(f"read {r.topic}/{r.partition}", exc)
+        return False
+    return True

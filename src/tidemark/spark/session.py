@@ -2,14 +2,19 @@
 
 Lifecycle: :func:`local_session` returns the process-wide session (Spark allows one active
 SparkContext per JVM); the caller that created it calls ``spark.stop()`` when done. Streaming
-queries need a checkpoint directory: :func:`temp_checkpoint_location` makes a fresh one.
+queries need a checkpoint directory: :func:`temp_checkpoint_location` makes a fresh one (the
+caller removes it); a worker process uses :func:`query_checkpoint_location`, a directory owned by
+the process that is removed when the process ends, or by the next worker after a SIGKILL.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import sys
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -82,3 +87,44 @@ def local_session(options: LocalSessionOptions = LocalSessionOptions()) -> Spark
 def temp_checkpoint_location(prefix: str = "tidemark-ckpt-", root: str | Path | None = None) -> str:
     """A new, empty directory for a streaming query's ``checkpointLocation``."""
     return tempfile.mkdtemp(prefix=prefix, dir=str(root) if root else None)
+
+
+QUERY_DIR_PREFIX = "tidemark-query-"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def reclaim_query_locations(root: str | Path | None = None) -> list[Path]:
+    """Remove the query checkpoint directories of processes that are gone (a SIGKILLed worker
+    cannot remove its own); returns the removed ones."""
+    base = Path(root or tempfile.gettempdir())
+    removed = []
+    for candidate in base.glob(f"{QUERY_DIR_PREFIX}*-*"):
+        owner = candidate.name[len(QUERY_DIR_PREFIX):].split("-", 1)[0]
+        if candidate.is_dir() and owner.isdigit() and not _alive(int(owner)):
+            shutil.rmtree(candidate, ignore_errors=True)
+            removed.append(candidate)
+    return removed
+
+
+@contextlib.contextmanager
+def query_checkpoint_location(name: str, root: str | Path | None = None) -> Iterator[str]:
+    """A fresh ``checkpointLocation`` (``tidemark-query-<pid>-<name>-*`` in the temp directory)
+    for the life of the block: orphans of dead processes are reclaimed first, and the directory
+    is removed on the way out (also on SystemExit, which a worker raises on SIGTERM)."""
+    reclaim_query_locations(root)
+    safe = "".join(c if c.isalnum() or c in "._" else "_" for c in name)[:64]
+    location = tempfile.mkdtemp(prefix=f"{QUERY_DIR_PREFIX}{os.getpid()}-{safe}-",
+                                dir=str(root) if root else None)
+    try:
+        yield location
+    finally:
+        shutil.rmtree(location, ignore_errors=True)

@@ -4,6 +4,9 @@ Writes go to a temporary file in the target directory, are fsynced, renamed into
 directory is fsynced, so a crash leaves either the old state or the whole new file. SHA-256 is
 computed while writing. Every path is validated before use: relative POSIX path, no ``..``, no
 empty or ``.`` components, no NUL or backslash, and - after resolving symlinks - inside the root.
+Directories exist only while they hold a file, as on an object store: a delete removes the
+directories it leaves empty, up to (not including) the root, so discarded checkpoints leave no
+directory tree behind; a write that races such a removal creates its directory again.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from tidemark.storage.base import InvalidStoragePath, verified
 
 _TMP_PREFIX = ".tmp-"
 _CHUNK = 1 << 20
+_MKDIR_ATTEMPTS = 5
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -90,9 +94,15 @@ class FilesystemCheckpointStorage:
         return StateFile(path=path, size_bytes=size, sha256=digest.hexdigest(), shared=shared)
 
     def _atomic_write(self, target: Path, fill: object) -> None:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        self._resolve_existing_parent(target)
-        fd, tmp = tempfile.mkstemp(prefix=_TMP_PREFIX, dir=target.parent)
+        for attempt in range(_MKDIR_ATTEMPTS):  # a concurrent delete may prune the empty directory
+            target.parent.mkdir(parents=True, exist_ok=True)
+            self._resolve_existing_parent(target)
+            try:
+                fd, tmp = tempfile.mkstemp(prefix=_TMP_PREFIX, dir=target.parent)
+                break
+            except FileNotFoundError:
+                if attempt == _MKDIR_ATTEMPTS - 1:
+                    raise
         try:
             with os.fdopen(fd, "wb") as out:
                 fill(out)  # type: ignore[operator]
@@ -127,6 +137,17 @@ class FilesystemCheckpointStorage:
         except FileNotFoundError:
             return
         _fsync_dir(target.parent)
+        self._prune_empty(target.parent)
+
+    def _prune_empty(self, directory: Path) -> None:
+        """Remove ``directory`` and its ancestors below the root while they are empty."""
+        while directory != self.root and self.root in directory.parents:
+            try:
+                directory.rmdir()
+            except OSError:  # not empty (or already gone, or raced by a writer): stop here
+                return
+            _fsync_dir(directory.parent)
+            directory = directory.parent
 
     def list(self, prefix: str = "") -> Iterator[str]:
         """Every file whose relative path starts with ``prefix``, sorted."""

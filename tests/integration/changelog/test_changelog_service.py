@@ -10,8 +10,8 @@ import tempfile
 import time
 
 import pytest
+from broker_gaps import tansu_gap
 from confluent_kafka import Consumer, TopicPartition
-from confluent_kafka.admin import AdminClient
 
 from changelog_helpers import apply_ops, keys_in, random_ops
 from service_helpers import (
@@ -29,8 +29,6 @@ from service_helpers import (
 )
 from tidemark.local.pipeline import wait_for
 from tidemark.changelog import ChangelogStateBackend, ChangelogWriter
-from tidemark.kafka.admin import TruncationResult, delete_records_before, ensure_topics
-from tidemark.kafka.topics import TopicSpec
 from tidemark.local.cluster import LocalCluster
 from tidemark.protocol.messages import MaterializationRef
 from tidemark.state import HashMapStateBackend
@@ -130,7 +128,7 @@ def test_truncates_what_materializations_cover_and_reports_it(service, job) -> N
     by_partition = {p["partition"]: p for p in status["partitions"]}
     assert by_partition[1]["referenced_from"] == starts(third)[1] == ends(second)[1]
     assert by_partition[0]["materialized_before"] == covered[0]
-    if status["delete_records"] == "unsupported":  # the embedded broker: truncation is logical
+    if status["delete_records"] == "unsupported":  # Tansu: truncation is logical
         assert metric(changelog, "tidemark_changelog_truncations_total", job=JOB, mode="logical") == 2
         assert metric(changelog, "tidemark_changelog_delete_records_unsupported_total") >= 1
         assert all(p["physically_truncated_before"] == 0 for p in status["partitions"])
@@ -190,23 +188,9 @@ def test_a_restarted_service_rebuilds_the_same_truncation_points(service, job) -
     wait_for(lambda: truncation_points(restarted) == ends(third), what="truncation resumed")
 
 
-def _delete_records_supported(bootstrap: str) -> bool:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    topic = f"t-delete-records-probe-{time.time_ns()}"
-    ensure_topics(admin, [TopicSpec(topic, 1)])
-    time.sleep(1)
-    try:
-        return delete_records_before(AdminClient({"bootstrap.servers": bootstrap}),
-                                     {(topic, 0): 0}) is TruncationResult.PHYSICAL
-    except Exception:
-        return False
-
-
+@tansu_gap("DeleteRecords")
 def test_delete_records_moves_the_log_start_offset(kafka_bootstrap, topic_names, tmp_path) -> None:
-    """Runs only against a broker with DeleteRecords (``KAFKA_BOOTSTRAP_SERVERS`` = Apache Kafka)."""
-    if not _delete_records_supported(kafka_bootstrap):
-        pytest.skip("the broker does not implement DeleteRecords (the embedded Tansu broker does not); "
-                    "set KAFKA_BOOTSTRAP_SERVERS to an Apache Kafka broker to run this test")
+    """Physical truncation: the log start offset of each changelog partition moves to the truncation point."""
     env = {"TIDEMARK_CHANGELOG__TRUNCATION_INTERVAL_MS": "200"}
     with LocalCluster(tmp_path, kafka_bootstrap, topic_prefix=topic_names.prefix, env=env) as cluster:
         cluster.start(["changelog"])

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from broker_gaps import tansu_gap
 from confluent_kafka import Consumer, Producer, TopicPartition
 from kafka_test_helpers import committed_values, create_topic, produce_transaction
 
@@ -91,9 +92,9 @@ def test_write_partition_needs_a_topic_and_a_value_column(kafka_bootstrap, uniqu
         _writer(kafka_bootstrap, "t", unique_name("m"), "key binary")
 
 
+@tansu_gap("aborted-transaction filtering for read_committed readers")
 def test_a_failed_attempt_and_a_dead_task_leave_nothing_visible(
-    kafka_bootstrap, unique_name, require_aborted_filtering
-):
+    kafka_bootstrap, unique_name):
     out, markers = unique_name("out"), unique_name("markers")
     create_topic(kafka_bootstrap, out, 1)
     writer = _writer(kafka_bootstrap, out, markers)

@@ -8,8 +8,6 @@ credentials and a fresh bucket per test. Conftests import the fixtures they need
 
 from __future__ import annotations
 
-import ctypes
-import signal
 import subprocess
 import sys
 import time
@@ -21,15 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from tidemark.broker.embedded import free_port
+from tidemark.processes import die_with_parent, free_port
 
 MOTO_PIN = "moto[server]==5.2.5"
 REGION = "us-east-1"
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 class MotoS3Server:
@@ -45,7 +38,7 @@ class MotoS3Server:
         with open(self.log_path, "wb") as log:
             self._process = subprocess.Popen(
                 [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent,
+                stdout=log, stderr=subprocess.STDOUT, preexec_fn=die_with_parent,
             )
         self.endpoint_url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + ready_timeout_s

@@ -12,7 +12,7 @@ from dataclasses import replace
 import pytest
 from moto_s3_server import raw_client
 
-from tidemark.broker.embedded import free_port
+from tidemark.processes import free_port
 from tidemark.storage import open_storage
 from tidemark.storage.base import CorruptStateFile, StorageError
 from tidemark.storage.s3 import (

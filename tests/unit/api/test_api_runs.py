@@ -115,7 +115,7 @@ def test_jobs_settings_defaults_and_forms(monkeypatch: pytest.MonkeyPatch) -> No
     ({"TIDEMARK_JOBS__CATALOG": ""}, "TIDEMARK_JOBS__CATALOG", "is empty"),
     ({"TIDEMARK_JOBS__CATALOG": "no_such_module_xyz:job"}, "TIDEMARK_JOBS__CATALOG", "cannot import"),
     ({"TIDEMARK_JOBS__CATALOG": "tidemark.examples.access_log:nope"}, "TIDEMARK_JOBS__CATALOG", "has no attribute"),
-    ({"TIDEMARK_JOBS__EXTRA": "1"}, "TIDEMARK_JOBS__EXTRA", "Extra inputs"),
+    ({"TIDEMARK_JOBS__EXTRA": "1"}, "TIDEMARK_JOBS__EXTRA", "not a Tidemark setting"),
     ({"TIDEMARK_HTTP_PORT": "0"}, "<settings>", "TIDEMARK_HTTP_PORT=0"),
 ])
 def test_misconfigured_jobs_settings_name_the_key(monkeypatch: pytest.MonkeyPatch, env: dict[str, str],

@@ -28,6 +28,7 @@ from tidemark.checkpoint import (
     PersistCheckpoint,
     RestoreRequest,
 )
+from tidemark.checkpoint.outcomes import DECLINED_SUBSUMED
 from tidemark.checkpoint_store import REJECTED_PREFIX
 from tidemark.protocol.messages import CheckpointDiscarded
 from tidemark.types import CheckpointId, CheckpointingMode, CheckpointType, Epoch
@@ -146,7 +147,7 @@ def test_timeout_aborts_and_counts() -> None:
     assert coord.pending_checkpoint_ids == ()
 
 
-def test_decline_aborts_and_failures_beyond_tolerance_fail_the_job_once() -> None:
+def test_decline_aborts_and_failures_beyond_tolerance_fail_the_attempt_over_once() -> None:
     coord, reg = started(CheckpointingOptions(interval_ms=100, tolerable_failures=1))
     coord.tick(100)
     (aborted,) = coord.apply(decline(1, reg.tasks[2], 110), 110)
@@ -155,9 +156,66 @@ def test_decline_aborts_and_failures_beyond_tolerance_fail_the_job_once() -> Non
     coord.tick(200)
     commands = coord.apply(decline(2, reg.tasks[0], 210), 210)
     assert [type(c) for c in commands] == [EmitAborted, FailJob]
+    failed = commands[1].failed
+    assert (failed.job_id, failed.epoch, failed.failed_at) == (JOB, reg.epoch, 210)
+    assert "2 consecutive checkpoint failures exceed the tolerable 1" in failed.reason
     assert coord.consecutive_failures == 2
-    assert coord.tick(300) == [] and coord.tick(400) == []  # failed: no more triggers
+    assert coord.attempt_failed and coord.state == "FAILING"
+    assert coord.tick(300) == [] and coord.tick(400) == []  # waiting for the failover: no triggers
     assert coord.apply(decline(2, reg.tasks[1], 410), 410) == []
+    assert coord.apply(failed, 420) == []  # its own record read back changes nothing
+
+
+def test_a_failover_aborts_the_failed_attempts_other_checkpoints() -> None:
+    coord, reg = started(CheckpointingOptions(interval_ms=100, max_concurrent=2, tolerable_failures=0))
+    coord.tick(100)
+    coord.tick(200)
+    commands = coord.apply(decline(1, reg.tasks[0], 210), 210)
+    assert [type(c) for c in commands] == [EmitAborted, FailJob, EmitAborted]
+    superseded = commands[2].aborted
+    assert superseded.checkpoint_id == 2
+    assert AbortReason.parse(superseded.reason) is AbortReason.SUPERSEDED
+    assert coord.consecutive_failures == 1  # superseded does not count
+    assert coord.pending_checkpoint_ids == ()
+
+
+def test_a_new_attempt_clears_the_failures_and_checkpoints_again() -> None:
+    """The failure policy never stalls a job: the failed-over attempt (or the same command line
+    started again) registers a new epoch, which starts with the full tolerance."""
+    coord, reg = started(CheckpointingOptions(interval_ms=100, timeout_ms=50, tolerable_failures=0))
+    coord.tick(100)
+    commands = coord.tick(150)  # timeout
+    assert [type(c) for c in commands] == [EmitAborted, FailJob]
+    assert coord.tick(1_000) == []
+    coord.apply(registration(epoch=reg.epoch + 1, at=1_100), 1_100)
+    assert coord.consecutive_failures == 0 and not coord.attempt_failed and coord.state == "RUNNING"
+    (trigger,) = triggers(coord.tick(1_200))
+    assert trigger.epoch == reg.epoch + 1
+
+
+def test_a_replayed_failure_is_not_failed_again() -> None:
+    options = CheckpointingOptions(interval_ms=100, timeout_ms=50, tolerable_failures=0)
+    coord, reg = started(options)
+    records: list[object] = [reg]
+    for command in [*coord.tick(100), *coord.tick(150)]:
+        records.append(command.failed if isinstance(command, FailJob) else
+                       command.trigger if isinstance(command, EmitTrigger) else command.aborted)
+    rebuilt = CheckpointCoordinator(JOB, options)
+    assert rebuilt.replay(records, 200) == []
+    assert rebuilt.attempt_failed and rebuilt.state == "FAILING"
+
+
+def test_a_decline_because_a_newer_barrier_overtook_the_alignment_is_not_a_failure() -> None:
+    """A stop-with-savepoint triggered right after a checkpoint overtakes its alignment at a
+    channel stage; that decline must not fail the job over (Flink: CHECKPOINT_DECLINED_SUBSUMED)."""
+    coord, reg = started(CheckpointingOptions(interval_ms=100, tolerable_failures=0))
+    coord.tick(100)
+    coord.apply(savepoint_request("stop", 110, stop=True), 110)
+    overtaken = replace(decline(1, reg.tasks[2], 120),
+                        reason=f"{DECLINED_SUBSUMED}: alignment overtaken by a newer barrier")
+    (aborted,) = coord.apply(overtaken, 120)
+    assert AbortReason.parse(aborted.aborted.reason) is AbortReason.SUBSUMED
+    assert coord.consecutive_failures == 0 and not coord.attempt_failed and coord.is_stopping
 
 
 def test_a_completed_checkpoint_resets_the_failure_count() -> None:
@@ -269,8 +327,10 @@ def test_restore_issues_a_command_with_key_group_assignments_and_waits_for_the_n
     (aborted,) = aborts(commands)
     assert aborted.aborted.checkpoint_id == 2
     assert coord.active_epoch == Epoch(1)
+    assert coord.state == "RESTORING"
     assert coord.tick(1_000) == []  # no trigger until epoch 1 registers
     coord.apply(registration(epoch=1, parallelism=3, at=1_000), 1_000)
+    assert coord.state == "RUNNING"
     trigger = triggers(coord.tick(1_100))[0]
     assert (trigger.checkpoint_id, trigger.epoch) == (3, 1)
     assert coord.stats().last_restore_at == 300
@@ -278,7 +338,9 @@ def test_restore_issues_a_command_with_key_group_assignments_and_waits_for_the_n
 
 def test_a_registration_without_tasks_is_never_checkpointed() -> None:
     coord = CheckpointCoordinator(JOB, OPTS)
+    assert coord.state == "CREATED"
     coord.apply(replace(registration(), tasks=()), 0)
+    assert coord.state == "CREATED"
     assert coord.tick(1_000) == []
     assert coord.apply(savepoint_request("r", 1_000), 1_000) == []
 
@@ -293,6 +355,7 @@ def test_restore_from_a_stop_savepoint_at_a_new_parallelism_resumes_checkpointin
     coord.apply(sp.metadata, 170)
     coord.apply(registration(at=180, finished=True), 180)
     assert coord.is_finishing and coord.tick(1_000) == []
+    assert coord.state == "FINISHED"
     request = RestoreRequest("r", sp.metadata, sp.metadata_path, parallelism=4, requested_at=2_000)
     (restore,) = coord.request_restore(request, 2_000)
     assert restore.restore.is_savepoint and restore.restore.metadata_path == "job/savepoints/sp-2/_metadata"

@@ -72,6 +72,9 @@ SAMPLES: dict[type, tuple[Any, ...]] = {
         m.RestoreCommand(JOB, "restore-7", CheckpointId(42), False, "chk-42/_metadata", 2, 128, ASSIGNMENTS,
                          Epoch(4), T0 + 10),
     ),
+    m.AttemptFailed: (
+        m.AttemptFailed(JOB, Epoch(4), "2 consecutive checkpoint failures exceed the tolerable 1", T0 + 20),
+    ),
     m.JobRegistration: (
         m.JobRegistration(JOB, Epoch(4), CheckpointingMode.EXACTLY_ONCE, 128, ASSIGNMENTS, (TaskId("op-a#0"),), T0),
         m.JobRegistration(JOB, Epoch(5), CheckpointingMode.AT_LEAST_ONCE, 128, (), (), T0, finished=True),
@@ -115,6 +118,8 @@ SAMPLES: dict[type, tuple[Any, ...]] = {
                      {"tidemark-barrier": b"\x01"}, "unknown-schema-id", "schema id 153 is not known",
                      "coordinator", T0 + 1),
         m.DeadLetter("tidemark.clicks.control", 0, 5, None, None, None),
+        m.DeadLetter("access-log", 3, 12, T0, b"k", b"{\"url\":", {}, "malformed-input", "JSONDecodeError",
+                     "worker", T0 + 2, {"value": 999_000}, {"value": "ab" * 32}),
     ),
 }
 
@@ -157,7 +162,7 @@ def _strategy(hint: Any, field_name: str) -> st.SearchStrategy[Any]:
     if origin is tuple:
         return st.lists(_strategy(typing.get_args(hint)[0], field_name), max_size=3).map(tuple)
     if origin is dict:
-        return st.dictionaries(st.text(max_size=8), st.binary(max_size=8), max_size=3)
+        return st.dictionaries(st.text(max_size=8), _strategy(typing.get_args(hint)[1], field_name), max_size=3)
     if hint is bool:
         return st.booleans()
     if hint is int:

@@ -94,7 +94,8 @@ def _check_field_type(hint: Any, schema: avro.schema.Schema, where: str) -> None
         assert isinstance(schema, avro.schema.ArraySchema), where
         _check_field_type(typing.get_args(hint)[0], schema.items, where)
     elif origin is dict:
-        assert isinstance(schema, avro.schema.MapSchema) and schema.values.type == "bytes", where
+        assert isinstance(schema, avro.schema.MapSchema), where
+        _check_field_type(typing.get_args(hint)[1], schema.values, where)
     else:
         expected = {bool: {"boolean"}, int: {"int", "long"}, str: {"string"}, bytes: {"bytes"}}[hint]
         assert schema.type in expected, where
@@ -243,3 +244,12 @@ def test_schemas_dir_comes_from_the_environment_first(monkeypatch: pytest.Monkey
     assert default_schemas_dir() == schemas_copy
     monkeypatch.delenv(SCHEMAS_DIR_ENV)
     assert (default_schemas_dir() / IDS_FILE).is_file()
+
+
+def test_the_packaged_catalog_of_a_checkout_is_the_top_level_schemas_folder(monkeypatch: pytest.MonkeyPatch) -> None:
+    """src/tidemark/schemas links to schemas/, so the registry tool appends to the committed ids.json."""
+    from tidemark.protocol.schemas import SCHEMAS_DIR_ENV, default_schemas_dir, packaged_schemas_dir
+
+    monkeypatch.delenv(SCHEMAS_DIR_ENV, raising=False)
+    top_level = Path(__file__).resolve().parents[3] / "schemas"
+    assert packaged_schemas_dir() == default_schemas_dir() == top_level

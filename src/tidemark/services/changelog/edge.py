@@ -24,6 +24,7 @@ from tidemark.changelog.topics import changelog_specs
 from tidemark.changelog.truncation import ChangelogLedger, PartitionPlan, TopicPartition, advances
 from tidemark.kafka.admin import ensure_topics
 from tidemark.kafka.clients import base_config
+from tidemark.kafka.metadata import partition_counts
 from tidemark.kafka.topics import TopicSpec
 from tidemark.protocol.messages import CheckpointMetadata, JobRegistration
 from tidemark.service.app import ServiceApp
@@ -97,14 +98,9 @@ class ChangelogEdge:
         created = ensure_topics(admin, specs, self.app.settings.kafka.replication_factor)
         if created:
             log.info("changelog topics created", topics=created)
-        metadata = admin.list_topics(timeout=10)
-        found = {}
+        found = partition_counts(self.config, [spec.name for spec in specs], 10)
         for spec in specs:
-            topic = metadata.topics.get(spec.name)
-            if topic is None or topic.error is not None or not topic.partitions:
-                continue
-            found[spec.name] = len(topic.partitions)
-            if found[spec.name] != spec.partitions:
+            if spec.name in found and found[spec.name] != spec.partitions:
                 log.warning("changelog topic exists with another partition count; keeping it",
                             topic=spec.name, partitions=found[spec.name], requested=spec.partitions)
         return found

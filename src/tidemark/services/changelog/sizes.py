@@ -19,6 +19,7 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from tidemark.changelog.sizes import PartitionSizes
 from tidemark.kafka.clients import consumer_config
+from tidemark.kafka.outage import broker_wait, unavailable
 
 TP = tuple[str, int]
 
@@ -29,6 +30,7 @@ class ChangelogSizeReader:
     def __init__(self, config: dict[str, Any]) -> None:
         self._consumer = Consumer(consumer_config(config, None, **{
             "isolation.level": "read_uncommitted", "auto.offset.reset": "earliest"}))
+        self._wait = broker_wait(config)
         self._lock = threading.Lock()
         self._sizes: dict[TP, PartitionSizes] = {}
         self._to_assign: list[TopicPartition] = []
@@ -55,7 +57,9 @@ class ChangelogSizeReader:
             for message in messages:
                 error = message.error()
                 if error is not None:
-                    if error.code() != KafkaError._PARTITION_EOF:
+                    if unavailable(error):
+                        self._wait.failed("count changelog bytes", error)
+                    elif error.code() != KafkaError._PARTITION_EOF:
                         raise RuntimeError(f"changelog size reader: {error}")
                     continue
                 sizes = self._sizes.get((message.topic(), message.partition()))

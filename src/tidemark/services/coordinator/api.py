@@ -1,12 +1,12 @@
 """The coordinator's operator HTTP API under ``/api/v1/`` (reference: docs/api.md).
 
 Lifecycle: :func:`install_api` once while the service is built, before ``ServiceApp.run``; the
-views then serve on the service's HTTP port (next to the unauthenticated ``/livez``,
+views then serve on the service's HTTP port (next to the unauthenticated ``/livez``, ``/openapi.json``,
 ``/readyz`` and ``/metrics``) for the life of the process, on the event loop that also runs the
 :class:`CoordinatorEdge`, so a view reads and drives the coordinators without locks.
 
-Contract of every view: when ``api_token`` is configured the request must carry
-``Authorization: Bearer <token>`` (compared in constant time) or gets 401; until the edge has
+Contract of every view: the service chassis's HTTP edge (:mod:`tidemark.service.http_edge`) has
+already checked the bearer token (401), the body size (413) and the body time (408); until the edge has
 caught up with its topics the answer is 503. Errors are JSON ``{"error": message, "status":
 code}``: 400 malformed request (body, field, job id, or a path that is not a safe relative path
 or resolves outside checkpoint storage), 401, 403 a job reference outside the job catalog, 404
@@ -18,12 +18,13 @@ a well-formed request that cannot be carried out, 501 runs with ``TIDEMARK_JOBS_
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import hmac
+import functools
+import importlib.resources
 import uuid
 from collections.abc import Callable
 from typing import Any, ClassVar, TypeVar
 
+import yaml
 from aiohttp import web
 from faust.web import Request, Response, View
 
@@ -60,6 +61,7 @@ from tidemark.types import CheckpointType, JobId
 
 log = get_logger(__name__)
 API_PREFIX = "/api/v1"
+OPENAPI_PATH = "/openapi.json"
 _T = TypeVar("_T")
 NO_LAUNCHER = ("this coordinator does not run jobs (TIDEMARK_JOBS__LAUNCHER=none); in Kubernetes a job "
                "runs as the Helm chart's worker workload (worker.job in the chart's values)")
@@ -75,37 +77,6 @@ class ApiError(Exception):
         self.headers = headers or {}
 
 
-def _digest(value: str) -> bytes:
-    return hashlib.sha256(value.encode("utf-8", "surrogateescape")).digest()
-
-
-class BearerTokenCheck:
-    """Checks ``Authorization`` headers against the configured token; no token: allow all."""
-
-    def __init__(self, token: str | None) -> None:
-        self._digest = None if token is None else _digest(token)
-
-    @property
-    def required(self) -> bool:
-        return self._digest is not None
-
-    def check(self, header: str | None) -> None:
-        """Return when allowed; else raise ``ApiError(401)`` saying what is wrong."""
-        if self._digest is None:
-            return
-        challenge = 'Bearer realm="tidemark"'
-        if not header:
-            raise ApiError(401, "missing bearer token: send 'Authorization: Bearer <token>'",
-                           {"WWW-Authenticate": challenge})
-        scheme, _, credentials = header.strip().partition(" ")
-        if scheme.lower() != "bearer" or not credentials.strip():
-            raise ApiError(401, "malformed Authorization header: expected 'Bearer <token>'",
-                           {"WWW-Authenticate": f'{challenge}, error="invalid_request"'})
-        if not hmac.compare_digest(_digest(credentials.strip()), self._digest):
-            raise ApiError(401, "invalid bearer token",
-                           {"WWW-Authenticate": f'{challenge}, error="invalid_token"'})
-
-
 class OperatorApi:
     """What the views answer, over one edge and the deployment's checkpoint storage."""
 
@@ -113,12 +84,10 @@ class OperatorApi:
                  launcher: LocalLauncher | None = None, job_catalog: tuple[str, ...] = ()) -> None:
         self.edge = edge
         self.storage = storage
-        self.auth = BearerTokenCheck(token)
         self.launcher = launcher
         self.job_catalog = job_catalog
 
     def admit(self, request: Request) -> None:
-        self.auth.check(request.headers.get("Authorization"))
         if not self.edge.live:
             raise ApiError(503, "the coordinator is still replaying its topics; retry shortly")
 
@@ -174,6 +143,9 @@ class OperatorApi:
 
     async def trigger_savepoint(self, job: JobId, body: SavepointBody) -> dict[str, Any]:
         self.coordinator(job)
+        area = f"{job}/savepoints/"
+        if body.target is not None and not body.target.startswith(area):
+            raise ApiError(400, f"target must be inside the job's savepoint area {area!r}: {body.target!r}")
         request = SavepointRequest(job_id=job, request_id=uuid.uuid4().hex, stop=body.stop,
                                    requested_at=now_ms(), target_location=body.target)
         await self.edge.request_savepoint(request)
@@ -270,6 +242,8 @@ class _ApiView(View):
             return self._error(400, str(exc))
         except catalog.RestoreSourceNotFound as exc:
             return self._error(404, str(exc))
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):  # a path naming no _metadata
+            return self._error(404, "no _metadata file at that path")
         except catalog.UnusableRestoreSource as exc:
             return self._error(422, str(exc))
         except web.HTTPException as exc:  # raised by aiohttp itself, e.g. a body over its limit
@@ -354,6 +328,13 @@ ROUTES: tuple[tuple[str, type[_ApiView]], ...] = (
 )
 
 
+@functools.cache
+def openapi_document() -> dict[str, Any]:
+    """The OpenAPI description of this port (``openapi.yaml`` beside this module)."""
+    text = importlib.resources.files(__package__).joinpath("openapi.yaml").read_text(encoding="utf-8")
+    return yaml.safe_load(text)
+
+
 def install_api(app: ServiceApp, edge: CoordinatorEdge, token: str | None, storage_url: str, *,
                 launcher: LocalLauncher | None = None, job_catalog: tuple[str, ...] = ()) -> OperatorApi:
     """Serve the operator API on ``app``'s HTTP port; returns the object behind the views.
@@ -362,6 +343,9 @@ def install_api(app: ServiceApp, edge: CoordinatorEdge, token: str | None, stora
     for path, view in ROUTES:
         bound = type(view.__name__, (view,), {"api": api, "__module__": __name__})
         app.faust.page(f"{API_PREFIX}{path}", name=f"api-{view.__name__}")(bound)
-    if not api.auth.required:
-        log.warning("operator API runs without authentication: set TIDEMARK_API_TOKEN")
+
+    @app.faust.page(OPENAPI_PATH, name="api-openapi")
+    async def openapi(web: Any, request: Any) -> Any:  # public (http_edge.PUBLIC_PATHS): it holds no data
+        return web.json(openapi_document())
+
     return api

@@ -117,6 +117,7 @@ class CoordinatorEdge:
         coordinator = self.coordinators.get(job)
         if coordinator is not None:
             self.metrics[job].update(coordinator.stats())
+            self.metrics[job].update_state(coordinator.attempt_failed)
 
     async def _carry_out(self, job: JobId, command: Command) -> None:
         topics, key = self.app.topics, job.encode()
@@ -134,5 +135,7 @@ class CoordinatorEdge:
             await self.app.publish(topics.control, command.restore, key)
         elif isinstance(command, FailJob):
             JOB_FAILURES.labels(job).inc()
-            log.error("job failed: too many checkpoint failures", job=job, reason=command.reason)
+            log.error("job attempt failed: too many checkpoint failures; failing over", job=job,
+                      epoch=command.failed.epoch, reason=command.failed.reason)
+            await self.app.publish(topics.control, command.failed, key)
         log.info("command", job=job, command=type(command).__name__)

@@ -24,6 +24,8 @@ LAST_RESTORE = Gauge("tidemark_checkpoint_last_restore_timestamp_seconds", "When
 RESTORES = Counter("tidemark_restores_total", "Restore commands issued", ["job"])
 SAVEPOINTS = Counter("tidemark_savepoints_total", "Savepoints that ended, by outcome", ["job", "outcome"])
 JOB_FAILURES = Counter("tidemark_job_failures_total", "Job attempts failed for too many checkpoint failures", ["job"])
+ATTEMPT_FAILED = Gauge("tidemark_checkpoint_failover_in_progress", "1 while the job's attempt has failed over for too many "
+                       "checkpoint failures and no new attempt has registered (the job makes no progress)", ["job"])
 
 
 class CoordinatorMetrics:
@@ -38,12 +40,17 @@ class CoordinatorMetrics:
             SAVEPOINTS.labels(job, outcome)
         TRIGGERED.labels(job)
         RESTORES.labels(job)
+        JOB_FAILURES.labels(job)
+        ATTEMPT_FAILED.labels(job).set(0)
         SINCE_LAST.labels(job).set_function(self._since_last)
         self._last_completed_at: float | None = None
         self._counts = CheckpointCounts()
 
     def _since_last(self) -> float:
         return 0.0 if self._last_completed_at is None else max(0.0, time.time() - self._last_completed_at)
+
+    def update_state(self, attempt_failed: bool) -> None:
+        ATTEMPT_FAILED.labels(self.job).set(1 if attempt_failed else 0)
 
     def update(self, stats: CheckpointStatsSnapshot) -> None:
         job, counts, seen = self.job, stats.counts, self._counts

@@ -37,7 +37,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from tidemark.broker.embedded import _die_with_parent
+from tidemark.processes import die_with_parent
 from tidemark.config.settings import CONFIG_FILE_ENV, TidemarkSettings
 from tidemark.service.logs import get_logger
 from tidemark.services.coordinator.settings import CoordinatorSettings
@@ -172,7 +172,7 @@ class LocalLauncher:
         (self.home / RUN_LOG_DIR).mkdir(parents=True, exist_ok=True)
         with open(self.home / log_path, "ab") as out:
             process = subprocess.Popen(self.command(request), stdout=out, stderr=subprocess.STDOUT,
-                                       stdin=subprocess.DEVNULL, env=self.env, preexec_fn=_die_with_parent)
+                                       stdin=subprocess.DEVNULL, env=self.env, preexec_fn=die_with_parent)
         run = JobRun(run_id, request, process, now_ms(), log_path, f"runs/{request.job_id}-{process.pid}")
         self.runs[run_id] = run
         log.info("job run started", run_id=run_id, job=request.job_id, reference=request.reference,

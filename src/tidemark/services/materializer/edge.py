@@ -21,11 +21,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka.admin import AdminClient
 
 from tidemark.changelog.options import ChangelogReaderOptions
 from tidemark.changelog.reader import ChangelogReader
 from tidemark.kafka.clients import base_config
+from tidemark.kafka.metadata import partition_counts
 from tidemark.materializer import (
     MaterializationOutcome,
     MaterializationSchedule,
@@ -147,11 +147,10 @@ class MaterializerEdge:
         topic = target.topic
         assert topic is not None, "candidates have changelog ranges"
         if topic not in self._partitions:
-            metadata = AdminClient(self.config).list_topics(timeout=10)  # naming it could create it
-            found = metadata.topics.get(topic)
-            if found is None or found.error is not None or not found.partitions:
+            found = partition_counts(self.config, [topic], 10)
+            if topic not in found:
                 raise RuntimeError(f"changelog topic {topic} does not exist")
-            self._partitions[topic] = len(found.partitions)
+            self._partitions[topic] = found[topic]
         return ChangelogReader(self.config, partitions=self._partitions[topic],
                                max_parallelism=target.max_parallelism,
                                options=ChangelogReaderOptions(idle_timeout_s=self.settings.read_idle_timeout_s))

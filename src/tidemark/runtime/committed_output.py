@@ -1,0 +1,68 @@
+"""Whether a job's output already holds committed results (the guard of an empty start).
+
+Lifecycle: ``committed_output(client, topics, spec)`` once, when the supervisor is about to start a
+job with empty state (``tidemark jobs run --fresh``, or a start that finds no retained checkpoint
+or savepoint). Starting empty over results that are already committed writes them a second time,
+so the supervisor refuses unless told to (``--force``).
+
+The check is cheap and reads only Kafka: in exactly-once mode the newest commit marker of each
+output stage's sink on ``<prefix>.sink-commits`` (one per committed checkpoint, written in the
+same transaction as the results, see :mod:`tidemark.runtime.outputs`); in at-least-once mode, where
+results are written at once, whether the output topic holds any record.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from confluent_kafka import TopicPartition
+
+from tidemark.kafka.metadata import topic_partitions
+from tidemark.kafka.topics import TopicNames
+from tidemark.runtime.api import JobSpec
+from tidemark.runtime.worker import marker_topic
+from tidemark.spark.commit_markers import newest_commit
+from tidemark.spark.planning import metadata_consumer
+from tidemark.types import CheckpointingMode
+
+_ANY_CHECKPOINT = 2**62
+_TIMEOUT_S = 10.0
+
+
+def newest_committed_checkpoint(client: dict[str, Any], topics: TopicNames, spec: JobSpec) -> int:
+    """The newest checkpoint id whose results an exactly-once output stage committed (0: none);
+    a failover that falls back to an older checkpoint must not restore below it
+    (:mod:`tidemark.runtime.restore_source`)."""
+    if spec.mode is not CheckpointingMode.EXACTLY_ONCE:
+        return 0
+    markers = marker_topic(topics)
+    consumer = metadata_consumer(client, "read_uncommitted")
+    try:
+        partitions = topic_partitions(consumer, markers, _TIMEOUT_S)
+    finally:
+        consumer.close()
+    if not partitions:
+        return 0
+    found = (newest_commit(client, markers, f"{spec.job_id}/{stage.operator_id}", 0, at_most=_ANY_CHECKPOINT,
+                           partitions=len(partitions)) for stage in spec.stages if not spec.is_channel(stage))
+    return max((marker.batch_id for marker in found if marker is not None), default=0)
+
+
+def committed_output(client: dict[str, Any], topics: TopicNames, spec: JobSpec) -> str | None:
+    """What committed results the job's output holds (one line), or None when it holds none."""
+    outputs = [stage.output for stage in spec.stages if not spec.is_channel(stage)]
+    if spec.mode is CheckpointingMode.EXACTLY_ONCE:
+        newest = newest_committed_checkpoint(client, topics, spec)
+        return (f"output topic {', '.join(outputs)} holds results of job {spec.job_id} committed up to "
+                f"checkpoint {newest}") if newest else None
+    consumer = metadata_consumer(client, "read_uncommitted")
+    try:
+        for topic in outputs:
+            held = sum(high - low for low, high in (
+                consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=_TIMEOUT_S, cached=False)
+                for p in topic_partitions(consumer, topic, _TIMEOUT_S)))
+            if held > 0:
+                return f"output topic {topic} holds {held} records"
+        return None
+    finally:
+        consumer.close()

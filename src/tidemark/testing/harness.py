@@ -1,0 +1,260 @@
+"""A test harness for one stage's :class:`~tidemark.runtime.api.KeyedProcessFunction` (Flink:
+``KeyedOneInputStreamOperatorTestHarness``): the function runs on the runtime's own tasks
+(:class:`~tidemark.runtime.task.StageTask`, one per key-group range, routed by
+:class:`~tidemark.runtime.routing.KeyGroupRouter`) with a real heap or RocksDB state backend, and
+without Kafka, Spark or any service.
+
+Lifecycle: ``KeyedProcessFunctionHarness(stage, ...)`` (or :meth:`~KeyedProcessFunctionHarness.for_stage`
+for a stage of a job) -> ``restore(snapshot)`` at most once -> ``open()`` -> ``process(value)`` /
+``process_record(key, value)`` any number of times, reading :attr:`output` and :meth:`state` in
+between, moving :attr:`clock` for TTL, taking :meth:`snapshot` s -> ``close()``. It is a context
+manager: ``with harness:`` opens it and closes it.
+
+A snapshot is what a savepoint of the stage holds: every task's canonical keyed state files and
+operator state under ``<job>/savepoints/sp-<id>/`` of a filesystem checkpoint storage, and a
+``_metadata`` file as the checkpoint-store writes it. A fresh harness restores it with the
+runtime's restore planner, at the same or another parallelism (keyed state is redistributed by key
+group), exactly as a worker restores a savepoint; it can also restore a savepoint a running job
+took (:meth:`~KeyedProcessFunctionHarness.restore_path`), if the stage name is the same.
+
+What it does not do: barriers, alignment, outputs to Kafka and the changelog backend (those need a
+broker; ``tests/integration`` and ``tests/e2e`` cover them). Timers do not exist in Tidemark.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from tidemark.checkpoint.restore_planner import plan_assignments, plan_restore
+from tidemark.checkpoint_store.layout import checkpoint_dir, metadata_path, shared_dir
+from tidemark.checkpoint_store.metadata_codec import encode_metadata
+from tidemark.checkpoint_store.persistent_store import read_metadata
+from tidemark.protocol.messages import CheckpointMetadata, StateHandleKind, TaskSnapshot
+from tidemark.runtime.api import JobSpec, KeyedProcessFunction, Stage, StateBackendKind
+from tidemark.runtime.routing import KeyGroupRouter
+from tidemark.runtime.task import StageTask, create_backend
+from tidemark.state.keygroups import DEFAULT_MAX_PARALLELISM, KeyGroupRange, check_max_parallelism
+from tidemark.state.ttl import ManualClock
+from tidemark.storage.base import CheckpointStorage
+from tidemark.storage.filesystem import FilesystemCheckpointStorage
+from tidemark.storage.scoped import SnapshotStorage
+from tidemark.types import CheckpointId, CheckpointType, JobId, TaskId
+
+_NO_KEY = object()
+
+
+@dataclass(frozen=True)
+class Emitted:
+    """One record a function emitted, encoded as the stage writes it to Kafka."""
+
+    task: TaskId
+    key: bytes | None
+    value: bytes
+
+    def decoded(self) -> Any:
+        """The value as JSON (the stages' default encoding, ``tidemark.runtime.api.json_encode``)."""
+        return json.loads(self.value)
+
+
+@dataclass(frozen=True)
+class HarnessSnapshot:
+    """A savepoint of the harness's tasks: ``_metadata`` at :attr:`path` in :attr:`storage`."""
+
+    storage: CheckpointStorage
+    path: str
+    metadata: CheckpointMetadata
+    keep_alive: Any = field(default=None, repr=False, compare=False)  # the harness's temporary storage
+
+
+class KeyedProcessFunctionHarness:
+    """Runs ``stage.function`` on ``parallelism`` tasks with real keyed state (see the module)."""
+
+    def __init__(self, stage: Stage, *, parallelism: int = 1, max_parallelism: int = DEFAULT_MAX_PARALLELISM,
+                 state_backend: StateBackendKind | str = StateBackendKind.HEAP, job_id: str = "harness",
+                 storage: CheckpointStorage | None = None, clock: ManualClock | None = None) -> None:
+        check_max_parallelism(max_parallelism)
+        if not 1 <= parallelism <= max_parallelism:
+            raise ValueError(f"parallelism must be in 1..{max_parallelism}, got {parallelism}")
+        self.stage = stage
+        self.job_id = JobId(job_id)
+        self.parallelism = parallelism
+        self.max_parallelism = max_parallelism
+        self.state_backend = StateBackendKind(state_backend)
+        self.clock = clock or ManualClock(0)
+        """Processing time of the state (TTL) and the default record timestamp; move it with
+        ``harness.clock.advance(ms)``."""
+        self._local = tempfile.TemporaryDirectory(prefix="tidemark-harness-")
+        if storage is None:
+            self._storage_dir: tempfile.TemporaryDirectory[str] | None = tempfile.TemporaryDirectory(
+                prefix="tidemark-harness-storage-")
+            storage = FilesystemCheckpointStorage(self._storage_dir.name)
+        else:
+            self._storage_dir = None
+        self.storage = storage
+        self.tasks: list[StageTask] = []
+        for assignment in plan_assignments((stage.operator_id,), parallelism, max_parallelism):
+            key_groups = KeyGroupRange(assignment.key_group_start, assignment.key_group_end)
+            local_dir = Path(self._local.name) / assignment.task_id.replace("#", "-")
+            backend = create_backend(self.state_backend, key_groups, max_parallelism, stage.name, local_dir,
+                                     clock=self.clock)
+            self.tasks.append(StageTask(stage, assignment, parallelism, backend))
+        self.router = KeyGroupRouter(max_parallelism, [t.key_groups for t in self.tasks])
+        self.output: list[Emitted] = []
+        """Everything emitted so far, in order; :meth:`clear_output` empties it."""
+        self.restored_from: CheckpointMetadata | None = None
+        self._opened = self._closed = False
+        self._next_snapshot = 1
+
+    @classmethod
+    def for_stage(cls, job: JobSpec, stage: str, *, parallelism: int | None = None,
+                  state_backend: StateBackendKind | str | None = None, **options: Any) -> KeyedProcessFunctionHarness:
+        """A harness for the stage named ``stage`` of ``job``, with the job's parallelism, max
+        parallelism and state backend unless given."""
+        return cls(job.stage(stage), parallelism=parallelism or job.parallelism,
+                   max_parallelism=job.max_parallelism, state_backend=state_backend or job.state_backend,
+                   job_id=job.job_id, **options)
+
+    @classmethod
+    def for_function(cls, function: Callable[[], KeyedProcessFunction], key_by: Callable[[Any], Any], *,
+                     name: str = "function", **options: Any) -> KeyedProcessFunctionHarness:
+        """A harness for a function outside any job: ``key_by`` keys each value."""
+        return cls(Stage(name, ("harness-input",), key_by, function, "harness-output"), **options)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def restore(self, snapshot: HarnessSnapshot) -> KeyedProcessFunctionHarness:
+        """Restore a snapshot (of a harness at any parallelism with the same max parallelism);
+        before :meth:`open`, at most once."""
+        return self.restore_path(snapshot.storage, snapshot.path)
+
+    def restore_path(self, storage: CheckpointStorage, path: str) -> KeyedProcessFunctionHarness:
+        """Restore the checkpoint or savepoint whose ``_metadata`` is at ``path`` in ``storage``
+        (e.g. a savepoint of a real job, from its checkpoint storage), as a worker does."""
+        if self._opened or self.restored_from is not None:
+            raise RuntimeError("restore once, before open()")
+        metadata = read_metadata(storage, path)
+        if metadata.max_parallelism != self.max_parallelism:
+            raise ValueError(f"{path} has max parallelism {metadata.max_parallelism}, "
+                             f"the harness {self.max_parallelism}: key groups cannot be mapped")
+        plan = plan_restore(metadata, self.parallelism)
+        operator = self.stage.operator_id
+        if not any(t.operator_id == operator for t in metadata.tasks):
+            raise ValueError(f"{path} holds no state of stage {operator!r}; "
+                             f"it has {sorted({t.operator_id for t in metadata.tasks})}")
+        operator_handles = [h for t in metadata.tasks if t.operator_id == operator
+                            for h in t.state_handles if h.kind is StateHandleKind.OPERATOR]
+        for task in self.tasks:
+            task.restore(plan.for_task(task.task_id).keyed_handles, operator_handles, storage)
+        self.restored_from = metadata
+        return self
+
+    def open(self) -> KeyedProcessFunctionHarness:
+        """Call every task's ``open(ctx)`` (the function registers its state)."""
+        if self._opened:
+            raise RuntimeError("the harness is already open")
+        for task in self.tasks:
+            task.open()
+        self._opened = True
+        return self
+
+    def close(self) -> None:
+        """Close the functions and backends and delete the harness's local files (and its
+        storage, unless one was given or a snapshot still refers to it)."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            for task in self.tasks:
+                task.close()
+        finally:
+            self._local.cleanup()
+
+    def __enter__(self) -> KeyedProcessFunctionHarness:
+        return self.open()
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 trace: TracebackType | None) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ records
+
+    def process(self, value: Any, *, key: Any = _NO_KEY, timestamp_ms: int | None = None) -> list[Emitted]:
+        """Process one value: keyed by the stage's ``key_by`` unless ``key`` is given, routed by
+        key group to its task; returns what this record emitted (also appended to :attr:`output`).
+        ``timestamp_ms`` (``ctx.timestamp_ms``) defaults to the clock's time."""
+        if not self._opened or self._closed:
+            raise RuntimeError("open() the harness first (or use it as a context manager)")
+        if key is _NO_KEY:
+            key = self.stage.key_by(value)
+        task = self.tasks[self.router.task_index(key)]
+        stamp = self.clock.now_ms() if timestamp_ms is None else timestamp_ms
+        emitted = [Emitted(task.task_id, k, v) for k, v in task.process(key, value, stamp)]
+        self.output.extend(emitted)
+        return emitted
+
+    def process_all(self, values: Iterable[Any]) -> list[Emitted]:
+        return [record for value in values for record in self.process(value)]
+
+    def process_record(self, key: bytes | None, value: bytes | None, *,
+                       timestamp_ms: int | None = None) -> list[Emitted]:
+        """Process one Kafka record as the worker does: the stage's ``decode``, then ``key_by``."""
+        return self.process(self.stage.decode(key, value), timestamp_ms=timestamp_ms)
+
+    def output_values(self) -> list[Any]:
+        """The values of :attr:`output`, decoded as JSON."""
+        return [record.decoded() for record in self.output]
+
+    def clear_output(self) -> None:
+        self.output.clear()
+
+    # ------------------------------------------------------------------ state
+
+    def task_for(self, key: Any) -> StageTask:
+        """The task whose key groups hold ``key``."""
+        return self.tasks[self.router.task_index(key)]
+
+    def state(self, descriptor: Any, key: Any) -> Any:
+        """The state handle of ``descriptor`` with ``key`` current (on its task's backend), to
+        read (or set up) state: ``harness.state(ValueStateDescriptor("hits", default=0), "/a").value()``.
+        The next record sets its own key, so reading here does not disturb processing."""
+        backend = self.task_for(key).backend
+        backend.set_current_key(key)
+        return backend.get_state(descriptor)
+
+    def cleanup_expired_state(self) -> int:
+        """Remove expired TTL entries now (as a full snapshot does); returns how many."""
+        return sum(task.backend.cleanup_expired_state() for task in self.tasks)  # type: ignore[union-attr]
+
+    # ------------------------------------------------------------------ snapshots
+
+    def snapshot(self, checkpoint_id: int | None = None) -> HarnessSnapshot:
+        """Snapshot every task into the harness's storage as a savepoint (canonical format) and
+        write its ``_metadata``; processing may go on afterwards."""
+        if not self._opened or self._closed:
+            raise RuntimeError("snapshot an open harness")
+        cid = CheckpointId(checkpoint_id if checkpoint_id is not None else self._next_snapshot)
+        self._next_snapshot = cid + 1
+        kind = CheckpointType.SAVEPOINT
+        storage = SnapshotStorage(self.storage, checkpoint_dir(self.job_id, cid, kind), shared_dir(self.job_id))
+        started = int(time.time() * 1000)
+        tasks = []
+        for task in self.tasks:
+            keyed, operator = task.snapshot(cid, storage, canonical=True, operator_items={})
+            assignment = task.assignment
+            tasks.append(TaskSnapshot(task.task_id, assignment.operator_id, assignment.subtask_index,
+                                      assignment.key_group_start, assignment.key_group_end,
+                                      state_handles=keyed.handles + operator))
+        size = sum(h.state_size_bytes for t in tasks for h in t.state_handles)
+        metadata = CheckpointMetadata(self.job_id, cid, kind, started, int(time.time() * 1000),
+                                      self.max_parallelism, tuple(tasks), state_size_bytes=size,
+                                      checkpointed_size_bytes=size)
+        path = metadata_path(self.job_id, cid, kind)
+        self.storage.write_bytes(path, encode_metadata(metadata))
+        return HarnessSnapshot(self.storage, path, metadata, self._storage_dir)

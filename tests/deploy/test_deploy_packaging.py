@@ -1,0 +1,138 @@
+"""The wheel and the image: the Dockerfile's build replayed here makes a wheel that carries the
+schemas, installs into a fresh virtualenv, and there decodes every golden sample and runs a
+service against the broker with no checkout in sight."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from deploy_support import REPO
+from dockerfile_replay import ScratchImage, parse_dockerfile, stage, third_party_site
+from tidemark.kafka.topics import TopicNames
+from tidemark.local.cluster import LocalService
+from tidemark.processes import die_with_parent, free_port, stop_process
+
+DOCKERFILE = REPO / "Dockerfile"
+SERVICE_DOCKERFILES = sorted((REPO / "services").glob("*/Dockerfile"))
+SCHEMAS = REPO / "schemas"
+GOLDEN = REPO / "tests" / "golden"
+
+# Runs in the installed virtualenv: decodes every golden sample with the packaged catalog.
+DECODE_GOLDEN = """
+import json, pathlib, sys
+import tidemark
+from tidemark.protocol.codec import Codec
+from tidemark.protocol.schemas import NAMESPACE, default_schemas_dir
+codec, decoded = Codec.local(), 0
+for path in sorted(pathlib.Path(sys.argv[1]).glob("*/v*.json")):
+    doc = json.loads(path.read_text())
+    for sample in doc["samples"]:
+        message = codec.decode(bytes.fromhex(sample["hex"]))
+        assert f"{NAMESPACE}.{type(message).__name__}-value" == doc["subject"], path
+        decoded += 1
+print(json.dumps({"tidemark": tidemark.__file__, "schemas": str(default_schemas_dir()), "decoded": decoded}))
+"""
+
+
+@pytest.fixture(scope="module")
+def image(tmp_path_factory: pytest.TempPathFactory) -> ScratchImage:
+    """The image's build stage replayed under a scratch root, then the runtime stage's environment.
+
+    The runtime stage takes the build stage's virtualenv (``COPY --from=build``); before the
+    build creates it, a ``.pth`` there names this project's third-party distributions so that
+    its ``pip install`` finds them installed instead of downloading PySpark again.
+    """
+    stages = parse_dockerfile(DOCKERFILE)
+    runtime = stage(stages, "runtime")
+    venv_dir = next(c for c in runtime.all("COPY") if c.flags.get("from") == "build").words()[0]
+    scratch = ScratchImage(tmp_path_factory.mktemp("image"), REPO)
+    site = scratch.path(venv_dir) / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+    site.mkdir(parents=True)
+    (site / "third-party.pth").write_text(f"{third_party_site(tmp_path_factory.mktemp('third-party'))}\n")
+    scratch.run(stage(stages, "build"))
+    scratch.run(runtime, keywords=("ENV",))
+    return scratch
+
+
+def _wheel(image: ScratchImage) -> Path:
+    wheels = sorted(image.root.glob("*/tidemark-*.whl"))
+    assert len(wheels) == 1, wheels
+    return wheels[0]
+
+
+@pytest.mark.parametrize("dockerfile", [DOCKERFILE, *SERVICE_DOCKERFILES], ids=lambda p: p.relative_to(REPO).as_posix())
+def test_every_copy_source_exists_in_the_build_context(dockerfile: Path) -> None:
+    context = REPO if dockerfile == DOCKERFILE else dockerfile.parent  # as their `docker build` lines say
+    ignore = (context / ".dockerignore").read_text().splitlines() if (context / ".dockerignore").exists() else []
+    stages = parse_dockerfile(dockerfile)
+    for index, current in enumerate(stages):
+        for copy in current.all("COPY"):
+            if "from" in copy.flags:
+                assert copy.flags["from"] in {s.name for s in stages[:index]}, copy
+                continue
+            for source in copy.words()[:-1]:
+                assert (context / source).exists(), f"{dockerfile.name}: COPY {source} does not exist"
+                if ignore:
+                    assert f"!{source}" in ignore or f"!{source}/**" in ignore, f".dockerignore leaves out {source}"
+
+
+def test_the_wheel_carries_every_schema_file(image: ScratchImage) -> None:
+    expected = {f"tidemark/schemas/{p.relative_to(SCHEMAS).as_posix()}": p.read_bytes()
+                for p in [SCHEMAS / "ids.json", *SCHEMAS.glob("*/v*.avsc")]}
+    with zipfile.ZipFile(_wheel(image)) as wheel:
+        shipped = {name: wheel.read(name) for name in wheel.namelist() if name.startswith("tidemark/schemas/")}
+    assert shipped == expected
+
+
+def test_the_installed_package_decodes_every_golden_sample_outside_the_checkout(
+        image: ScratchImage, tmp_path: Path) -> None:
+    assert "TIDEMARK_SCHEMAS_DIR" not in image.env and "PYTHONPATH" not in os.environ
+    result = image.exec(["python", "-c", DECODE_GOLDEN, str(GOLDEN)], cwd=tmp_path, timeout=120)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    venv = image.which("python").parent.parent
+    assert Path(report["tidemark"]).is_relative_to(venv) and Path(report["schemas"]).is_relative_to(venv), report
+    samples = sum(len(json.loads(p.read_text())["samples"]) for p in GOLDEN.glob("*/v*.json"))
+    assert report["decoded"] == samples > 0
+
+
+def test_the_image_entrypoint_runs_the_installed_cli(image: ScratchImage, tmp_path: Path) -> None:
+    runtime = stage(parse_dockerfile(DOCKERFILE), "runtime")
+    entrypoint, command = runtime.last("ENTRYPOINT").exec_form(), runtime.last("CMD").exec_form()
+    assert entrypoint[:2] == ["/usr/bin/tini", "--"]  # tini, PID 1 in the image, comes from apt
+    assert image.which(entrypoint[2]).is_relative_to(image.root)
+    result = image.exec([*entrypoint[2:], *command], cwd=tmp_path, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "run" in result.stdout and "jobs" in result.stdout
+
+
+def test_the_installed_coordinator_becomes_ready_against_the_broker(
+        image: ScratchImage, kafka_bootstrap: str, topic_names: TopicNames, tmp_path: Path) -> None:
+    port = free_port()
+    env = {**image.env, "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap, "TIDEMARK_TOPIC_PREFIX": topic_names.prefix,
+           "TIDEMARK_HTTP_PORT": str(port), "TIDEMARK_HOME": str(tmp_path / "home"),
+           "TIDEMARK_STATE_DIR": str(tmp_path / "state"),
+           "TIDEMARK_CHECKPOINT_STORAGE_URL": (tmp_path / "checkpoints").as_uri()}
+    log_path = tmp_path / "coordinator.log"
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen([str(image.which("tidemark")), "run", "coordinator"], cwd=tmp_path, env=env,
+                                   stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                   preexec_fn=die_with_parent)
+    service = LocalService("coordinator", port, process, log_path, env)
+    try:
+        deadline = time.monotonic() + 90
+        while not service.ready():
+            assert process.poll() is None, f"exited with {process.returncode}:\n{service.log_tail()}"
+            assert time.monotonic() < deadline, f"not ready after 90 s:\n{service.log_tail()}"
+            time.sleep(0.2)
+    finally:
+        code = stop_process(process, timeout_s=30)
+    assert code == 0, service.log_tail()

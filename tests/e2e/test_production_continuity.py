@@ -1,0 +1,178 @@
+"""Production continuity: a job started again resumes its last state; restore and checkpoint
+failures on a running job fail it over; every case keeps the read_committed output exact.
+
+* the whole process tree of ``tidemark jobs run`` (supervisor, stage workers, their JVMs) is
+  SIGKILLed, as a lost pod is, and the same command line is started again (last state);
+* stop-with-savepoint, a new version of the job code started in savepoint mode
+  (``--from-savepoint``, the arguments the Helm chart renders for ``job.upgradeMode=savepoint``),
+  then that process tree SIGKILLed and started again with the same arguments;
+* the restore API called on a running job;
+* a checkpoint timeout (a stage worker paused past it) with no tolerable failures.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from pipeline_support import TOP_URLS, pipeline, topics_for, verify_two_stage
+from tidemark.local.pipeline import InputFeeder, wait_for
+from upgraded_jobs import UPGRADED_ENV, UPGRADED_TOP_URLS
+
+pytestmark = pytest.mark.timeout(900)
+
+
+def registered_epochs(job) -> list[int]:
+    return [e["epoch"] for e in job.events("attempt registered") if not e.get("finished")]
+
+
+class Milestone:
+    """Input keeps flowing until ``reached``: set once the event under test is behind the job
+    and it completed two more checkpoints after it."""
+
+    def __init__(self) -> None:
+        self.reached = False
+
+    def __call__(self) -> bool:
+        return self.reached
+
+    def after_two_more_checkpoints(self, pipe, job_id: str) -> None:
+        done = pipe.completed_checkpoints(job_id)
+        wait_for(lambda: pipe.completed_checkpoints(job_id) >= done + 2, 300, "2 more completed checkpoints")
+        self.reached = True
+
+
+def test_whole_process_tree_sigkilled_then_started_again_with_the_same_arguments(
+        tmp_path, kafka_bootstrap, unique_name):
+    topics = topics_for(unique_name)
+    with pipeline(tmp_path, kafka_bootstrap, unique_name) as pipe:
+        pipe.create_topic(topics.input, 4)
+        first = pipe.start_job(TOP_URLS, topics.args())
+        milestone = Milestone()
+        feeder = InputFeeder(kafka_bootstrap, topics.input, total=2000, chunk=100, pause_s=0.5,
+                             until=milestone).start()
+        wait_for(lambda: pipe.completed_checkpoints(topics.job_id) >= 3, 300, "3 completed checkpoints")
+        killed = first.kill_tree()
+        sent_at_kill = len(feeder.records)
+        again = pipe.start_job(TOP_URLS, topics.args())  # what a restarted pod runs
+        milestone.after_two_more_checkpoints(pipe, topics.job_id)
+        records = feeder.join(timeout_s=600)
+        verdict = verify_two_stage(kafka_bootstrap, topics, records, timeout_s=300)
+        resumed = again.events("resuming the job's last state")
+        attempts = again.events("starting attempt")
+        again.stop()
+        fresh = pipe.start_job(TOP_URLS, topics.args(), fresh=True)
+        refused = fresh.wait(timeout_s=120)
+        fresh_log = fresh.log_path.read_text()
+    assert len(killed) >= 3  # the supervisor and both stage workers (and their JVMs)
+    assert len(records) > sent_at_kill  # input kept arriving across the kill
+    assert resumed and attempts[0]["restore"] is not None, attempts[:1]
+    assert verdict.exactly_once, verdict
+    assert verdict.records == len(records)
+    assert refused == 3, fresh_log[-2000:]
+    line = next(li for li in fresh_log.splitlines() if li.startswith("tidemark jobs run:"))
+    assert "--fresh would write results again" in line and topics.output in line and "--force" in line
+
+
+def test_stop_with_savepoint_upgrade_in_savepoint_mode_survives_a_sigkill_of_the_tree(
+        tmp_path, kafka_bootstrap, unique_name):
+    topics = topics_for(unique_name)
+    with pipeline(tmp_path, kafka_bootstrap, unique_name) as pipe:
+        pipe.create_topic(topics.input, 4)
+        old = pipe.start_job(TOP_URLS, topics.args())
+        milestone = Milestone()
+        feeder = InputFeeder(kafka_bootstrap, topics.input, total=2000, chunk=100, pause_s=0.5,
+                             until=milestone).start()
+        wait_for(lambda: pipe.completed_checkpoints(topics.job_id) >= 2, 300, "2 completed checkpoints")
+        client = pipe.client()
+        request = client.trigger_savepoint(topics.job_id, stop=True)
+        savepoint = client.wait_for_savepoint(topics.job_id, request["request_id"], timeout_s=120)
+        assert savepoint["status"] == "COMPLETED", savepoint
+        assert old.wait(timeout_s=120) == 0
+        path = savepoint["metadata_path"]
+        upgraded = pipe.start_job(UPGRADED_TOP_URLS, topics.args(), from_savepoint=path, env=UPGRADED_ENV)
+        done = pipe.completed_checkpoints(topics.job_id)
+        wait_for(lambda: pipe.completed_checkpoints(topics.job_id) >= done + 2, 300, "2 checkpoints of the new version")
+        upgraded.kill_tree()
+        again = pipe.start_job(UPGRADED_TOP_URLS, topics.args(), from_savepoint=path, env=UPGRADED_ENV)
+        milestone.after_two_more_checkpoints(pipe, topics.job_id)
+        records = feeder.join(timeout_s=600)
+        verdict = verify_two_stage(kafka_bootstrap, topics, records, timeout_s=300)
+        first_start = upgraded.events("starting attempt")[0]
+        restart = again.events("starting attempt")[0]
+        newer = again.events("the job has newer state than the requested restore source; resuming it")
+        again.stop()
+    assert first_start["restore"] == path
+    assert newer and restart["restore"] != path and "/chk-" in restart["restore"], restart
+    assert verdict.exactly_once, verdict
+    assert verdict.records == len(records)
+
+
+def test_restore_api_on_a_running_job_replaces_the_attempt_and_checkpoints_go_on(
+        tmp_path, kafka_bootstrap, unique_name):
+    topics = topics_for(unique_name)
+    with pipeline(tmp_path, kafka_bootstrap, unique_name) as pipe:
+        pipe.create_topic(topics.input, 4)
+        job = pipe.start_job(TOP_URLS, topics.args())
+        milestone = Milestone()
+        feeder = InputFeeder(kafka_bootstrap, topics.input, total=2000, chunk=100, pause_s=0.5,
+                             until=milestone).start()
+        wait_for(lambda: pipe.completed_checkpoints(topics.job_id) >= 2, 300, "2 completed checkpoints")
+        client = pipe.client()
+        newest = max(c["id"] for c in client.retained_checkpoints(topics.job_id)["checkpoints"])
+        restored = client.restore(topics.job_id, parallelism=3, checkpoint_id=newest)
+        wait_for(lambda: restored["epoch"] in registered_epochs(job), 240, "the restored attempt registered")
+        milestone.after_two_more_checkpoints(pipe, topics.job_id)  # its checkpoints go on
+        state = next(j for j in client.jobs()["jobs"] if j["job"] == topics.job_id)
+        records = feeder.join(timeout_s=600)
+        verdict = verify_two_stage(kafka_bootstrap, topics, records, timeout_s=300)
+        replaced = job.events("restore issued through the API; replacing the attempt")
+        attempts = job.events("starting attempt")
+        job.stop()
+    assert replaced and replaced[0]["restore_epoch"] == restored["epoch"]
+    assert attempts[-1]["epoch"] == restored["epoch"] and attempts[-1]["parallelism"] == 3
+    assert attempts[-1]["restore"] == restored["metadata_path"]
+    assert state["state"] == "RUNNING" and state["epoch"] == restored["epoch"]
+    assert verdict.exactly_once, verdict
+    assert verdict.records == len(records)
+
+
+def test_checkpoint_timeout_fails_over_and_the_output_continues_exactly_once(tmp_path, kafka_bootstrap, unique_name):
+    topics = topics_for(unique_name)
+    timeout_ms = 60_000  # the default; well above a checkpoint of this job on a loaded 2-core machine
+    env = {"TIDEMARK_CHECKPOINT__INTERVAL_MS": "1500", "TIDEMARK_CHECKPOINT__TIMEOUT_MS": str(timeout_ms),
+           "TIDEMARK_CHECKPOINT__TOLERABLE_FAILURES": "0"}
+    with pipeline(tmp_path, kafka_bootstrap, unique_name, env=env) as pipe:
+        pipe.create_topic(topics.input, 4)
+        job = pipe.start_job(TOP_URLS, topics.args())
+        milestone = Milestone()
+        feeder = InputFeeder(kafka_bootstrap, topics.input, total=2000, chunk=100, pause_s=0.5,
+                             until=milestone).start()
+        wait_for(lambda: pipe.completed_checkpoints(topics.job_id) >= 2, 300, "2 completed checkpoints")
+        epoch = registered_epochs(job)[-1]
+        ready = next(Path(pipe.home, "runs").glob(f"*/top_urls.epoch-{epoch}.ready"))
+        worker = json.loads(ready.read_text())["pid"]
+        os.kill(worker, signal.SIGSTOP)
+        try:
+            failed = wait_for(lambda: [e for e in job.events("attempt failed by the coordinator; failing over")
+                                       if e["epoch"] == epoch], timeout_ms / 1000 + 30,
+                              "the coordinator failing the paused attempt over")
+        finally:
+            time.sleep(1)
+            try:
+                os.kill(worker, signal.SIGCONT)
+            except ProcessLookupError:
+                pass  # the failover killed it
+        wait_for(lambda: any(e > epoch for e in registered_epochs(job)), 240, "a new attempt registered")
+        milestone.after_two_more_checkpoints(pipe, topics.job_id)
+        records = feeder.join(timeout_s=600)
+        verdict = verify_two_stage(kafka_bootstrap, topics, records, timeout_s=300)
+        job.stop()
+    assert "exceed the tolerable 0" in failed[0]["reason"]
+    assert verdict.exactly_once, verdict
+    assert verdict.records == len(records)

@@ -1,0 +1,120 @@
+"""One active instance of each service (tidemark.service.singleton): a second instance started while
+the first runs fences it; the first exits with 75 and says why; the job's checkpoints continue,
+and from the takeover on every checkpoint is triggered once (no second coordinator triggering)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from tidemark.kafka.clients import consumer_config, producer_config
+from tidemark.local.cluster import LocalCluster
+from tidemark.protocol import codec
+from tidemark.protocol.messages import (
+    CheckpointCompleted,
+    CheckpointTrigger,
+    JobRegistration,
+    StateHandle,
+    StateHandleKind,
+    TaskAck,
+    TaskAssignment,
+    TaskSnapshot,
+    TaskTimings,
+)
+from tidemark.service.singleton import EXIT_FENCED
+from tidemark.storage import open_storage
+from tidemark.types import CheckpointingMode, Epoch, JobId, KeyGroup, OperatorId, task_id
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
+
+JOB = JobId("singleton-job")
+OPERATOR = OperatorId("counts")
+TASKS = (TaskAssignment(task_id(OPERATOR, 0), OPERATOR, 0, KeyGroup(0), KeyGroup(127)),)
+SERVICES = ["coordinator", "checkpoint-store", "changelog", "materializer"]
+
+
+class Job:
+    """A one-task job that acks every trigger, as a worker does."""
+
+    def __init__(self, bootstrap: str, prefix: str, storage_url: str) -> None:
+        base = {"bootstrap.servers": bootstrap}
+        self.control, self.acks = f"{prefix}.control", f"{prefix}.acks"
+        self.storage = open_storage(storage_url)
+        self.producer = Producer(producer_config(base))
+        self.consumer = Consumer(consumer_config(base, None))
+        self.consumer.assign([TopicPartition(self.control, 0, 0)])
+        self.triggers: list[CheckpointTrigger] = []
+        self.completed: list[CheckpointCompleted] = []
+
+    def send(self, topic: str, message: object) -> None:
+        self.producer.produce(topic, key=JOB.encode(), value=codec.encode(message))
+        self.producer.flush(10)
+
+    def register(self) -> None:
+        self.send(self.control, JobRegistration(JOB, Epoch(1), CheckpointingMode.EXACTLY_ONCE, 128, TASKS,
+                                                tuple(t.task_id for t in TASKS), int(time.time() * 1000)))
+
+    def serve(self, seconds: float) -> None:
+        """Ack every trigger seen for ``seconds``."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            record = self.consumer.poll(0.2)
+            if record is None or record.error():
+                continue
+            message = codec.decode(record.value())
+            if isinstance(message, CheckpointCompleted):
+                self.completed.append(message)
+            if not isinstance(message, CheckpointTrigger):
+                continue
+            self.triggers.append(message)
+            task = TASKS[0]
+            state = self.storage.write_bytes(f"{JOB}/chk-{message.checkpoint_id}/t0.state", b"state")
+            handle = StateHandle(StateHandleKind.KEYED_FULL, OPERATOR, task.key_group_start, task.key_group_end,
+                                 (state,), state.size_bytes, state.size_bytes)
+            self.send(self.acks, TaskAck(
+                job_id=JOB, checkpoint_id=message.checkpoint_id,
+                task=TaskSnapshot(task.task_id, OPERATOR, 0, task.key_group_start, task.key_group_end,
+                                  state_handles=(handle,)),
+                timings=TaskTimings(sync_ms=1, async_ms=1), acked_at=int(time.time() * 1000), epoch=message.epoch))
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+def _wait(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.2)
+
+
+def test_a_newer_instance_of_each_service_fences_the_older(kafka_bootstrap, topic_names, tmp_path) -> None:
+    storage_url = (tmp_path / "checkpoints").as_uri()
+    env = {"TIDEMARK_CHECKPOINT_STORAGE_URL": storage_url, "TIDEMARK_CHECKPOINT__INTERVAL_MS": "1000",
+           "TIDEMARK_CHECKPOINT__TIMEOUT_MS": "30000", "TIDEMARK_JOBS__LAUNCHER": "none"}
+    with LocalCluster(tmp_path, kafka_bootstrap, topic_prefix=topic_names.prefix, env=env) as cluster:
+        cluster.start(SERVICES)
+        cluster.wait_ready(timeout_s=120)
+        job = Job(kafka_bootstrap, topic_names.prefix, storage_url)
+        serving = threading.Thread(target=job.serve, args=(400,), daemon=True)  # the job acks throughout
+        try:
+            job.register()
+            serving.start()
+            _wait(lambda: len(job.completed) >= 2, 30, "checkpoints complete before the takeover")
+            for name in SERVICES:
+                older = cluster.services[name]
+                newer = cluster.start_one(name, env={"TIDEMARK_HOME": str(tmp_path / f"{name}-2")})
+                assert older.process.wait(timeout=60) == EXIT_FENCED, older.log_tail()
+                assert f"fenced: a newer {name} instance took over" in older.log_path.read_text()
+                assert newer.process.poll() is None
+                cluster.wait_ready(timeout_s=90, names=[name])
+            before, first_trigger = len(job.completed), len(job.triggers)
+            _wait(lambda: len(job.completed) >= before + 3, 60, "checkpoints continue with the new instances")
+            ids = [t.checkpoint_id for t in job.triggers[first_trigger:]]
+            assert len(ids) == len(set(ids)), f"a checkpoint was triggered twice: {ids}"
+        finally:
+            job.close()

@@ -1,0 +1,100 @@
+"""tidemark.kafka.outage: which errors are an outage, and how an outage is reported and waited out;
+and the limit on aiokafka's own lines during one (tidemark.service.logs.RepeatLimiter)."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+from structlog.testing import capture_logs
+
+from tidemark.kafka.outage import LOG_EVERY_S, BrokerUnavailableError, BrokerWait, unavailable
+from tidemark.service.logs import RepeatLimiter
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.mark.parametrize("error", [
+    KafkaException(KafkaError(KafkaError._TRANSPORT)),
+    KafkaException(KafkaError(KafkaError._TIMED_OUT, "Failed to get metadata: Local: Timed out")),
+    KafkaError(KafkaError._ALL_BROKERS_DOWN),
+    KafkaError(KafkaError.UNKNOWN, retriable=True),
+    BrokerUnavailableError("3 records not delivered"),
+    TimeoutError(),
+])
+def test_outage_errors_are_recognised(error):
+    assert unavailable(error)
+
+
+@pytest.mark.parametrize("error", [
+    None,
+    KafkaException(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED)),
+    KafkaException(KafkaError(KafkaError._TIMED_OUT, fatal=True)),  # e.g. fenced: never waited out
+    KafkaException(KafkaError(KafkaError._TIMED_OUT, txn_requires_abort=True)),  # abort, not retry
+    ValueError("bad record"),
+])
+def test_other_errors_are_not_an_outage(error):
+    assert not unavailable(error)
+
+
+def test_an_outage_is_logged_once_then_every_ten_seconds_and_its_end_once():
+    clock = Clock()
+    wait = BrokerWait("127.0.0.1:9092", clock)
+    with capture_logs() as logs:
+        for _ in range(50):  # many clients failing within the first seconds
+            wait.failed("probe", "Local: Timed out")
+            clock.now += 0.1
+        clock.now += LOG_EVERY_S
+        wait.failed("consumer lag", "Local: Timed out")
+        wait.failed("consumer lag", "Local: Timed out")
+        wait.succeeded()
+        wait.succeeded()
+    events = [(e["event"], e.get("operation")) for e in logs]
+    assert events == [("waiting for the broker", "probe"), ("waiting for the broker", "consumer lag"),
+                      ("broker is back", None)]
+    assert all(e["bootstrap"] == "127.0.0.1:9092" for e in logs)
+    assert logs[-1]["outage_s"] == pytest.approx(15.0, abs=0.01)
+    assert not wait.waiting
+
+
+def test_call_retries_while_the_broker_is_unavailable_and_raises_other_errors():
+    wait = BrokerWait("127.0.0.1:9092")
+    outcomes = [KafkaException(KafkaError(KafkaError._TRANSPORT)), KafkaException(KafkaError(KafkaError._TIMED_OUT))]
+
+    def operation() -> str:
+        if outcomes:
+            raise outcomes.pop(0)
+        return "done"
+
+    with capture_logs() as logs:
+        assert wait.call("list topics", operation) == "done"
+    assert [e["event"] for e in logs] == ["waiting for the broker", "broker is back"]
+
+    def refused() -> None:
+        raise KafkaException(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED))
+
+    with pytest.raises(KafkaException):
+        wait.call("list topics", refused)
+
+
+def test_aiokafka_reconnect_lines_are_limited_per_template():
+    limiter = RepeatLimiter(("aiokafka",), every_s=3600)
+
+    def record(name: str, msg: str, *args: object) -> logging.LogRecord:
+        return logging.LogRecord(name, logging.ERROR, __file__, 1, msg, args, None)
+
+    passed = [limiter.filter(record("aiokafka.conn", "Unable connect to node with id %s: %s", 1, n))
+              for n in range(500)]
+    assert passed.count(True) == 1
+    assert limiter.filter(record("aiokafka.cluster", "Unable to update metadata from %s", [1]))  # another template
+    assert all(limiter.filter(record("tidemark.worker", "checkpoint acked")) for _ in range(3))  # ours: never
+    limiter.every_s = 0.0
+    again = record("aiokafka.conn", "Unable connect to node with id %s: %s", 1, "refused")
+    assert limiter.filter(again) and "499 more like it" in again.getMessage()
