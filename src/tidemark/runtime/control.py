@@ -43,6 +43,25 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
+_NOTIFICATIONS = (CheckpointTrigger, CheckpointCompleted, CheckpointAborted, MaterializationEvent)
+
+
+def _job_messages(consumer: Consumer, job_id: JobId, kinds: tuple[type, ...], max_records: int) -> list[Any]:
+    """The records of ``kinds`` about ``job_id`` that ``consumer`` has now (non-blocking), in log
+    order; malformed records are skipped (the services dead-letter them)."""
+    found = []
+    for record in consumer.consume(num_messages=max_records, timeout=0):
+        if record.error() is not None or record.value() is None:
+            continue
+        try:
+            message = codec.decode(record.value())
+        except DecodeError:
+            continue
+        if isinstance(message, kinds) and message.job_id == job_id:
+            found.append(message)
+    return found
+
+
 class ControlPublisher:
     """Writes one job's registrations, acks and declines, each delivered before returning.
     Lifecycle: construct -> ``register``/``ack``/``decline`` -> ``close``."""
@@ -93,18 +112,7 @@ class ControlPlane(ControlPublisher):
         self._consumer.assign(followed)
 
     def poll(self, max_records: int = 500) -> list[Notification]:
-        found: list[Notification] = []
-        for record in self._consumer.consume(num_messages=max_records, timeout=0):
-            if record.error() is not None or record.value() is None:
-                continue
-            try:
-                message = codec.decode(record.value())
-            except DecodeError:
-                continue  # the services dead-letter malformed control records; workers skip them
-            if isinstance(message, (CheckpointTrigger, CheckpointCompleted, CheckpointAborted,
-                                    MaterializationEvent)) and message.job_id == self.job_id:
-                found.append(message)
-        return found
+        return _job_messages(self._consumer, self.job_id, _NOTIFICATIONS, max_records)
 
     def close(self) -> None:
         self._consumer.close()
@@ -130,17 +138,7 @@ class AttemptSignals:
         self._consumer.assign([TopicPartition(topics.control, 0, end)])
 
     def poll(self, max_records: int = 500) -> list[AttemptFailed | RestoreCommand]:
-        found: list[AttemptFailed | RestoreCommand] = []
-        for record in self._consumer.consume(num_messages=max_records, timeout=0):
-            if record.error() is not None or record.value() is None:
-                continue
-            try:
-                message = codec.decode(record.value())
-            except DecodeError:
-                continue
-            if isinstance(message, (AttemptFailed, RestoreCommand)) and message.job_id == self.job_id:
-                found.append(message)
-        return found
+        return _job_messages(self._consumer, self.job_id, (AttemptFailed, RestoreCommand), max_records)
 
     def close(self) -> None:
         self._consumer.close()
