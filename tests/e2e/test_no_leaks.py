@@ -40,7 +40,8 @@ def _directories(root: Path) -> set[str]:
 def test_many_checkpoints_leave_only_the_retained_directories_and_no_temp_folders(
         tmp_path, kafka_bootstrap, unique_name):
     topics = topics_for(unique_name)
-    env = {"TIDEMARK_CHECKPOINT__INTERVAL_MS": "1000", "TIDEMARK_RETAINED_CHECKPOINTS": str(RETAINED)}
+    env = {"TIDEMARK_CHECKPOINT__INTERVAL_MS": "1000", "TIDEMARK_CHECKPOINT__TIMEOUT_MS": "10000",  # the one in flight at the stop aborts soon
+           "TIDEMARK_RETAINED_CHECKPOINTS": str(RETAINED)}
     with pipeline(tmp_path, kafka_bootstrap, unique_name, env=env) as pipe:
         pipe.create_topic(topics.input, 4)
         job = pipe.start_job(URL_COUNTS, topics.single_stage_args())

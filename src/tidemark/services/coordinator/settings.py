@@ -25,7 +25,7 @@ class CheckpointSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     interval_ms: int = Field(5000, ge=10)
-    timeout_ms: int = Field(60000, ge=100)
+    timeout_ms: int = Field(600000, ge=100)  # Flink's default: a lagging job is not failed over for a slow checkpoint
     min_pause_ms: int = Field(0, ge=0)
     max_concurrent: int = Field(1, ge=1, le=16)
     tolerable_failures: int = Field(0, ge=0)
