@@ -79,31 +79,26 @@ def stop_pid(pid: int, timeout_s: float, reap: subprocess.Popen[bytes] | None = 
         os.kill(pid, signal.SIGTERM)
     except ProcessLookupError:
         return True
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if reap is not None:
-            reap.poll()
-        if not pid_alive(pid):
-            break
-        time.sleep(0.05)
-    else:
+    if not _wait_gone(pid, reap, timeout_s):
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-        _wait_gone(pid, reap)
+        _wait_gone(pid, reap, 10.0)
     _reap(reap)
     return True
 
 
-def _wait_gone(pid: int, reap: subprocess.Popen[bytes] | None, timeout_s: float = 10.0) -> None:
+def _wait_gone(pid: int, reap: subprocess.Popen[bytes] | None, timeout_s: float) -> bool:
+    """Whether ``pid`` is gone within ``timeout_s`` (polling ``reap`` so our child is not a zombie)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if reap is not None:
             reap.poll()
         if not pid_alive(pid):
-            return
+            return True
         time.sleep(0.02)
+    return False
 
 
 def _reap(process: subprocess.Popen[bytes] | None) -> None:
