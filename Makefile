@@ -12,6 +12,9 @@ STAMP := $(VENV)/.tidemark-installed
 DEMO_STAMP := $(VENV)/.tidemark-installed-demo
 PIP_LOG := $(VENV)/pip-install.log
 PYTEST_ARGS ?=
+# two pytest-xdist workers, each with its own session broker; a file's tests stay on one worker, in
+# the order tests/conftest.py gives (longest files first)
+PYTEST_WORKERS ?= 2
 
 .PHONY: demo test install install-demo system-deps system-deps-demo bench clean
 
@@ -19,7 +22,7 @@ demo: install-demo system-deps-demo
 	@$(VENV)/bin/tidemark demo
 
 test: install system-deps
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 install: $(STAMP)
 install-demo: $(DEMO_STAMP)

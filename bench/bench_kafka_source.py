@@ -24,9 +24,10 @@ from confluent_kafka.admin import AdminClient
 
 from tidemark.broker.embedded import kafka_or_embedded
 from tidemark.kafka.admin import ensure_topics
+from tidemark.kafka.metadata import metadata_consumer
 from tidemark.kafka.topics import TopicSpec
 from tidemark.spark.offsets import OffsetRange, PartitionOffsets
-from tidemark.spark.planning import metadata_consumer, plan_latest
+from tidemark.spark.planning import plan_latest
 from tidemark.spark.range_reader import read_range
 from tidemark.spark.session import local_session, temp_checkpoint_location
 

@@ -32,7 +32,7 @@ from tidemark.state import (
     RocksDBStateBackend,
     ValueStateDescriptor,
 )
-from tidemark.state.keygroups import encode_key
+from tidemark.keygroups import encode_key
 from tidemark.state.rocksdb.options import RocksDBResources
 from tidemark.state.rocksdb.table import key_prefix, namespace_part
 from tidemark.state.serializers import DEFAULT_SERIALIZER

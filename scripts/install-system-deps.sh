@@ -8,13 +8,14 @@
 #   maven                    fetches Apache Kafka's broker jars from Maven Central (first broker start)
 #   prometheus               the Prometheus server and promtool (monitoring tests, rule tests)
 #   docker-compose           validates docker-compose.yml (`docker-compose config`)
+#   chromium                 headless browser for the coordinator's checkpoints page test
 #
 # Idempotent: when every package is installed it only runs `dpkg-query` and exits 0.
 # `apt-get update` runs only when something is missing. Exits non-zero with a message
 # naming the packages when they cannot be installed (not root, no apt-get, apt failure).
 set -euo pipefail
 
-PACKAGES=(openjdk-17-jre-headless maven prometheus docker-compose)
+PACKAGES=(openjdk-17-jre-headless maven prometheus docker-compose chromium)
 if [ "${1:-test}" = "demo" ]; then
     PACKAGES=(openjdk-17-jre-headless maven)
 fi

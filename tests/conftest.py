@@ -28,6 +28,19 @@ from tidemark.kafka.topics import TopicNames
 TIERS = ("unit", "integration", "e2e")
 _FOLDER_TIERS = {"e2e": "e2e", "integration": "integration", "deploy": "integration", "monitoring": "integration"}
 _INTEGRATION_FIXTURES = {"kafka_bootstrap", "spark", "topic_names"}
+# e2e files, longest first (seconds of one file on a busy 2-core machine, measured with
+# ``--durations``); a file missing here runs after them
+_LONGEST_FIRST = {name: rank for rank, name in enumerate((
+    "test_savepoints_and_modes.py",
+    "test_production_continuity.py",
+    "test_no_leaks.py",
+    "test_changelog_exactly_once.py",
+    "test_demo.py",
+    "test_exactly_once.py",
+    "test_corrupted_checkpoint.py",
+    "test_chart_started_worker.py",
+    "test_broker_faults.py",
+))}
 
 
 def _tier(item: pytest.Item) -> str:
@@ -42,8 +55,17 @@ def _tier(item: pytest.Item) -> str:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark each test with its tier, and order the run longest first: e2e files by their measured
+    length, then integration, then unit. ``make test`` runs two pytest-xdist workers that take whole
+    files in this order (``--dist loadfile --no-loadscope-reorder``), so the long files start
+    first and the short ones fill in at the end."""
+    tiers = {}
     for item in items:
-        item.add_marker(_tier(item))
+        tiers[item] = _tier(item)
+        item.add_marker(tiers[item])
+    position = {item: index for index, item in enumerate(items)}
+    items.sort(key=lambda item: (-TIERS.index(tiers[item]), _LONGEST_FIRST.get(item.path.name, len(_LONGEST_FIRST)),
+                                 position[item]))
 
 
 @pytest.fixture(scope="session")

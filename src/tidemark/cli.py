@@ -14,7 +14,10 @@ from tidemark.broker.engine import DEFAULT_ENGINE, ENGINE_ENV
 from tidemark.config.settings import DEFAULT_HOME
 from tidemark.operator.commands import install as install_operator_commands
 from tidemark.operator.commands import jobs_app
+from tidemark.operator.generate_commands import install as install_generate_commands
+from tidemark.operator.topic_commands import install as install_topic_commands
 from tidemark.runtime.commands import install as install_job_commands
+from tidemark.verification.commands import install as install_verify_command
 
 app = typer.Typer(help="Tidemark: stateful PySpark streaming on Kafka.", no_args_is_help=True,
                   pretty_exceptions_enable=False)
@@ -23,6 +26,9 @@ broker_app = typer.Typer(help="The embedded Kafka broker (Apache Kafka in KRaft 
 app.add_typer(broker_app, name="broker")
 install_operator_commands(app)
 install_job_commands(jobs_app)
+install_topic_commands(app)
+install_generate_commands(app)
+install_verify_command(app)
 
 HomeOption = typer.Option(DEFAULT_HOME, "--home", envvar="TIDEMARK_HOME",
                           help="Directory for local state (broker record, logs, checkpoints).")

@@ -27,6 +27,16 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def free_port_block(count: int) -> int:
+    """A port ``p`` with ``p .. p + count - 1`` free on 127.0.0.1 a moment ago (a process that
+    serves on ``p`` and gives ``p + 1 + i`` to its children)."""
+    for _ in range(50):
+        base = free_port()
+        if base + count <= 65536 and all(port_free(port) for port in range(base, base + count)):
+            return base
+    raise RuntimeError(f"no block of {count} free ports")
+
+
 def port_free(port: int) -> bool:
     """True when ``port`` on 127.0.0.1 can be bound now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -153,6 +154,8 @@ def _worker_args(values: dict[str, Any]) -> list[str]:
 
 
 BASE_ARGS = ["jobs", "run", "tidemark.examples.access_log:top_urls", "--job-args", "{}", "--max-restarts", "10"]
+# the first 16 hex digits of the SHA-256 of the default job definition (recomputed below)
+DEFAULT_START_ID = "df039d693b6ba2f8"
 SAVEPOINT = "access-log-top-urls/savepoints/sp-12/_metadata"
 
 
@@ -160,21 +163,58 @@ SAVEPOINT = "access-log-top-urls/savepoints/sp-12/_metadata"
     ({}, []),  # last-state: a (re)started pod resumes the newest retained checkpoint or savepoint
     ({"upgradeMode": "last-state", "initialSavepointPath": SAVEPOINT}, ["--from-savepoint", SAVEPOINT]),
     ({"upgradeMode": "savepoint", "initialSavepointPath": SAVEPOINT}, ["--from-savepoint", SAVEPOINT]),
-    ({"upgradeMode": "stateless"}, ["--fresh"]),
-], ids=["last-state", "last-state-initial-savepoint", "savepoint", "stateless"])
+    ({"upgradeMode": "stateless"}, ["--fresh", "--start-id", DEFAULT_START_ID]),
+    ({"upgradeMode": "stateless", "startId": "rev-7"}, ["--fresh", "--start-id", "rev-7"]),
+], ids=["last-state", "last-state-initial-savepoint", "savepoint", "stateless", "stateless-start-id"])
 def test_job_upgrade_modes_render_the_start_arguments(job: dict[str, Any], start: list[str]) -> None:
     """The rendered arguments are the same for the first start and every restart of the pod;
     ``tidemark jobs run`` makes a restart resume the job's newest state in each mode (an initial
-    savepoint is used only while the job has no newer state; --fresh refuses over committed
-    output). tests/e2e/test_production_continuity.py runs these arguments: no --from-* (the
-    SIGKILL of the whole tree) and --from-savepoint (the upgrade in savepoint mode)."""
+    savepoint is used only while the job has no newer state; --fresh with a start id it already
+    started resumes what that start retained). tests/e2e/test_production_continuity.py runs
+    these arguments: no --from-* (the SIGKILL of the whole tree) and --from-savepoint (the
+    upgrade in savepoint mode); tests/e2e/test_chart_started_worker.py runs the rendered
+    last-state and stateless containers twice."""
     assert _worker_args({"job": job}) == BASE_ARGS + start
     assert "--force" not in _worker_args({"job": job})
+
+
+def _start_id(values: dict[str, Any]) -> str:
+    args = _worker_args({**values, "job": {"upgradeMode": "stateless"}})
+    return args[args.index("--start-id") + 1]
+
+
+def test_stateless_start_id_changes_with_the_job_definition_only() -> None:
+    """A new deployment of the job (its reference, arguments, parallelism or image changed) gets
+    a new start id and so starts empty; any other change keeps it, so the pod resumes."""
+    image = _deployments(render_chart())["worker"]["spec"]["template"]["spec"]["containers"][0]["image"]
+    definition = {"image": image, "job": "tidemark.examples.access_log:top_urls", "jobArgs": {}, "parallelism": 0}
+    digest = hashlib.sha256(json.dumps(definition, separators=(",", ":"), sort_keys=True).encode()).hexdigest()
+    assert _start_id({}) == DEFAULT_START_ID == digest[:16]
+    new_deployments = [
+        {"worker": {"job": "my_jobs.orders:pipeline"}},
+        {"worker": {"jobArgs": {"output_topic": "top-urls-v2"}}},
+        {"worker": {"parallelism": 4}},
+        {"image": {"tag": "0.2.0"}},
+        {"image": {"digest": "sha256:" + "1" * 64}},
+    ]
+    ids = [_start_id(values) for values in new_deployments]
+    assert DEFAULT_START_ID not in ids and len(set(ids)) == len(ids)
+    same_deployment = [
+        {"worker": {"maxRestarts": 3}},
+        {"worker": {"resources": {"requests": {"cpu": "2", "memory": "4Gi"}}}},
+        {"checkpoint": {"intervalMs": 5000}},
+        {"coordinator": {"httpPort": 9500}},
+    ]
+    assert [_start_id(values) for values in same_deployment] == [DEFAULT_START_ID] * len(same_deployment)
+    assert _start_id({"worker": {"jobArgs": {"a": 1, "b": 2}}}) == _start_id({"worker": {"jobArgs": {"b": 2, "a": 1}}})
 
 
 @pytest.mark.parametrize("job, message", [
     ({"upgradeMode": "savepoint"}, "job.initialSavepointPath is required with job.upgradeMode=savepoint"),
     ({"upgradeMode": "stateless", "initialSavepointPath": SAVEPOINT}, "cannot be used with job.upgradeMode=stateless"),
+    ({"startId": "rev-7"}, "job.startId only applies with job.upgradeMode=stateless"),
+    ({"upgradeMode": "savepoint", "initialSavepointPath": SAVEPOINT, "startId": "rev-7"},
+     "job.startId only applies with job.upgradeMode=stateless"),
 ])
 def test_inconsistent_upgrade_mode_fails_rendering(job: dict[str, Any], message: str) -> None:
     with pytest.raises(helm.HelmError, match=message):
@@ -267,6 +307,8 @@ def test_inconsistent_values_fail_rendering(values: dict[str, Any], message: str
         ({"worker": {"stages": 0}}, "stages"),
         ({"job": {"upgradeMode": "last_state"}}, "upgradeMode"),
         ({"job": {"initialSavepoint": "x"}}, "initialSavepoint"),
+        ({"job": {"startId": "rev 7"}}, "startId"),
+        ({"job": {"startId": 7}}, "startId"),
         ({"worker": {"job": "tidemark worker run"}}, "job"),
         ({"coordinator": {"replicaCount": 2}}, "replicaCount"),
     ],

@@ -65,7 +65,7 @@ def test_compose_prometheus_config_loads_the_rules(tmp_path: Path) -> None:
 
 def test_install_script_is_idempotent_and_fast() -> None:
     script = REPO / "scripts" / "install-system-deps.sh"
-    missing = [p for p in ("openjdk-17-jre-headless", "prometheus", "docker-compose")
+    missing = [p for p in ("openjdk-17-jre-headless", "maven", "prometheus", "docker-compose", "chromium")
                if subprocess.run(["dpkg-query", "-W", "-f=${Status}", p], capture_output=True, text=True).stdout
                != "install ok installed"]
     if missing:
@@ -84,4 +84,4 @@ def test_install_script_fails_clearly_when_it_cannot_install(tmp_path: Path) -> 
     result = subprocess.run(["/bin/bash", str(script)], capture_output=True, text=True, timeout=10,
                             env={"PATH": str(tmp_path)})
     assert result.returncode == 1
-    assert "cannot install openjdk-17-jre-headless maven prometheus docker-compose: apt-get not found" in result.stderr
+    assert "cannot install openjdk-17-jre-headless maven prometheus docker-compose chromium: apt-get not found" in result.stderr

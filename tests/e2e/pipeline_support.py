@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,7 +56,7 @@ def retention_problems(home: Path, job_id: str, retained: int) -> list[str]:
     ``retained`` checkpoints, a file of a retained checkpoint/savepoint missing, or a private
     file of a checkpoint that is no longer retained still present."""
     from tidemark.checkpoint_store.store import state_files
-    from tidemark.operator.catalog import list_retained
+    from tidemark.checkpoint_store.catalog import list_retained
     from tidemark.storage import open_storage
 
     storage = open_storage((home / "checkpoints").resolve().as_uri())
@@ -68,3 +69,21 @@ def retention_problems(home: Path, job_id: str, retained: int) -> list[str]:
     problems += [f"missing: {p}" for p in sorted(referenced - present)]
     problems += [f"not deleted: {p}" for p in sorted(present - referenced)]
     return problems
+
+
+def processes_mentioning(marker: str) -> list[str]:
+    """Processes (``"pid: command line"``) whose working directory, command line or environment
+    mentions ``marker`` (a test's scratch directory): what a test must not leave running."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            cwd = os.readlink(proc / "cwd")
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ")
+            environ = (proc / "environ").read_bytes()
+        except OSError:
+            continue
+        if marker in cwd or marker.encode() in cmdline or marker.encode() in environ:
+            found.append(f"{proc.name}: {cmdline[:200].decode(errors='replace')}")
+    return found

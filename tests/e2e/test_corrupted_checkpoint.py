@@ -1,5 +1,9 @@
 """A corrupted newest checkpoint: the failed-over job stops with an error naming the checkpoint and
-the file, at once (no restore loop), and nothing duplicated reaches the read_committed output."""
+the file, at once (no restore loop), and nothing duplicated reaches the read_committed output. A
+new start on a corrupted newest ``_metadata`` is refused with one line and exit code 3, unless the
+operator allows a fallback (``TIDEMARK_RESTORE_FALLBACK=true``): then the older checkpoint is
+restored, because the commit markers show none of the skipped checkpoint's output was committed, and
+the output stays exactly once record by record."""
 
 from __future__ import annotations
 
@@ -10,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from pipeline_support import TOP_URLS, pipeline, topics_for
+from pipeline_support import TOP_URLS, URL_COUNTS, pipeline, topics_for, verify_single_stage
 from tidemark.checkpoint_store.store import state_files
-from tidemark.examples.generator import expected_top_urls
+from tidemark.examples.generator import expected_top_urls, generate, produce
 from tidemark.examples.verify import read_committed, verify_top_urls
 from tidemark.local.pipeline import InputFeeder, wait_for
-from tidemark.operator.catalog import list_retained
+from tidemark.checkpoint_store.catalog import list_retained
 from tidemark.storage import open_storage
 
 pytestmark = pytest.mark.timeout(600)
@@ -87,3 +91,43 @@ def test_a_corrupted_newest_checkpoint_stops_the_job_naming_checkpoint_and_file(
     assert f"checkpoint {newest.metadata.checkpoint_id} is corrupted: {damaged}: " in refused[0]["error"]
     assert stopped_after_s < 60
     assert verdict.duplicates == 0 and verdict.unexpected == 0, verdict
+
+
+def test_a_start_on_a_corrupted_newest_metadata_is_refused_in_one_line_unless_a_fallback_is_allowed(
+        tmp_path, kafka_bootstrap, unique_name):
+    topics = topics_for(unique_name)
+    first, second = (lambda records: (records[:300], records[300:]))(list(generate(600)))
+    with pipeline(tmp_path, kafka_bootstrap, unique_name) as pipe:
+        pipe.create_topic(topics.input, 4)
+        job = pipe.start_job(URL_COUNTS, topics.single_stage_args())
+        produce(kafka_bootstrap, topics.input, first, 4, chunk=100)
+        assert verify_single_stage(kafka_bootstrap, topics, first, timeout_s=240).exactly_once
+        # checkpoints after the last output commit nothing: falling back to one of them is safe
+        idle_from = pipe.completed_checkpoints(topics.job_id)
+        wait_for(lambda: pipe.completed_checkpoints(topics.job_id) >= idle_from + 3, 120, "idle checkpoints")
+        assert job.stop() == 143
+        root = (tmp_path / "home" / "checkpoints").resolve()
+        newest = list_retained(open_storage(root.as_uri()), topics.job_id, savepoints=False).entries[-1]
+        damaged = _flip_metadata_bit(root, newest.path)
+
+        refused = pipe.start_job(URL_COUNTS, topics.single_stage_args())
+        code = refused.wait(timeout_s=120)
+        refused_log = refused.log_path.read_text(errors="replace")
+        assert code == 3, refused_log[-3000:]
+        assert "Traceback" not in refused_log
+        [line] = [ln for ln in refused_log.splitlines() if ln.startswith("tidemark jobs run:")]
+        assert line.startswith(f"tidemark jobs run: checkpoint {newest.metadata.checkpoint_id} is corrupted: "
+                               f"{damaged}: "), line
+        assert refused.events("restore issued") == [] and refused.events("starting attempt") == []
+
+        resumed = pipe.start_job(URL_COUNTS, topics.single_stage_args(),
+                                 env={"TIDEMARK_RESTORE_FALLBACK": "true"})
+        wait_for(lambda: resumed.events("restore issued"), 120, "the fallback restore")
+        produce(kafka_bootstrap, topics.input, second, 4, chunk=100)
+        verdict = verify_single_stage(kafka_bootstrap, topics, first + second, timeout_s=240)
+        fell_back = resumed.events("falling back to an older checkpoint")
+        [restore] = resumed.events("restore issued")
+        assert resumed.stop() == 143
+    assert len(fell_back) == 1 and fell_back[0]["corrupted"] == newest.metadata.checkpoint_id, fell_back
+    assert restore["checkpoint"] == fell_back[0]["checkpoint"] < newest.metadata.checkpoint_id
+    assert verdict.exactly_once, verdict  # no duplicate, no gap, record by record

@@ -12,22 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from pipeline_support import processes_mentioning
+
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
-
-
-def _processes_mentioning(marker: str) -> list[int]:
-    """Pids of processes whose environment or command line mentions ``marker``."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit() or int(proc.name) == os.getpid():
-            continue
-        try:
-            blob = (proc / "environ").read_bytes() + (proc / "cmdline").read_bytes()
-        except OSError:
-            continue
-        if marker.encode() in blob:
-            found.append(int(proc.name))
-    return found
 
 
 def _demo(home: Path) -> subprocess.Popen[str]:
@@ -38,9 +25,9 @@ def _demo(home: Path) -> subprocess.Popen[str]:
 
 def _gone(marker: str, timeout_s: float = 10.0) -> bool:
     deadline = time.monotonic() + timeout_s
-    while _processes_mentioning(marker) and time.monotonic() < deadline:
+    while processes_mentioning(marker) and time.monotonic() < deadline:
         time.sleep(0.2)
-    return not _processes_mentioning(marker)
+    return not processes_mentioning(marker)
 
 
 def test_demo_runs_twice_through_a_sigkill_and_reports_exactly_once(tmp_path):

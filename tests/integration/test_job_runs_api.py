@@ -2,8 +2,9 @@
 coordinator and checkpoint-store services on the session broker.
 
 One deployment (token configured, local launcher) serves the module; only
-``test_submit_a_job_see_it_register_then_cancel_it`` waits for Spark. The shutdown test starts
-runs too, but stops them while their workers are still starting.
+``test_submit_a_job_see_it_register_then_cancel_it`` and
+``test_start_options_reach_the_supervisor`` wait for Spark. The shutdown test starts runs too,
+but stops them while their workers are still starting.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from typing import Any
 import pytest
 from confluent_kafka.admin import AdminClient
 
+from tidemark.examples.generator import generate, produce
+from tidemark.examples.verify import read_committed
 from tidemark.kafka.admin import ensure_topics
 from tidemark.kafka.topics import TopicSpec
 from tidemark.local.cluster import LocalCluster
@@ -161,6 +164,64 @@ def test_submit_a_job_see_it_register_then_cancel_it(deployment: Deployment):
         [(run_id, "EXITED", 143)]
 
 
+# ---------------------------------------------------------------------- start options
+
+
+def _run_until(url: str, run_id: str, condition: Any, timeout_s: float, what: str) -> dict[str, Any]:
+    return wait_for(lambda: (d := call(url, "GET", f"/api/v1/runs/{run_id}")[1]) and condition(d) and d,
+                    timeout_s, what)
+
+
+def _events(home: Path, run: dict[str, Any], name: str) -> list[dict[str, Any]]:
+    lines = (home / run["log_path"]).read_text(errors="replace").splitlines()
+    return [e for e in (json.loads(li) for li in lines if li.startswith("{")) if e.get("event") == name]
+
+
+def _cancel(url: str, run_id: str) -> dict[str, Any]:
+    assert call(url, "DELETE", f"/api/v1/runs/{run_id}")[0] == 202
+    return _run_until(url, run_id, lambda d: d["status"] == "EXITED", 60, "the run's exit after the cancel")
+
+
+@pytest.mark.timeout(900)
+def test_start_options_reach_the_supervisor(deployment: Deployment):
+    """``fresh``/``force`` and the default (last state) through ``POST /runs`` start the job as
+    ``tidemark jobs run`` with those options does: after a run committed output, a fresh run is
+    refused (exit 3, the reason in its log), a forced fresh run starts empty, a run without
+    options resumes the newest checkpoint."""
+    url, home = deployment.url, deployment.home
+    args = job_args(deployment.bootstrap, "api-start")
+    produce(deployment.bootstrap, args["input_topic"], list(generate(200)), 1)
+    status, first = call(url, "POST", "/api/v1/runs", {"job": URL_COUNTS, "args": args})
+    assert status == 202 and (first["fresh"], first["force"]) == (False, False), first
+    wait_for(lambda: read_committed(deployment.bootstrap, args["output_topic"], expect=1, timeout_s=10,
+                                    settle_s=0), 300, "committed output of the first run")
+    wait_for(lambda: any(j["job"] == args["job_id"] and j["counts"]["completed"] >= 1
+                         for j in call(url, "GET", "/api/v1/jobs")[1]["jobs"]), 60, "a completed checkpoint")
+    assert _cancel(url, first["run_id"])["exit_code"] == 143
+
+    status, fresh = call(url, "POST", "/api/v1/runs", {"job": URL_COUNTS, "args": args, "fresh": True})
+    assert status == 202 and (fresh["fresh"], fresh["force"]) == (True, False), fresh
+    refused = _run_until(url, fresh["run_id"], lambda d: d["status"] == "EXITED", 120, "the refused run's exit")
+    assert refused["exit_code"] == 3
+    log = (home / fresh["log_path"]).read_text()
+    assert "tidemark jobs run: --fresh would write results again" in log and args["output_topic"] in log
+    assert "started with empty state (fresh)" in cli(url, "jobs", "runs", fresh["run_id"]).stdout
+
+    status, resumed = call(url, "POST", "/api/v1/runs", {"job": URL_COUNTS, "args": args})
+    assert status == 202, resumed
+    started = wait_for(lambda: _events(home, resumed, "starting attempt"), 120, "the resumed run's attempt")
+    assert _events(home, resumed, "resuming the job's last state") and "/chk-" in started[0]["restore"]
+    assert _cancel(url, resumed["run_id"])["exit_code"] == 143
+
+    forced = cli(url, "jobs", "submit", URL_COUNTS, "--job-args", json.dumps(args), "--fresh", "--force", "--json")
+    assert forced.returncode == 0, forced.stderr
+    forced_run = json.loads(forced.stdout)
+    assert (forced_run["fresh"], forced_run["force"], forced_run["status"]) == (True, True, "RUNNING")
+    started = wait_for(lambda: _events(home, forced_run, "starting attempt"), 120, "the forced run's attempt")
+    assert started[0]["restore"] is None  # empty state, over the committed output
+    assert _cancel(url, forced_run["run_id"])["exit_code"] == 143
+
+
 # ---------------------------------------------------------------------- refusals
 
 
@@ -191,6 +252,12 @@ def test_run_requests_are_refused_with_clear_status(deployment: Deployment):
          "at most one of from_checkpoint and from_savepoint"),
         (b'{"job": "%s", "from_savepoint": "../../etc"}' % URL_COUNTS.encode(), 400, "from_savepoint must not"),
         (b'{"job": "%s", "from_savepoint": "/etc/passwd"}' % URL_COUNTS.encode(), 400, "from_savepoint must be relative"),
+        (b'{"job": "%s", "fresh": "true"}' % URL_COUNTS.encode(), 400, "fresh must be true or false"),
+        (b'{"job": "%s", "force": 1}' % URL_COUNTS.encode(), 400, "force must be true or false"),
+        (b'{"job": "%s", "fresh": true, "from_checkpoint": 3}' % URL_COUNTS.encode(), 400,
+         "fresh starts with empty state; it cannot be combined with from_checkpoint or from_savepoint"),
+        (b'{"job": "%s", "fresh": true, "from_savepoint": "x/sp"}' % URL_COUNTS.encode(), 400,
+         "fresh starts with empty state; it cannot be combined"),
         (b'{"job": "%s", "args": {"colour": "red"}}' % URL_COUNTS.encode(), 422, "has no argument 'colour'"),
         (b'{"job": "%s", "args": {"mode": "SOMETIMES"}}' % URL_COUNTS.encode(), 422, "'SOMETIMES' is not a valid"),
         (b'{"job": "%s", "args": {"job_id": "../up"}}' % URL_COUNTS.encode(), 422, "unusable job id"),
@@ -213,6 +280,8 @@ def test_run_requests_are_refused_with_clear_status(deployment: Deployment):
     assert bad_args.returncode == 2 and "expected a JSON object" in bad_args.stderr
     both = cli(url, "jobs", "submit", URL_COUNTS, "--from-checkpoint", "1", "--from-savepoint", "a/b")
     assert both.returncode == 2 and "at most one of --from-checkpoint and --from-savepoint" in both.stderr
+    fresh_from = cli(url, "jobs", "submit", URL_COUNTS, "--fresh", "--from-checkpoint", "1")
+    assert fresh_from.returncode == 2 and "--fresh starts with empty state" in fresh_from.stderr
     unknown = cli(url, "jobs", "cancel", "0123abcd")
     assert unknown.returncode == 1 and "HTTP 404: unknown run '0123abcd'" in unknown.stderr
 

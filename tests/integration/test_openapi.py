@@ -152,6 +152,7 @@ def test_every_described_operation_answers_as_described(server: Server) -> None:
     call = server.call
     assert call("GET", "/livez", token=None)[0] == 200
     assert call("GET", "/readyz", token=None)[0] == 200
+    assert "<svg" not in call("GET", "/ui/checkpoints")[1] and call("GET", "/ui/checkpoints", token=None)[0] == 401
     assert "tidemark_" in call("GET", "/metrics", token=None)[1]
 
     jobs = "/api/v1/jobs"
@@ -179,6 +180,16 @@ def test_every_described_operation_answers_as_described(server: Server) -> None:
     assert call("POST", savepoints, "/api/v1/jobs/nobody/savepoints", {})[0] == 404
     assert call("POST", savepoints, f"/api/v1/jobs/{JOB}/savepoints", b"x" * (1 << 20 | 1))[0] == 413
     assert call("GET", request, f"/api/v1/jobs/{JOB}/savepoints/requests/{requested['request_id']}")[0] == 200
+    detail = "/api/v1/jobs/{job}/checkpoints/{checkpoint_id}"
+    deadline = time.monotonic() + 30
+    while (savepoint_id := call("GET", request, f"/api/v1/jobs/{JOB}/savepoints/requests/"
+                                                f"{requested['request_id']}")[1]["savepoint_id"]) is None:
+        assert time.monotonic() < deadline, "the coordinator did not trigger the savepoint"
+        time.sleep(0.2)
+    status, document = call("GET", detail, f"/api/v1/jobs/{JOB}/checkpoints/{savepoint_id}")
+    assert status == 200 and document["checkpoint"]["id"] == savepoint_id and document["acks"] == []
+    assert call("GET", detail, f"/api/v1/jobs/{JOB}/checkpoints/999999")[0] == 404
+    assert call("GET", detail, f"/api/v1/jobs/{JOB}/checkpoints/0")[0] == 400
     assert call("GET", request, f"/api/v1/jobs/{JOB}/savepoints/requests/unknown")[0] == 404
     assert call("GET", request, f"/api/v1/jobs/{JOB}/savepoints/requests/bad%20id")[0] == 400
 
@@ -216,7 +227,7 @@ def test_every_described_operation_answers_as_described(server: Server) -> None:
     for template, item in SPEC["paths"].items():  # without the token
         for method in METHODS:
             if method in item and template.startswith("/api/v1/"):
-                concrete = template.format(job=JOB, request_id="r1", run_id="0" * 32)
+                concrete = template.format(job=JOB, request_id="r1", run_id="0" * 32, checkpoint_id=1)
                 status, _ = call(method.upper(), template, concrete, {} if method == "post" else None, token=None)
                 assert status == 401
 

@@ -15,6 +15,7 @@ import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -398,6 +399,50 @@ def test_savepoint_through_the_api_completes_and_is_listed(deployment: Deploymen
     command = participant.wait_for(RestoreCommand, lambda m: m.restore_id == body["restore_id"], ack=False)
     assert command.metadata_path == f"{job}/savepoints/sp-{done.checkpoint_id}/_metadata"
     assert command.assignments == plan_assignments((OPERATOR,), 4, MAX_PARALLELISM)
+
+
+def test_concurrent_savepoint_requests_each_end_completed_or_failed_with_a_reason(deployment: Deployment,
+                                                                                   participant: Participant):
+    """Five requests at once, one of them a stop-with-savepoint: the coordinator triggers one
+    savepoint at a time in request order; those queued behind the stop fail when the job stops."""
+    completed_checkpoints(participant, 1)
+    job = participant.job
+    bodies = [{"stop": False}] * 4 + [{"stop": True}]
+    with ThreadPoolExecutor(max_workers=len(bodies)) as pool:
+        answers = list(pool.map(lambda body: call(deployment, "POST", f"/api/v1/jobs/{job}/savepoints", body),
+                                bodies))
+    assert [status for status, _, _ in answers] == [202] * len(bodies), answers
+    requests = {accepted["request_id"]: accepted["stop"] for _, accepted, _ in answers}
+    documents: dict[str, Any] = {}
+    last_poll = [0.0]
+
+    def all_settled() -> bool:
+        if time.monotonic() - last_poll[0] < 0.5:
+            return False
+        last_poll[0] = time.monotonic()
+        for request_id in requests:
+            status, documents[request_id], _ = call(
+                deployment, "GET", f"/api/v1/jobs/{job}/savepoints/requests/{request_id}")
+            assert status == 200
+        return all(d["status"] in ("COMPLETED", "FAILED") for d in documents.values())
+
+    participant.pump(all_settled, timeout_s=60)
+    [stop] = [d for d in documents.values() if d["stop"]]
+    assert stop["status"] == "COMPLETED", stop
+    for document in documents.values():
+        if document["status"] == "FAILED":
+            assert document["failure_reason"], document
+        if document["savepoint_id"] is None:  # queued behind the stop: never triggered
+            assert document["failure_reason"] == (f"the job stopped with savepoint {stop['savepoint_id']} "
+                                                  f"before this request was triggered"), document
+        else:
+            assert document["savepoint_id"] <= stop["savepoint_id"], document
+    ids = [d["savepoint_id"] for d in documents.values() if d["savepoint_id"] is not None]
+    assert len(ids) == len(set(ids))  # every triggered request had its own savepoint
+    status, late, _ = call(deployment, "POST", f"/api/v1/jobs/{job}/savepoints", {"stop": False})
+    assert status == 202
+    participant.pump(lambda: call(deployment, "GET", f"/api/v1/jobs/{job}/savepoints/requests/"
+                                  f"{late['request_id']}")[1]["status"] == "FAILED", timeout_s=30)
 
 
 # ---------------------------------------------------------------------- restore

@@ -25,7 +25,7 @@ from tidemark.protocol.messages import (
     TaskSnapshot,
     TaskTimings,
 )
-from tidemark.service.singleton import EXIT_FENCED
+from tidemark.exit_codes import EXIT_FENCED
 from tidemark.storage import open_storage
 from tidemark.types import CheckpointingMode, Epoch, JobId, KeyGroup, OperatorId, task_id
 

@@ -20,7 +20,6 @@ Then every PromQL expression of every panel is evaluated through Prometheus's HT
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 import urllib.error
@@ -33,6 +32,7 @@ import pytest
 from prom_harness import PrometheusProcess, assert_every_panel_has_data
 from tidemark.examples.generator import generate, produce
 from tidemark.local.pipeline import LocalPipeline, stage_logs
+from tidemark.processes import free_port_block
 
 pytestmark = [pytest.mark.e2e, pytest.mark.spark, pytest.mark.timeout(600)]
 
@@ -51,29 +51,6 @@ ENV = {
     "TIDEMARK_CHANGELOG__TRUNCATION_INTERVAL_MS": "300",
     "TIDEMARK_CHANGELOG__DEFAULT_PARTITIONS": "2",
 }
-
-
-def free_port_block(size: int) -> int:
-    """A port P such that P .. P + size - 1 are all free on 127.0.0.1 now."""
-    for _ in range(200):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            base = probe.getsockname()[1]
-        if base + size > 65535:
-            continue
-        sockets = []
-        try:
-            for port in range(base, base + size):
-                sock = socket.socket()
-                sockets.append(sock)
-                sock.bind(("127.0.0.1", port))
-            return base
-        except OSError:
-            continue
-        finally:
-            for sock in sockets:
-                sock.close()
-    raise RuntimeError(f"no block of {size} free ports")
 
 
 class Feeder:

@@ -15,7 +15,6 @@ The broker's log4j output goes to the process's stdout (the embedded lifecycle w
 from __future__ import annotations
 
 import base64
-import os
 import shutil
 import subprocess
 import time
@@ -25,6 +24,7 @@ from pathlib import Path
 
 from tidemark.broker.engine import EmbeddedBrokerError, EngineName, LaunchPlan
 from tidemark.broker.maven import MavenFetchError, fetch_classpath
+from tidemark.jvm import QUICK_START_JVM_OPTIONS, java_binary
 from tidemark.processes import free_port
 
 KAFKA_VERSION = "4.1.2"
@@ -37,6 +37,7 @@ ARTIFACTS = (
 JVM_OPTIONS = (
     "-Xms256m", "-Xmx1g", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-XX:+ExitOnOutOfMemoryError",
     "-Djava.awt.headless=true",
+    QUICK_START_JVM_OPTIONS,  # a development broker
 )
 
 # One node: replication factor 1 everywhere, no rebalance delay, few internal partitions (fast
@@ -92,12 +93,11 @@ def cluster_id() -> str:
             return value
 
 
-def java_binary() -> str:
-    java_home = os.environ.get("JAVA_HOME")
-    candidate = str(Path(java_home) / "bin" / "java") if java_home else shutil.which("java")
-    if not candidate or not Path(candidate).exists():
+def _java() -> str:
+    java = java_binary()
+    if java is None:
         raise EmbeddedBrokerError("Java (17 or newer) is not installed; run scripts/install-system-deps.sh")
-    return candidate
+    return java
 
 
 def read_properties(path: Path) -> dict[str, str]:
@@ -153,7 +153,7 @@ class ApacheKafkaEngine:
         values = server_properties(data_dir.resolve(), port, controller_port)
         properties.write_text("".join(f"{key}={value}\n" for key, value in values.items()))
         log4j.write_text(LOG4J_PROPERTIES)
-        java = java_binary()
+        java = _java()
         classpath = f"{libs.resolve()}/*"
         format_s = 0.0
         if not (data_dir / "meta.properties").exists():

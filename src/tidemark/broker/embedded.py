@@ -20,13 +20,31 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from tidemark.broker.engine import EmbeddedBrokerError, EngineName, engine
+from tidemark.broker.apache_kafka import ApacheKafkaEngine
+from tidemark.broker.engine import (
+    ENGINE_NAMES,
+    BrokerEngine,
+    EmbeddedBrokerError,
+    EngineName,
+    engine_name_from_env,
+)
+from tidemark.broker.tansu import TansuEngine
 from tidemark.processes import die_with_parent, free_port, pid_alive, port_free, stop_pid
 
 BROKER_RECORD = "broker.json"
 BROKER_LOG = "broker.log"
 
 __all__ = ["BrokerStatus", "EmbeddedBroker", "EmbeddedBrokerError", "kafka_or_embedded", "wait_for_kafka"]
+
+
+def engine(name: str | None = None) -> BrokerEngine:
+    """The engine called ``name`` (default: from the environment)."""
+    chosen = name or engine_name_from_env()
+    if chosen == "kafka":
+        return ApacheKafkaEngine()
+    if chosen == "tansu":
+        return TansuEngine()
+    raise EmbeddedBrokerError(f"unknown broker engine {chosen!r}; use one of {', '.join(ENGINE_NAMES)}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +93,19 @@ def wait_for_kafka(bootstrap: str, timeout_s: float, alive: Callable[[], bool] =
     raise EmbeddedBrokerError(f"broker at {bootstrap} not ready after {timeout_s:.0f}s: {last_error}")
 
 
+PORT_RELEASE_S = 5.0  # a broker killed a moment ago may hold its listening port a moment longer
+
+
+def _port_released(port: int, patience_s: float) -> bool:
+    """True once ``port`` can be bound, waiting up to ``patience_s``."""
+    deadline = time.monotonic() + patience_s
+    while not port_free(port):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
 class EmbeddedBroker:
     """One broker process whose pid/port record lives in ``state_dir``."""
 
@@ -114,7 +145,7 @@ class EmbeddedBroker:
         chosen = engine(self.engine_name)
         self.state_dir.mkdir(parents=True, exist_ok=True)
         port = self.requested_port or chosen.saved_port(self.state_dir) or free_port()
-        if not port_free(port):
+        if not _port_released(port, PORT_RELEASE_S):
             raise EmbeddedBrokerError(f"port {port} on 127.0.0.1 is in use; stop what holds it or start with --port")
         plan = chosen.prepare(self.state_dir, port, progress)
         spawned = time.monotonic()

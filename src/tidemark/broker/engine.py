@@ -62,17 +62,3 @@ def tansu_selected() -> bool:
     by ``KAFKA_BOOTSTRAP_SERVERS``). Code that must design around one of Tansu's gaps
     (docs/architecture.md) asks this, so Apache Kafka pays nothing for them."""
     return engine_name_from_env() == "tansu"
-
-
-def engine(name: str | None = None) -> BrokerEngine:
-    """The engine called ``name`` (default: from the environment)."""
-    chosen = name or engine_name_from_env()
-    if chosen == "kafka":
-        from tidemark.broker.apache_kafka import ApacheKafkaEngine
-
-        return ApacheKafkaEngine()
-    if chosen == "tansu":
-        from tidemark.broker.tansu import TansuEngine
-
-        return TansuEngine()
-    raise EmbeddedBrokerError(f"unknown broker engine {chosen!r}; use one of {', '.join(ENGINE_NAMES)}")

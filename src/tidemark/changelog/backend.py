@@ -37,7 +37,7 @@ from tidemark.protocol.messages import (
 )
 from tidemark.state.backend import KeyedStateBackend, StateRegistrationError
 from tidemark.state.descriptors import StateDescriptor
-from tidemark.state.keygroups import KeyGroupRange
+from tidemark.keygroups import KeyGroupRange
 from tidemark.state.snapshot import state_meta
 from tidemark.state.table import ChangeListener
 from tidemark.storage.base import CheckpointStorage

@@ -1,7 +1,8 @@
 """Where a state change goes: the changelog topic of an operator and the partition of a key group.
 
 Partition rule (fixed for the life of a topic): ``partition = key_group * partitions //
-max_parallelism``. Each partition therefore holds a contiguous slice of key groups, and every
+max_parallelism``, Flink's operator-index formula with the partitions as the parallelism
+(:mod:`tidemark.keygroups`). Each partition therefore holds a contiguous slice of key groups, and every
 change of one key group lands in one partition, in the order it was appended.
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 import struct
 
 from tidemark.kafka.topics import TopicNames, TopicSpec
-from tidemark.state.keygroups import KeyGroupRange, check_max_parallelism
+from tidemark.keygroups import KeyGroupRange, check_max_parallelism, operator_index, range_end, range_start
 
 CHANGELOG_TOPIC_CONFIG: dict[str, str] = {
     "cleanup.policy": "delete",  # never compaction: ranges address individual records
@@ -31,14 +32,13 @@ def check_partitions(partitions: int, max_parallelism: int) -> None:
 
 def partition_of(key_group: int, partitions: int, max_parallelism: int) -> int:
     """The changelog partition holding ``key_group``."""
-    return key_group * partitions // max_parallelism
+    return int(operator_index(max_parallelism, partitions, key_group))
 
 
 def key_groups_of(partition: int, partitions: int, max_parallelism: int) -> KeyGroupRange:
     """Every key group that ``partition`` holds (inverse of :func:`partition_of`)."""
-    start = -(-partition * max_parallelism // partitions)
-    end = -(-(partition + 1) * max_parallelism // partitions) - 1
-    return KeyGroupRange(start, end)
+    return KeyGroupRange(range_start(max_parallelism, partitions, partition),
+                         range_end(max_parallelism, partitions, partition))
 
 
 def partitions_of(key_groups: KeyGroupRange, partitions: int, max_parallelism: int) -> range:

@@ -39,7 +39,7 @@ from tidemark.protocol.errors import DecodeError
 from tidemark.changelog.source import ChangelogSource
 from tidemark.kafka.clients import consumer_config
 from tidemark.protocol.messages import StateChange
-from tidemark.state.keygroups import KeyGroupRange
+from tidemark.keygroups import KeyGroupRange
 from tidemark.state.table import KeyedStateChange
 
 _POLL_S = 0.2

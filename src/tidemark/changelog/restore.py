@@ -24,7 +24,7 @@ from tidemark.changelog.reader import ChangelogReader, ReadStats
 from tidemark.changelog.source import ChangelogSource
 from tidemark.protocol.messages import StateChangeOp, StateHandle
 from tidemark.state.backend import KeyedStateBackend
-from tidemark.state.keygroups import KeyGroupRange
+from tidemark.keygroups import KeyGroupRange
 from tidemark.state.restore import read_handle
 from tidemark.state.table import KeyedStateChange
 from tidemark.storage.base import CheckpointStorage

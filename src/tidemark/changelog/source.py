@@ -11,7 +11,7 @@ from tidemark.protocol.messages import (
     StateHandleKind,
     TaskSnapshot,
 )
-from tidemark.state.keygroups import KeyGroupRange
+from tidemark.keygroups import KeyGroupRange
 
 
 @dataclass(frozen=True, slots=True)

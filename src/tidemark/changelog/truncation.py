@@ -38,7 +38,7 @@ from tidemark.protocol.messages import (
     MaterializationStatus,
     TaskAssignment,
 )
-from tidemark.state.keygroups import UPPER_BOUND_MAX_PARALLELISM, KeyGroupRange
+from tidemark.keygroups import UPPER_BOUND_MAX_PARALLELISM, KeyGroupRange
 from tidemark.types import CheckpointId, JobId, OperatorId, TaskId
 
 TopicPartition = tuple[str, int]

@@ -48,7 +48,7 @@ from tidemark.kafka.metadata import partition_counts
 from tidemark.kafka.outage import PATIENCE_S, broker_wait
 from tidemark.protocol.codec import Codec, default_codec
 from tidemark.protocol.messages import ChangelogRange, StateChange, StateChangeOp
-from tidemark.state.keygroups import KeyGroupRange
+from tidemark.keygroups import KeyGroupRange
 from tidemark.state.table import KeyedStateChange
 from tidemark.types import CheckpointId, Epoch, JobId, KeyGroup, SequenceNumber, TaskId
 

@@ -12,6 +12,7 @@ from tidemark.checkpoint.commands import (
 )
 from tidemark.checkpoint.completed import CompletedCheckpoint
 from tidemark.checkpoint.coordinator import AckResult, CheckpointCoordinator
+from tidemark.checkpoint.job_state import AttemptOutcome, JobState, JobStatus, job_status
 from tidemark.checkpoint.ledger import CheckpointLedger, CoordinatorRecord
 from tidemark.checkpoint.operator_state_mode import (
     OperatorStateMode,
@@ -40,6 +41,7 @@ __all__ = [
     "AbortReason",
     "AckOutcome",
     "AckResult",
+    "AttemptOutcome",
     "CheckpointCoordinator",
     "CheckpointCounts",
     "CheckpointLedger",
@@ -56,6 +58,8 @@ __all__ = [
     "EmitRestore",
     "EmitTrigger",
     "FailJob",
+    "JobState",
+    "JobStatus",
     "OperatorStateMode",
     "PendingCheckpoint",
     "PersistCheckpoint",
@@ -63,6 +67,7 @@ __all__ = [
     "RestoreRequest",
     "SubtaskRestore",
     "operator_state_file_name",
+    "job_status",
     "operator_state_mode",
     "plan_assignments",
     "plan_restore",

@@ -34,6 +34,7 @@ from tidemark.checkpoint.commands import (
     PersistCheckpoint,
 )
 from tidemark.checkpoint.completed import CompletedCheckpoint
+from tidemark.checkpoint.job_state import JobStatus, job_status
 from tidemark.checkpoint.ledger import CheckpointLedger, CoordinatorRecord
 from tidemark.checkpoint.options import CheckpointingOptions
 from tidemark.checkpoint.outcomes import DECLINED_SUBSUMED, AbortReason, AckOutcome
@@ -165,21 +166,19 @@ class CheckpointCoordinator:
         return self._ledger.attempt_failed
 
     @property
-    def state(self) -> str:
-        """CREATED (no attempt with tasks yet), RUNNING, STOPPING (stop-with-savepoint in flight),
-        FINISHED, FAILING (failed over, waiting for the new attempt) or RESTORING (a restore was
-        issued, waiting for its attempt to register)."""
+    def status(self) -> JobStatus:
+        """The job's state and why (:mod:`tidemark.checkpoint.job_state`)."""
         ledger = self._ledger
-        reg = ledger.registration
-        if reg is not None and ledger.restore_epoch > reg.epoch:
-            return "RESTORING"
-        if self.is_finishing:
-            return "FINISHED"
-        if ledger.attempt_failed:
-            return "FAILING"
-        if ledger.running is None:
-            return "RESTORING" if ledger.restore_epoch >= 0 and reg is None else "CREATED"
-        return "STOPPING" if ledger.stopping is not None else "RUNNING"
+        return job_status(
+            ledger.registration, restore_epoch=ledger.restore_epoch, restore_reason=ledger.restore_reason,
+            failed_epoch=ledger.failed_epoch, failed_reason=ledger.failed_reason,
+            savepoint_finished=ledger.finishing,
+        )
+
+    @property
+    def state(self) -> str:
+        """CREATED, RUNNING, RESTARTING, FINISHED, CANCELLED or FAILED (see :attr:`status`)."""
+        return self.status.state.value
 
     @property
     def consecutive_failures(self) -> int:
@@ -197,6 +196,10 @@ class CheckpointCoordinator:
     def savepoint_id(self, request_id: str) -> CheckpointId | None:
         """The id of the savepoint triggered for ``request_id``, once triggered."""
         return self._ledger.savepoint_ids.get(request_id)
+
+    def savepoint_failure(self, request_id: str) -> str | None:
+        """Why ``request_id`` failed without being triggered (its attempt ended first), if it did."""
+        return self._ledger.failed_requests.get(request_id)
 
     def stats(self) -> CheckpointStatsSnapshot:
         return self._ledger.stats.snapshot()
@@ -263,7 +266,8 @@ class CheckpointCoordinator:
         if ledger.attempt_failed:
             return AbortReason.SUPERSEDED, f"job attempt {ledger.active_epoch} failed over"
         if ledger.running is None:
-            return AbortReason.JOB_FINISHED, "the job attempt finished"
+            ended = ledger.registration.outcome.lower() if ledger.registration is not None else ""
+            return AbortReason.JOB_FINISHED, f"the job attempt ended ({ended or 'finished'})"
         last = ledger.last_completed
         if (
             not pending.checkpoint_type.is_savepoint
@@ -278,13 +282,14 @@ class CheckpointCoordinator:
         return None
 
     def _serve_savepoint_requests(self, now_ms: int) -> list[Command]:
+        """Trigger the oldest queued request once the attempt runs and no other savepoint is in
+        flight: one savepoint at a time, each after the previous one completed or failed."""
         ledger = self._ledger
-        commands: list[Command] = []
-        while ledger.savepoint_queue and ledger.running is not None and ledger.stopping is None:
-            request = ledger.savepoint_queue[0]
-            kind = CheckpointType.STOP_WITH_SAVEPOINT if request.stop else CheckpointType.SAVEPOINT
-            commands.append(self._trigger(kind, now_ms, request.target_location))
-        return commands
+        if not ledger.savepoint_queue or ledger.running is None or ledger.savepoint_in_flight:
+            return []
+        request = ledger.savepoint_queue[0]
+        kind = CheckpointType.STOP_WITH_SAVEPOINT if request.stop else CheckpointType.SAVEPOINT
+        return [self._trigger(kind, now_ms, request.target_location)]
 
     def _periodic_trigger_due(self, now_ms: int) -> bool:
         ledger = self._ledger
@@ -292,10 +297,7 @@ class CheckpointCoordinator:
             return False
         if ledger.next_periodic_at is None or now_ms < ledger.next_periodic_at:
             return False
-        in_flight = sum(
-            1 for c in (*ledger.pending.values(), *ledger.completing.values())
-            if not c.checkpoint_type.is_savepoint
-        )
+        in_flight = len(ledger.pending) + len(ledger.completing)  # savepoints count, as in Flink
         if in_flight >= self.options.effective_max_concurrent:
             return False
         pause = self.options.min_pause_ms

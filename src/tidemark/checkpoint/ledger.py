@@ -65,6 +65,8 @@ class CheckpointLedger:
         self.registration: JobRegistration | None = None
         self.restore_epoch: Epoch = Epoch(-1)
         self.failed_epoch: Epoch = Epoch(-1)  # the newest attempt declared failed
+        self.failed_reason: str | None = None  # why (its AttemptFailed's reason)
+        self.restore_reason: str | None = None  # what the newest restore command restores
         self.last_id: CheckpointId = CheckpointId(0)
         self.pending: dict[CheckpointId, PendingCheckpoint] = {}
         self.completing: dict[CheckpointId, CompletedCheckpoint] = {}
@@ -74,6 +76,7 @@ class CheckpointLedger:
         self.savepoint_queue: deque[SavepointRequest] = deque()
         self.seen_requests: set[str] = set()
         self.savepoint_ids: dict[str, CheckpointId] = {}
+        self.failed_requests: dict[str, str] = {}  # request id -> why it was never triggered
         self.store_rejections: dict[CheckpointId, str] = {}
         self.early_confirmations: dict[CheckpointId, CheckpointMetadata] = {}
         self.announced: dict[CheckpointId, CheckpointCompleted] = {}
@@ -105,6 +108,24 @@ class CheckpointLedger:
         """The active attempt was declared failed and no new attempt has started yet."""
         reg = self.registration
         return reg is not None and reg.epoch == self.active_epoch and reg.epoch <= self.failed_epoch
+
+    @property
+    def ended(self) -> str | None:
+        """Why the active attempt takes no savepoint any more (a stop-with-savepoint completed, or
+        its supervisor registered it as ended: finished, cancelled, failed, restarting), until a
+        restore announces a newer attempt; None while it may still run."""
+        reg = self.registration
+        if self.finishing:
+            return "the job stopped with a savepoint"
+        if reg is None or not reg.finished or reg.epoch < self.restore_epoch:
+            return None
+        how = f" ({reg.outcome}: {reg.reason})" if reg.outcome and reg.reason else ""
+        return f"job attempt {reg.epoch} ended{how}"
+
+    @property
+    def savepoint_in_flight(self) -> bool:
+        """A savepoint is still collecting acks or waiting for the store."""
+        return any(c.checkpoint_type.is_savepoint for c in (*self.pending.values(), *self.completing.values()))
 
     def is_closed(self, checkpoint_id: CheckpointId) -> bool:
         """Triggered once and no longer pending or completing."""
@@ -142,7 +163,8 @@ class CheckpointLedger:
             case RestoreCommand():
                 self._fold_restore(record)
             case AttemptFailed():
-                self.failed_epoch = Epoch(max(self.failed_epoch, record.epoch))
+                if record.epoch >= self.failed_epoch:
+                    self.failed_epoch, self.failed_reason = record.epoch, record.reason
             case _:
                 raise TypeError(f"not a coordinator record: {type(record).__name__}")
         return None
@@ -248,6 +270,7 @@ class CheckpointLedger:
         if record.checkpoint_type is CheckpointType.STOP_WITH_SAVEPOINT:
             self.finishing = True
             self.stopping = None
+            self._fail_queued_requests(f"the job stopped with savepoint {cid} before this request was triggered")
 
     def _record_completion(
         self, completed: CompletedCheckpoint, record: CheckpointCompleted
@@ -285,17 +308,29 @@ class CheckpointLedger:
             self.stopping = None
             self.failures.reset()  # a new attempt starts with its full tolerance
         self.registration = reg
+        if self.ended is not None:
+            self._fail_queued_requests(f"{self.ended} before this request was triggered")
 
     def _fold_savepoint_request(self, request: SavepointRequest) -> None:
         if request.request_id in self.seen_requests:
             return
         self.seen_requests.add(request.request_id)
         self.savepoint_queue.append(request)
+        if self.ended is not None:
+            self._fail_queued_requests(f"{self.ended}; a savepoint needs a running job attempt")
+
+    def _fail_queued_requests(self, reason: str) -> None:
+        """The attempt can no longer serve the queued requests: each ends FAILED with ``reason``
+        (Flink fails queued savepoint requests when the job terminates or fails over)."""
+        while self.savepoint_queue:
+            self.failed_requests[self.savepoint_queue.popleft().request_id] = reason
 
     def _fold_restore(self, command: RestoreCommand) -> None:
         if command.epoch <= self.restore_epoch:
             return
         self.restore_epoch = command.epoch
+        source = "savepoint" if command.is_savepoint else "checkpoint"
+        self.restore_reason = f"restoring {source} {command.checkpoint_id} as attempt {command.epoch}"
         self.last_id = max(self.last_id, command.checkpoint_id)
         self.failures.reset()
         self.stats.report_restored(command.checkpoint_id, command.issued_at)

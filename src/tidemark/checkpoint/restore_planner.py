@@ -21,7 +21,6 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import TypeVar
 
-from tidemark.checkpoint._key_groups import key_group_range
 from tidemark.checkpoint.operator_state_mode import OperatorStateMode, operator_state_mode
 from tidemark.protocol.messages import (
     ChangelogRange,
@@ -34,7 +33,8 @@ from tidemark.protocol.messages import (
     TaskAssignment,
     TaskSnapshot,
 )
-from tidemark.types import CheckpointId, JobId, OperatorId, TaskId, task_id
+from tidemark.keygroups import compute_key_group_range
+from tidemark.types import CheckpointId, JobId, KeyGroup, OperatorId, TaskId, task_id
 
 _T = TypeVar("_T")
 
@@ -81,8 +81,9 @@ def plan_assignments(
     out = []
     for op in operators:
         for index in range(parallelism):
-            start, end = key_group_range(max_parallelism, parallelism, index)
-            out.append(TaskAssignment(task_id(op, index), op, index, start, end))
+            key_groups = compute_key_group_range(max_parallelism, parallelism, index)
+            out.append(TaskAssignment(task_id(op, index), op, index,
+                                      KeyGroup(key_groups.start), KeyGroup(key_groups.end)))
     return tuple(out)
 
 

@@ -7,7 +7,7 @@ finds every ``TIDEMARK_*`` variable that is none of:
 * a setting of the process's settings class: ``TIDEMARK_<FIELD>``, or ``TIDEMARK_<FIELD>__<KEY>``
   for a field that is a model (``TIDEMARK_KAFKA__SECURITY_PROTOCOL``);
 * a setting of another Tidemark process (a service's settings class, see
-  :data:`tidemark.services.SERVICES`): one environment may serve every process, as
+  :data:`tidemark.config.service_modules.SERVICES`): one environment may serve every process, as
   ``docker-compose.yml``'s shared block and :class:`tidemark.local.pipeline.LocalPipeline` do;
   such a variable is accepted and means nothing to this process;
 * one of :data:`NOT_SETTINGS`, the variables read outside the settings classes.
@@ -22,6 +22,8 @@ import importlib
 from collections.abc import Iterable, Mapping
 
 from pydantic import BaseModel
+
+from tidemark.config.service_modules import SERVICES
 
 PREFIX = "TIDEMARK_"
 
@@ -53,8 +55,6 @@ def setting_variables(settings_cls: type[BaseModel]) -> frozenset[str]:
 
 def _other_processes() -> Iterable[type[BaseModel]]:
     """The settings classes of the services (imported only when needed: it costs a second)."""
-    from tidemark.services import SERVICES  # the services build on this package, not the reverse
-
     for module in SERVICES.values():
         yield importlib.import_module(module).SETTINGS
 

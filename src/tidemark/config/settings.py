@@ -54,6 +54,19 @@ class KafkaSettings(BaseModel):
         return value
 
 
+class SparkSettings(BaseModel):
+    """How a stage worker's local-mode Spark driver JVM is started."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    java_options: str = Field(
+        "",
+        description="extra JVM options of each stage worker's Spark driver (spark.driver.extraJavaOptions); "
+                    "empty: the JVM's defaults; the local pipeline (demo, tests) sets -XX:TieredStopAtLevel=1, "
+                    "the C1 compiler only, which halves the CPU of a JVM that lives minutes",
+    )
+
+
 class _YamlFileSource(PydanticBaseSettingsSource):
     """Reads the YAML file named by TIDEMARK_CONFIG_FILE (absent variable: no file)."""
 
@@ -88,6 +101,7 @@ class TidemarkSettings(BaseSettings):
         description="Kafka bootstrap address; unset: the embedded broker under home",
     )
     kafka: KafkaSettings = KafkaSettings()
+    spark: SparkSettings = SparkSettings()
     broker_engine: Literal["kafka", "tansu"] = Field(
         "kafka", description="embedded broker engine when KAFKA_BOOTSTRAP_SERVERS is unset (tidemark.broker.engine)"
     )

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import json
 import random
+import time
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from confluent_kafka import Producer
@@ -38,22 +39,28 @@ def generate(n: int, seed: int = 7, per_minute: int = 1000, malformed_every: int
         yield json.dumps(record).encode()
 
 
-def produce(bootstrap: str, topic: str, records: Iterable[bytes], partitions: int | None = None,
-            chunk: int = 1000, transactional: bool | None = None) -> int:
+def produce(bootstrap: str | dict[str, Any], topic: str, records: Iterable[bytes], partitions: int | None = None,
+            chunk: int = 1000, transactional: bool | None = None, rate_per_s: float | None = None,
+            progress: Callable[[int], None] | None = None) -> int:
     """Write ``records`` in order (round-robin over partitions when given) with an idempotent
-    producer, as an application writing a job's input would; returns the count.
+    producer, as an application writing a job's input would; returns the count. ``bootstrap`` is
+    the address, or a client configuration (:func:`tidemark.kafka.clients.base_config`).
 
-    ``transactional`` (default: only when the broker is Tansu, ``tansu_selected()``) commits a transaction every
-    ``chunk`` records instead: Tansu reports a short end offset after plain batched produce, and
-    the commit marker that ends each transaction makes its reported end exact."""
+    ``rate_per_s`` paces the writes (default: as fast as the broker takes them); ``progress`` is
+    called with the count so far about twice a second. ``transactional`` (default: only when the
+    broker is Tansu, ``tansu_selected()``) commits a transaction every ``chunk`` records instead:
+    Tansu reports a short end offset after plain batched produce, and the commit marker that ends
+    each transaction makes its reported end exact."""
     if transactional is None:
         transactional = tansu_selected()
     txn_id = f"tidemark-generator-{uuid.uuid4().hex}" if transactional else None
-    producer = Producer(producer_config({"bootstrap.servers": bootstrap}, txn_id))
+    base = dict(bootstrap) if isinstance(bootstrap, dict) else {"bootstrap.servers": bootstrap}
+    producer = Producer(producer_config(base, txn_id))
     if transactional:
         producer.init_transactions(30)
         producer.begin_transaction()
     count = 0
+    started = reported = time.monotonic()
     for i, value in enumerate(records):
         kwargs: dict[str, Any] = {"value": value}
         if partitions:
@@ -63,10 +70,18 @@ def produce(bootstrap: str, topic: str, records: Iterable[bytes], partitions: in
         if transactional and count % chunk == 0:
             producer.commit_transaction(60)
             producer.begin_transaction()
+        if rate_per_s and (ahead := started + count / rate_per_s - time.monotonic()) > 0.01:
+            producer.poll(0)
+            time.sleep(ahead)
+        if progress and time.monotonic() - reported >= 0.5:
+            reported = time.monotonic()
+            progress(count)
     if transactional:
         producer.commit_transaction(60)
     elif producer.flush(60) > 0:
         raise RuntimeError(f"{topic}: records still undelivered after 60 s")
+    if progress:
+        progress(count)
     return count
 
 

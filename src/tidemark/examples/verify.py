@@ -1,102 +1,108 @@
-"""Check an example job's committed output against the expectation computed from its input.
+"""What the example jobs must output, as expectations for the exactly-once check
+(:mod:`tidemark.verification`), computed from their input records.
 
-Output is read ``read_committed`` from the start of every partition. Exactly-once means: every
-expected output record appears once (no duplicate, none missing) and the final values equal the
-expectation. The report says which of these failed and how.
+* ``url_counts``: each URL's outputs are ``{"url", "hits": i}`` for i = 1..n, n its number of
+  valid input records; identity ``(url, hits)``, every value checked.
+* ``top_urls``: each minute's outputs are ``{"minute", "seq": i, "top"}`` for i = 1..n, n its
+  number of valid input records; identity ``(minute, seq)``. Only the last one's ``top`` (the
+  minute's final top URLs) is checked: the ones before depend on how the first stage's updates
+  interleave.
+
+:func:`example_expectation` reads the input topic to compute them; :func:`read_committed`,
+:func:`verify_url_counts` and :func:`verify_top_urls` serve tests that hold the input records
+themselves.
 """
 
 from __future__ import annotations
 
 import json
-import time
-from collections import Counter
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Hashable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Consumer, TopicPartition
+from tidemark.examples.generator import expected_top_urls, expected_url_counts
+from tidemark.verification.committed_reader import CommittedReader, collect, read_to_end
+from tidemark.verification.comparison import ANY_VALUE, Verdict, compare
+from tidemark.verification.output_check import Identify
 
-from tidemark.kafka.clients import consumer_config
-from tidemark.kafka.metadata import topic_partitions
+__all__ = ["EXAMPLES", "ExampleCheck", "Verdict", "example_expectation", "read_committed", "verify_top_urls",
+           "verify_url_counts"]
 
 
-@dataclass
-class Verdict:
-    records: int
-    expected_records: int
-    duplicates: int
-    missing: int
-    unexpected: int
-    final_ok: bool
-    details: list[str] = field(default_factory=list)
+def _field_identity(*fields: str) -> Callable[[Any], Hashable]:
+    def identity(value: Any) -> Hashable:
+        if isinstance(value, dict) and all(f in value for f in fields):
+            return tuple(json.dumps(value[f]) if isinstance(value[f], (list, dict)) else value[f] for f in fields)
+        return ("<not an output record of this example>", json.dumps(value, sort_keys=True, default=str))
+    return identity
+
+
+def url_counts_expectation(records: Iterable[bytes]) -> dict[Hashable, Any]:
+    return _url_counts_from(expected_url_counts(records))
+
+
+def _url_counts_from(counts: dict[str, int]) -> dict[Hashable, Any]:
+    return {(url, i): {"url": url, "hits": i} for url, n in counts.items() for i in range(1, n + 1)}
+
+
+def top_urls_expectation(records: Iterable[bytes]) -> dict[Hashable, Any]:
+    return _top_urls_from(expected_top_urls(records))
+
+
+def _top_urls_from(per_minute: dict[int, tuple[int, list[list[Any]]]]) -> dict[Hashable, Any]:
+    return {(minute, i): ({"minute": minute, "seq": n, "top": top} if i == n else ANY_VALUE)
+            for minute, (n, top) in per_minute.items() for i in range(1, n + 1)}
+
+
+@dataclass(frozen=True)
+class ExampleCheck:
+    """How to check one example job: its expectation from input records, and the identity of an
+    output value."""
+
+    expectation: Callable[[Iterable[bytes]], dict[Hashable, Any]]
+    identity: Callable[[Any], Hashable]
 
     @property
-    def exactly_once(self) -> bool:
-        return self.duplicates == 0 and self.missing == 0 and self.unexpected == 0 and self.final_ok
+    def identify(self) -> Identify:
+        return lambda key, value: self.identity(value)
+
+
+EXAMPLES: dict[str, ExampleCheck] = {
+    "url_counts": ExampleCheck(url_counts_expectation, _field_identity("url", "hits")),
+    "top_urls": ExampleCheck(top_urls_expectation, _field_identity("minute", "seq")),
+}
+"""The example jobs of :mod:`tidemark.examples.access_log`, by function name."""
+
+
+def example_expectation(client: dict[str, Any], example: str, input_topic: str) -> tuple[int, dict[Hashable, Any]]:
+    """``(input records, expectation)`` of ``example`` from every committed record of
+    ``input_topic``; raises UnknownTopic."""
+    values = [r.value for r in read_to_end(client, input_topic) if r.value is not None]
+    return len(values), EXAMPLES[example].expectation(values)
 
 
 def read_committed(bootstrap: str, topic: str, *, expect: int, timeout_s: float = 120.0,
                    settle_s: float = 3.0) -> list[dict[str, Any]]:
     """Every committed record of ``topic`` as JSON; waits for ``expect`` records (or the timeout),
-    then ``settle_s`` more so duplicates arriving late are seen too."""
-    consumer = Consumer(consumer_config({"bootstrap.servers": bootstrap}, None))
-    deadline = time.monotonic() + timeout_s
-    try:
-        partitions: list[int] = []
-        while not partitions:  # the job creates its output topic when it starts
-            partitions = topic_partitions(consumer, topic, 10)
-            if not partitions:
-                if time.monotonic() > deadline:
-                    return []
-                time.sleep(0.5)
-        consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
-        values: list[dict[str, Any]] = []
-        settle_until: float | None = None
-        while True:
-            now = time.monotonic()
-            if settle_until is None and (len(values) >= expect or now > deadline):
-                settle_until = now + settle_s
-            if settle_until is not None and now > settle_until:
-                return values
-            for record in consumer.consume(num_messages=1000, timeout=0.3):
-                if record.error() is None and record.value() is not None:
-                    values.append(json.loads(record.value()))
-    finally:
-        consumer.close()
+    then ``settle_s`` more so duplicates arriving late are seen too. ``[]`` when the topic does
+    not appear within the timeout."""
+    with CommittedReader({"bootstrap.servers": bootstrap}, topic) as reader:
+        if not reader.open(timeout_s):
+            return []
+        records = collect(reader, until=lambda read: len(read) >= expect, wait_s=timeout_s, settle_s=settle_s)
+    return [json.loads(r.value) for r in records if r.value is not None]
 
 
-def _check(identities: list[Any], expected: set[Any]) -> tuple[int, int, int]:
-    counts = Counter(identities)
-    duplicates = sum(c - 1 for c in counts.values() if c > 1)
-    missing = len(expected - set(counts))
-    unexpected = len(set(counts) - expected)
-    return duplicates, missing, unexpected
+def _verify(example: str, output: list[dict[str, Any]], expected: dict[Hashable, Any]) -> Verdict:
+    identity = EXAMPLES[example].identity
+    return compare(((identity(value), value) for value in output), expected)
 
 
 def verify_url_counts(output: list[dict[str, Any]], expected: dict[str, int]) -> Verdict:
-    """Each URL's output is exactly 1..n, n its number of input records."""
-    want = {(url, i) for url, n in expected.items() for i in range(1, n + 1)}
-    duplicates, missing, unexpected = _check([(r["url"], r["hits"]) for r in output], want)
-    final: dict[str, int] = {}
-    for r in output:
-        final[r["url"]] = max(final.get(r["url"], 0), r["hits"])
-    verdict = Verdict(len(output), len(want), duplicates, missing, unexpected, final == expected)
-    if final != expected:
-        wrong = sorted(u for u in set(final) | set(expected) if final.get(u) != expected.get(u))
-        verdict.details.append(f"final counts differ for {wrong[:5]}")
-    return verdict
+    """``output`` values against per-URL counts (:func:`tidemark.examples.generator.expected_url_counts`)."""
+    return _verify("url_counts", output, _url_counts_from(expected))
 
 
 def verify_top_urls(output: list[dict[str, Any]], expected: dict[int, tuple[int, list[list[Any]]]]) -> Verdict:
-    """Each minute's output is seq 1..n exactly once, and the record with seq n has the final top."""
-    want = {(minute, i) for minute, (n, _) in expected.items() for i in range(1, n + 1)}
-    duplicates, missing, unexpected = _check([(r["minute"], r["seq"]) for r in output], want)
-    finals = {r["minute"]: r["top"] for r in output if r["seq"] == expected.get(r["minute"], (0, None))[0]}
-    final_ok = all(finals.get(minute) == top for minute, (_, top) in expected.items())
-    verdict = Verdict(len(output), len(want), duplicates, missing, unexpected, final_ok)
-    if not final_ok:
-        verdict.details.append(f"final top URLs differ: got {finals}, want { {m: t for m, (_, t) in expected.items()} }")
-    return verdict
-
-
-Verifier = Callable[[list[dict[str, Any]], Any], Verdict]
+    """``output`` values against per-minute counts and final tops (:func:`expected_top_urls`)."""
+    return _verify("top_urls", output, _top_urls_from(expected))

@@ -12,12 +12,51 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from confluent_kafka import Consumer
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from tidemark.kafka.clients import consumer_config
 
 # a topic every Kafka cluster with consumer groups has; a probe needs any name, not the topic
 PROBE_TOPIC = "__consumer_offsets"
+
+
+class TopicNotFoundError(LookupError):
+    """A subscribed topic does not exist on the broker."""
+
+
+def metadata_consumer(client: Mapping[str, Any], isolation_level: str = "read_committed") -> Consumer:
+    """An assign()-only consumer for metadata and watermark queries (no group is joined)."""
+    return Consumer(consumer_config(dict(client), None, **{"isolation.level": isolation_level}))
+
+
+def list_partitions(consumer: Consumer, topics: Iterable[str], timeout_s: float = 10.0) -> list[tuple[str, int]]:
+    """Every (topic, partition) of ``topics``; raises TopicNotFoundError naming missing ones."""
+    found: list[tuple[str, int]] = []
+    missing: list[str] = []
+    for topic in topics:
+        partitions = topic_partitions(consumer, topic, timeout_s)
+        if not partitions:
+            missing.append(topic)
+        found.extend((topic, partition) for partition in partitions)
+    if missing:
+        raise TopicNotFoundError(f"tidemark-kafka option 'subscribe': topic(s) not found: {missing}")
+    return found
+
+
+def watermarks(
+    consumer: Consumer, partitions: Iterable[tuple[str, int]], timeout_s: float = 10.0
+) -> dict[tuple[str, int], tuple[int, int]]:
+    """(low, high) per partition from the broker; high is the LSO under read_committed."""
+    result = {}
+    for topic, partition in partitions:
+        try:
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout_s, cached=False)
+        except KafkaException as exc:  # name the partition; keep the code (an outage stays recognisable)
+            error = exc.args[0]
+            raise KafkaException(KafkaError(error.code(), f"watermarks of {topic}/{partition}: {error.str()}",
+                                            retriable=error.retriable())) from exc
+        result[(topic, partition)] = (low, high)
+    return result
 
 
 def topic_partitions(consumer: Consumer, topic: str, timeout_s: float) -> list[int]:

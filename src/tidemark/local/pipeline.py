@@ -26,6 +26,7 @@ from confluent_kafka.admin import AdminClient
 
 from tidemark.processes import die_with_parent, stop_process
 from tidemark.examples.generator import generate, produce
+from tidemark.jvm import QUICK_START_JVM_OPTIONS
 from tidemark.kafka.admin import ensure_topics
 from tidemark.kafka.topics import TopicSpec
 from tidemark.local.cluster import LocalCluster
@@ -153,7 +154,8 @@ class LocalPipeline:
         self.home = Path(home)
         self.bootstrap = bootstrap
         self.api_token = api_token
-        self.env = {"TIDEMARK_CHECKPOINT__INTERVAL_MS": "2000", **(env or {})}
+        self.env = {"TIDEMARK_CHECKPOINT__INTERVAL_MS": "2000",
+                    "TIDEMARK_SPARK__JAVA_OPTIONS": QUICK_START_JVM_OPTIONS, **(env or {})}
         if api_token:
             self.env["TIDEMARK_API_TOKEN"] = api_token
         self.cluster = LocalCluster(self.home, bootstrap, topic_prefix=topic_prefix, env=self.env)

@@ -21,7 +21,7 @@ from tidemark.protocol.messages import (
     MaterializationStatus,
     TaskSnapshot,
 )
-from tidemark.state.keygroups import KeyGroupRange
+from tidemark.keygroups import KeyGroupRange
 from tidemark.types import CheckpointId, CheckpointType, Epoch, JobId, MaterializationId, TaskId
 
 TaskKey = tuple[JobId, TaskId]

@@ -122,10 +122,12 @@ class CoordinatorClient:
 
     def submit_run(self, reference: str, *, args: dict[str, Any] | None = None,
                    parallelism: int | None = None, from_checkpoint: int | None = None,
-                   from_savepoint: str | None = None) -> Any:
-        """Start a run of the catalog job ``reference`` (``POST /runs``); its run document."""
+                   from_savepoint: str | None = None, fresh: bool = False, force: bool = False) -> Any:
+        """Start a run of the catalog job ``reference`` (``POST /runs``) with the start options of
+        ``tidemark jobs run``; its run document."""
         body = {"job": reference, "args": args or {}, "parallelism": parallelism,
-                "from_checkpoint": from_checkpoint, "from_savepoint": from_savepoint}
+                "from_checkpoint": from_checkpoint, "from_savepoint": from_savepoint,
+                "fresh": fresh, "force": force}
         return self.request("POST", "/runs", body)
 
     def runs(self) -> Any:

@@ -63,13 +63,10 @@ def _emit(document: Any, as_json: bool, text: Callable[[Any], str]) -> None:
 @jobs_app.command("list")
 def jobs_list(url: str = UrlOption, token: Optional[str] = TokenOption,
               as_json: bool = JsonOption) -> None:
-    """Jobs with their epoch, counts and last completed checkpoint."""
+    """Jobs with their state (CREATED, RUNNING, RESTARTING, FINISHED, CANCELLED, FAILED) and why,
+    epoch, checkpoint counts and last completed checkpoint."""
     document = _call(_client(url, token).jobs)
-    rows = [(j["job"], j["epoch"], j["counts"]["completed"], j["counts"]["failed"],
-             (j["last_completed"] or {}).get("id"), "stopping" if j["stopping"] else "")
-            for j in document["jobs"]]
-    _emit(document, as_json, lambda _: render.table(
-        ("JOB", "EPOCH", "COMPLETED", "FAILED", "LAST ID", "STATE"), rows))
+    _emit(document, as_json, render.jobs_text)
 
 
 def _job_args_object(text: str) -> dict[str, Any]:
@@ -93,15 +90,22 @@ def jobs_submit(
     from_savepoint: Optional[str] = typer.Option(None, "--from-savepoint",
                                                  help="Restore from this savepoint directory or _metadata path, "
                                                       "relative to checkpoint storage."),
+    fresh: bool = typer.Option(False, "--fresh", help="Start with empty state (as 'tidemark jobs run --fresh'; "
+                               "default: resume the job's newest retained checkpoint or savepoint)."),
+    force: bool = typer.Option(False, "--force", help="Start as asked even over committed output or newer state "
+                               "(as 'tidemark jobs run --force')."),
     url: str = UrlOption, token: Optional[str] = TokenOption, as_json: bool = JsonOption,
 ) -> None:
     """Run a job on the coordinator's machine (as 'tidemark jobs run' there); prints the run."""
     if from_checkpoint is not None and from_savepoint is not None:
         raise typer.BadParameter("give at most one of --from-checkpoint and --from-savepoint")
+    if fresh and (from_checkpoint is not None or from_savepoint is not None):
+        raise typer.BadParameter("--fresh starts with empty state; it cannot be combined with --from-checkpoint "
+                                 "or --from-savepoint")
     args = _job_args_object(job_args)
     document = _call(lambda: _client(url, token).submit_run(
         reference, args=args, parallelism=parallelism, from_checkpoint=from_checkpoint,
-        from_savepoint=from_savepoint))
+        from_savepoint=from_savepoint, fresh=fresh, force=force))
     _emit(document, as_json, render.run_text)
 
 

@@ -5,14 +5,11 @@ milliseconds, durations milliseconds, sizes bytes.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tidemark.checkpoint import CheckpointCoordinator, CheckpointStatsEntry, CheckpointStatsSnapshot
 from tidemark.protocol.messages import CheckpointMetadata, RestoreCommand, SavepointRequest
 from tidemark.types import CheckpointId, JobId
-
-if TYPE_CHECKING:
-    from tidemark.services.coordinator.runs import JobRun
 
 
 def error_document(status: int, message: str) -> dict[str, Any]:
@@ -32,8 +29,21 @@ def entry_document(entry: CheckpointStatsEntry) -> dict[str, Any]:
         "full_size_bytes": entry.state_size_bytes,
         "num_tasks": entry.num_tasks,
         "num_acknowledged": entry.num_acknowledged,
+        "alignment_ms": max((t.alignment_ms for _, t in entry.task_timings), default=None),
         "failure_reason": entry.failure_reason,
         "metadata_path": entry.metadata_path,
+    }
+
+
+def checkpoint_detail_document(job: JobId, entry: CheckpointStatsEntry) -> dict[str, Any]:
+    """One checkpoint of the history with the acks its tasks sent so far, by task id (Flink's
+    per-subtask checkpoint stats)."""
+    return {
+        "job": job,
+        "checkpoint": entry_document(entry),
+        "acks": [{"task_id": task, "alignment_ms": t.alignment_ms, "sync_ms": t.sync_ms,
+                  "async_ms": t.async_ms, "processed_bytes": t.processed_bytes}
+                 for task, t in entry.task_timings],
     }
 
 
@@ -59,10 +69,12 @@ def job_document(job: JobId, coordinator: CheckpointCoordinator) -> dict[str, An
     """What ``GET /jobs`` says about one job."""
     snapshot = coordinator.stats()
     last = snapshot.last_completed
+    status = coordinator.status
     return {
         "job": job,
         "epoch": coordinator.active_epoch,
-        "state": coordinator.state,
+        "state": status.state.value,
+        "state_reason": status.reason,
         "stopping": coordinator.is_stopping,
         "finishing": coordinator.is_finishing,
         "pending_checkpoints": list(coordinator.pending_checkpoint_ids),
@@ -91,10 +103,12 @@ def metadata_document(path: str, metadata: CheckpointMetadata) -> dict[str, Any]
 
 def savepoint_request_document(
     request: SavepointRequest, savepoint_id: CheckpointId | None, status: str,
-    entry: CheckpointStatsEntry | None, metadata_path: str | None,
+    entry: CheckpointStatsEntry | None, metadata_path: str | None, *, failure_reason: str | None = None,
 ) -> dict[str, Any]:
-    """Where a savepoint request stands: PENDING (not triggered yet), IN_PROGRESS, COMPLETED,
-    FAILED, or UNKNOWN (triggered, but gone from the bounded history and not in storage)."""
+    """Where a savepoint request stands: PENDING (queued, not triggered yet), IN_PROGRESS,
+    COMPLETED, FAILED (the savepoint failed, or the job finished before it was triggered, with
+    ``failure_reason`` and no ``savepoint_id``), or UNKNOWN (triggered, but gone from the bounded
+    history and not in storage)."""
     return {
         "request_id": request.request_id,
         "job": request.job_id,
@@ -104,7 +118,7 @@ def savepoint_request_document(
         "savepoint_id": savepoint_id,
         "status": status,
         "metadata_path": metadata_path,
-        "failure_reason": None if entry is None else entry.failure_reason,
+        "failure_reason": failure_reason if entry is None else entry.failure_reason,
         "checkpoint": None if entry is None else entry_document(entry),
     }
 
@@ -126,28 +140,4 @@ def restore_document(command: RestoreCommand) -> dict[str, Any]:
              "key_group_start": a.key_group_start, "key_group_end": a.key_group_end}
             for a in command.assignments
         ],
-    }
-
-
-def run_document(run: JobRun) -> dict[str, Any]:
-    """A job run the coordinator started: ``status`` RUNNING, or EXITED with ``exit_code``
-    (128+N when killed by signal N, so 143 after a cancel). Paths are relative to the
-    coordinator's home."""
-    request = run.request
-    return {
-        "run_id": run.run_id,
-        "reference": request.reference,
-        "job": request.job_id,
-        "args": request.args,
-        "parallelism": request.parallelism,
-        "from_checkpoint": request.from_checkpoint,
-        "from_savepoint": request.from_savepoint,
-        "pid": run.pid,
-        "status": "RUNNING" if run.running else "EXITED",
-        "exit_code": run.exit_code,
-        "started_at": run.started_at,
-        "ended_at": run.ended_at,
-        "cancel_requested_at": run.cancel_requested_at,
-        "log_path": run.log_path,
-        "run_dir": run.run_dir,
     }

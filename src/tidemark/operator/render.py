@@ -45,6 +45,20 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells)
 
 
+def job_state(job: dict[str, Any]) -> str:
+    """The job's state; a stop-with-savepoint in flight shows as RUNNING(stopping)."""
+    state = str(job.get("state") or "-")
+    return f"{state}(stopping)" if state == "RUNNING" and job.get("stopping") else state
+
+
+def jobs_text(document: dict[str, Any]) -> str:
+    """``GET /jobs`` as a table: state and reason first, then epoch and checkpoint counts."""
+    rows = [(j["job"], job_state(j), j["epoch"], j["counts"]["completed"], j["counts"]["failed"],
+             (j["last_completed"] or {}).get("id"), j.get("state_reason") or "")
+            for j in document["jobs"]]
+    return table(("JOB", "STATE", "EPOCH", "COMPLETED", "FAILED", "LAST ID", "REASON"), rows)
+
+
 def history_text(document: dict[str, Any]) -> str:
     """``GET /jobs/{job}/checkpoints`` as a table, newest first, with a counts line."""
     counts = document["counts"]
@@ -115,6 +129,10 @@ def run_text(document: dict[str, Any]) -> str:
         lines.append(f"  restored from checkpoint {document['from_checkpoint']}")
     if document.get("from_savepoint"):
         lines.append(f"  restored from {document['from_savepoint']}")
+    if document.get("fresh"):
+        lines.append("  started with empty state (fresh)")
+    if document.get("force"):
+        lines.append("  forced (over committed output or newer state)")
     if document.get("ended_at"):
         lines.append(f"  ended {format_time(document['ended_at'])}")
     lines.append(f"  log {document['log_path']}, stage logs {document['run_dir']}/ (under the coordinator's home)")

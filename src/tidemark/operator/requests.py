@@ -72,6 +72,14 @@ def _optional_str(body: dict[str, Any], field: str) -> str | None:
     return value
 
 
+def _flag(body: dict[str, Any], field: str) -> bool:
+    """``body[field]``, false when absent."""
+    value = body.get(field, False)
+    if not isinstance(value, bool):
+        raise BadRequest(f"{field} must be true or false, got {json.dumps(value)}")
+    return value
+
+
 def validate_relative_path(path: str, field: str) -> str:
     """``path`` if it is a safe relative storage path (see the module contract)."""
     if not path or len(path) > MAX_PATH_LENGTH:
@@ -112,6 +120,13 @@ def parse_run_id(value: str) -> str:
     if not _RUN_ID.fullmatch(value):
         raise BadRequest(f"not a run id: {value!r}")
     return value
+
+
+def parse_checkpoint_id(value: str) -> CheckpointId:
+    """A checkpoint id from a URL: decimal digits, at least 1; ``BadRequest`` otherwise."""
+    if not (value.isascii() and value.isdigit() and len(value) <= 19 and int(value) >= 1):
+        raise BadRequest(f"not a checkpoint id: {value!r}")
+    return CheckpointId(int(value))
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,20 +183,24 @@ class RestoreBody:
 @dataclass(frozen=True, slots=True)
 class RunBody:
     """``POST /runs``: ``{"job": "<package.module:attribute>", "args": {...}, "parallelism":
-    int | null, "from_checkpoint": int | null, "from_savepoint": relative path | null}``; at
-    most one of ``from_checkpoint`` and ``from_savepoint``. Whether ``job`` is in the
-    coordinator's catalog is checked by the API (403), not here."""
+    int | null, "from_checkpoint": int | null, "from_savepoint": relative path | null, "fresh":
+    bool, "force": bool}``, the start options of ``tidemark jobs run``: at most one of
+    ``from_checkpoint`` and ``from_savepoint``, neither with ``fresh``. Whether ``job`` is in
+    the coordinator's catalog is checked by the API (403), not here."""
 
     job: str
     args: dict[str, Any]
     parallelism: int | None = None
     from_checkpoint: CheckpointId | None = None
     from_savepoint: str | None = None
+    fresh: bool = False
+    force: bool = False
 
     @classmethod
     def parse(cls, raw: bytes) -> RunBody:
         body = parse_object(raw)
-        _reject_unknown(body, frozenset({"job", "args", "parallelism", "from_checkpoint", "from_savepoint"}))
+        _reject_unknown(body, frozenset({"job", "args", "parallelism", "from_checkpoint", "from_savepoint",
+                                         "fresh", "force"}))
         job = body.get("job")
         if not isinstance(job, str) or not job:
             raise BadRequest(f"job must be a job reference 'package.module:attribute', got {json.dumps(job)}")
@@ -203,8 +222,13 @@ class RunBody:
             raise BadRequest(f"from_checkpoint must be >= 1, got {from_checkpoint}")
         if from_savepoint is not None:
             from_savepoint = validate_relative_path(from_savepoint, "from_savepoint")
+        fresh, force = _flag(body, "fresh"), _flag(body, "force")
+        if fresh and (from_checkpoint is not None or from_savepoint is not None):
+            raise BadRequest("fresh starts with empty state; it cannot be combined with from_checkpoint "
+                             "or from_savepoint")
         return cls(job, args, parallelism,
-                   None if from_checkpoint is None else CheckpointId(from_checkpoint), from_savepoint)
+                   None if from_checkpoint is None else CheckpointId(from_checkpoint), from_savepoint,
+                   fresh, force)
 
     @property
     def metadata_path(self) -> str | None:

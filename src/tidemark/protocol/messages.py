@@ -219,7 +219,9 @@ class JobRegistration:
     ``finished`` marks a job attempt that ended (stop-with-savepoint or end of input).
     ``changelog_operators`` (v2) are the operators whose keyed state runs in changelog mode: the
     changelog service creates their topics with ``changelog_partitions`` partitions (0: the
-    service's default).
+    service's default). ``outcome`` and ``reason`` (v3) say how a finished attempt ended:
+    ``FINISHED``, ``CANCELLED``, ``RESTARTING`` or ``FAILED`` (:mod:`tidemark.checkpoint.job_state`;
+    empty: running, or finished for writers before v3).
     """
 
     job_id: JobId
@@ -232,6 +234,8 @@ class JobRegistration:
     finished: bool = False
     changelog_operators: tuple[OperatorId, ...] = ()
     changelog_partitions: int = 0
+    outcome: str = ""
+    reason: str = ""
 
 
 # --------------------------------------------------------------------------- acks topic

@@ -37,7 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from tidemark.state.keygroups import DEFAULT_MAX_PARALLELISM, check_max_parallelism
+from tidemark.keygroups import DEFAULT_MAX_PARALLELISM, check_max_parallelism
 from tidemark.types import CheckpointingMode, JobId, OperatorId
 
 

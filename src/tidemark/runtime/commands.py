@@ -9,17 +9,19 @@ from typing import NoReturn, Optional
 
 import typer
 
+from tidemark.exit_codes import EXIT_CONFIG, EXIT_REFUSED, EXIT_UNREACHABLE, EXIT_USAGE
 from tidemark.config.settings import ConfigurationError, TidemarkSettings, load_settings
+from tidemark.kafka.clients import base_config
+from tidemark.kafka.reachability import BrokerUnreachable, require_broker
 from tidemark.operator.client import DEFAULT_URL, CoordinatorClient
 from tidemark.runtime.api import JobSpecError, load_job
 from tidemark.runtime.faults import POINTS
+from tidemark.runtime.fresh_start import validate_start_id
 from tidemark.runtime.supervisor import FaultPlan, JobSupervisor, RunOptions, StartRefused
 from tidemark.service.logs import configure_logging
 from tidemark.types import Epoch
 
-EXIT_CONFIG = 78  # EX_CONFIG: invalid settings
-EXIT_USAGE = 2  # bad command-line arguments
-EXIT_REFUSED = 3  # the start would write committed results again (see --force), or its restore source is unusable
+# missing input topic, a stage that cannot run (runtime.start_errors); the job's state is FAILED
 JobRef = typer.Argument(..., help="The job: 'package.module:attribute' naming a JobSpec or a function returning one.")
 ArgsOption = typer.Option("{}", "--job-args", help="JSON object of keyword arguments for a job function.")
 
@@ -32,6 +34,18 @@ def _settings(component: str) -> TidemarkSettings:
         raise typer.Exit(EXIT_CONFIG) from None
     configure_logging(settings.log_level, service=component)
     return settings
+
+
+def _require_kafka(settings: TidemarkSettings, command: str) -> None:
+    """One line and exit 69 when Kafka cannot be reached at all (:mod:`tidemark.kafka.reachability`)."""
+    try:
+        require_broker(base_config(settings))
+    except ConfigurationError as exc:
+        print(f"tidemark {command}: {exc}", file=sys.stderr)
+        raise typer.Exit(EXIT_CONFIG) from None
+    except BrokerUnreachable as exc:
+        print(exc.one_line(command), file=sys.stderr)
+        raise typer.Exit(EXIT_UNREACHABLE) from None
 
 
 def _usage_error(command: str, message: str) -> NoReturn:
@@ -64,6 +78,10 @@ def run(
                                "beginning (default: resume the job's newest retained checkpoint or savepoint)."),
     force: bool = typer.Option(False, "--force", help="Start as asked even when the job's output already holds "
                                "committed results (an empty start) or the job has state newer than --from-*."),
+    start_id: Optional[str] = typer.Option(None, "--start-id", help="With --fresh: names this deployment (e.g. a "
+                                           "hash of the job's definition). The first start with a start id starts "
+                                           "empty and records it in checkpoint storage; a start with the recorded "
+                                           "start id (a restart) resumes the state retained since."),
     max_restarts: int = typer.Option(10, "--max-restarts", min=0, help="Failovers before giving up."),
     fault: list[str] = typer.Option([], "--fault", help="Testing: 'attempt@stage@point[:n]' kills a worker "
                                     f"with SIGKILL; points: {', '.join(sorted(POINTS))}."),
@@ -76,6 +94,14 @@ def run(
     if fresh and (from_checkpoint is not None or from_savepoint is not None):
         _usage_error("jobs run", "--fresh starts with empty state; it cannot be combined with --from-checkpoint "
                                  "or --from-savepoint")
+    if start_id is not None:
+        if not fresh:
+            _usage_error("jobs run", "--start-id only applies with --fresh (every other start resumes newer state "
+                                     "by itself)")
+        try:
+            validate_start_id(start_id)
+        except ValueError as exc:
+            _usage_error("jobs run", str(exc))
     args = _job_args(job_args, "jobs run")
     try:
         load_job(job, args)
@@ -87,12 +113,16 @@ def run(
         _usage_error("jobs run", f"--fault: {exc}")
     settings = _settings("supervisor")
     options = RunOptions(job, args, parallelism, from_checkpoint, from_savepoint, max_restarts, faults,
-                         fresh=fresh, force=force)
+                         fresh=fresh, force=force, start_id=start_id)
+    _require_kafka(settings, "jobs run")
     try:
-        code = JobSupervisor(settings, options, CoordinatorClient(url, token)).run()
+        supervisor = JobSupervisor(settings, options, CoordinatorClient(url, token))
+        code = supervisor.run()
     except StartRefused as exc:
         print(f"tidemark jobs run: {exc}", file=sys.stderr)
         raise typer.Exit(EXIT_REFUSED) from None
+    if supervisor.gave_up:
+        print(f"tidemark jobs run: {supervisor.gave_up}", file=sys.stderr)
     raise typer.Exit(code)
 
 

@@ -17,12 +17,11 @@ from typing import Any
 
 from confluent_kafka import TopicPartition
 
-from tidemark.kafka.metadata import topic_partitions
+from tidemark.kafka.metadata import metadata_consumer, topic_partitions
 from tidemark.kafka.topics import TopicNames
 from tidemark.runtime.api import JobSpec
 from tidemark.runtime.worker import marker_topic
-from tidemark.spark.commit_markers import newest_commit
-from tidemark.spark.planning import metadata_consumer
+from tidemark.kafka.commit_markers import newest_commit
 from tidemark.types import CheckpointingMode
 
 _ANY_CHECKPOINT = 2**62

@@ -13,13 +13,13 @@ during one.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from confluent_kafka import OFFSET_END, Consumer, Producer, TopicPartition
 
+from tidemark.clock import now_ms
 from tidemark.kafka.clients import consumer_config, producer_config
-from tidemark.kafka.outage import broker_wait
+from tidemark.kafka.outage import PATIENCE_S, broker_wait
 from tidemark.kafka.topics import TopicNames
 from tidemark.protocol import codec
 from tidemark.protocol.errors import DecodeError
@@ -37,10 +37,6 @@ from tidemark.protocol.messages import (
 from tidemark.types import CheckpointId, Epoch, JobId, TaskId
 
 Notification = CheckpointTrigger | CheckpointCompleted | CheckpointAborted | MaterializationEvent
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 _NOTIFICATIONS = (CheckpointTrigger, CheckpointCompleted, CheckpointAborted, MaterializationEvent)
@@ -72,8 +68,8 @@ class ControlPublisher:
         self._producer = Producer(producer_config(client))
         self._wait = broker_wait(client)
 
-    def register(self, registration: JobRegistration) -> None:
-        self._send(self.topics.control, registration)
+    def register(self, registration: JobRegistration, *, patience_s: float = PATIENCE_S) -> None:
+        self._send(self.topics.control, registration, patience_s)
 
     def ack(self, ack: TaskAck) -> None:
         self._send(self.topics.acks, ack)
@@ -81,7 +77,7 @@ class ControlPublisher:
     def decline(self, checkpoint_id: CheckpointId, task: TaskId, reason: str, epoch: Epoch) -> None:
         self._send(self.topics.acks, TaskDecline(self.job_id, checkpoint_id, task, reason, now_ms(), epoch))
 
-    def _send(self, topic: str, message: Any) -> None:
+    def _send(self, topic: str, message: Any, patience_s: float = PATIENCE_S) -> None:
         """Deliver ``message``, waiting through a broker outage (the producer is idempotent: a
         record retried after an outage is written once)."""
         failures: list[str] = []
@@ -91,7 +87,7 @@ class ControlPublisher:
                 failures.append(str(error))
 
         self._producer.produce(topic, key=self.job_id.encode(), value=codec.encode(message), on_delivery=delivered)
-        self._wait.deliver(self._producer, f"send {type(message).__name__} to {topic}")
+        self._wait.deliver(self._producer, f"send {type(message).__name__} to {topic}", patience_s=patience_s)
         if failures:
             raise RuntimeError(f"{type(message).__name__} to {topic} not delivered: {failures[0]}")
 

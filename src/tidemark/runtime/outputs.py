@@ -38,19 +38,19 @@ from confluent_kafka import Producer
 
 from tidemark.broker.engine import tansu_selected
 from tidemark.kafka.clients import produce_waiting, producer_config
-from tidemark.kafka.outage import broker_wait
-from tidemark.kafka.transactions import init_transactions, run_transaction
-from tidemark.protocol import codec
-from tidemark.protocol.messages import Barrier
-from tidemark.runtime.faults import FAULTS
-from tidemark.runtime.records import barrier_headers, channel_headers
-from tidemark.spark.commit_markers import (
+from tidemark.kafka.commit_markers import (
     CommitMarker,
     ensure_marker_topic,
     marker_partition,
     marker_partition_count,
     newest_commit,
 )
+from tidemark.kafka.outage import broker_wait
+from tidemark.kafka.transactions import init_transactions, run_transaction
+from tidemark.protocol import codec
+from tidemark.protocol.messages import Barrier
+from tidemark.runtime.faults import FAULTS
+from tidemark.runtime.records import barrier_headers, channel_headers
 from tidemark.types import CheckpointId, Epoch, JobId, OperatorId, TaskId
 
 _TIMEOUT_S = 30.0

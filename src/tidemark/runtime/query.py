@@ -22,6 +22,8 @@ from prometheus_client import start_http_server
 from tidemark.config.settings import TidemarkSettings
 from tidemark.kafka.outage import BrokerWatch
 from tidemark.runtime.records import records_of
+from tidemark.exit_codes import EXIT_REFUSED
+from tidemark.runtime.start_errors import failed_file, not_retryable_reason
 from tidemark.runtime.worker import Attempt, StageWorker
 from tidemark.service.logs import get_logger
 from tidemark.spark.session import LocalSessionOptions, local_session, query_checkpoint_location
@@ -51,13 +53,31 @@ def _exit_on_sigterm(signum: int, frame: Any) -> None:
 
 
 def run_attempt(settings: TidemarkSettings, attempt: Attempt) -> int:
+    """Run the stage; a failure a restart will not fix (:mod:`tidemark.runtime.start_errors`)
+    leaves its reason in the attempt's ``.failed`` file and returns ``EXIT_REFUSED``."""
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     if settings.http_port:
         start_http_server(settings.http_port, addr=settings.http_host)
+    try:
+        return _run_stage(settings, attempt)
+    except Exception as exc:
+        reason = not_retryable_reason(exc)
+        if reason is None:
+            raise
+        log.error("stage cannot run; a restart will not fix it", job_ref=attempt.job_ref, stage=attempt.stage,
+                  epoch=attempt.epoch, reason=reason)
+        path = failed_file(attempt.run_dir, attempt.stage, attempt.epoch)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(reason + "\n", encoding="utf-8")
+        return EXIT_REFUSED
+
+
+def _run_stage(settings: TidemarkSettings, attempt: Attempt) -> int:
     worker = StageWorker(settings, attempt)
     watch = BrokerWatch(worker.client).start()
     worker.prepare()
-    spark = local_session(LocalSessionOptions(app_name=f"tidemark-{worker.job}-{worker.stage.name}"))
+    spark = local_session(LocalSessionOptions(app_name=f"tidemark-{worker.job}-{worker.stage.name}",
+                                              java_options=settings.spark.java_options))
 
     def on_batch(frame: Any, batch_id: int) -> None:
         table = frame.toArrow()

@@ -2,7 +2,8 @@
 
 After a failure the supervisor restores the newest retained checkpoint or savepoint of the run
 (newer than ``baseline``, what storage held when the run started), else the source the run
-started from, else nothing (start over). :func:`choose_restore_source` first verifies the
+started from, else nothing (start over). A start that resumes the job's last state chooses the
+same way among every retained one (``baseline`` 0, no ``started_from``). :func:`choose_restore_source` first verifies the
 candidate in full (:func:`~tidemark.checkpoint_store.verification.verify_checkpoint`: the
 ``_metadata`` checksum, then every state file's size and SHA-256), so a corrupted checkpoint is
 never handed to the workers, and so never restored again and again.
@@ -25,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from tidemark.checkpoint_store.verification import CorruptCheckpoint, checkpoint_id_of, verify_checkpoint
-from tidemark.operator.catalog import list_retained
+from tidemark.checkpoint_store.catalog import list_retained
 from tidemark.runtime.api import JobSpec
 from tidemark.service.logs import get_logger
 from tidemark.storage.base import CheckpointStorage

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from tidemark.state.keygroups import KeyGroupRange, assign_to_key_group
+from tidemark.keygroups import KeyGroupRange, assign_to_key_group
 
 
 class KeyGroupRouter:

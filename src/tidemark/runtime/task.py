@@ -23,7 +23,7 @@ from tidemark.protocol.messages import (
 from tidemark.runtime.api import KeyedProcessFunction, Stage, StateBackendKind
 from tidemark.runtime.outputs import OutputRecord
 from tidemark.state import HashMapStateBackend, KeyedStateBackend, ListStateDescriptor, OperatorStateBackend
-from tidemark.state.keygroups import KeyGroupRange
+from tidemark.keygroups import KeyGroupRange
 from tidemark.state.rocksdb.backend import RocksDBStateBackend
 from tidemark.state.ttl import Clock
 from tidemark.storage.base import CheckpointStorage

@@ -38,9 +38,11 @@ from tidemark.checkpoint.restore_planner import plan_assignments, plan_restore
 from tidemark.checkpoint_store.layout import checkpoint_dir, shared_dir
 from tidemark.checkpoint_store.metadata_codec import MetadataFormatError
 from tidemark.checkpoint_store.persistent_store import read_metadata
+from tidemark.clock import now_ms
 from tidemark.config.settings import TidemarkSettings
 from tidemark.kafka.admin import ensure_topics
 from tidemark.kafka.clients import base_config
+from tidemark.kafka.metadata import TopicNotFoundError, list_partitions, metadata_consumer, watermarks
 from tidemark.kafka.outage import broker_wait, unavailable
 from tidemark.kafka.topics import TopicNames, TopicSpec
 from tidemark.materializer.storage import SharedFilesView, materialization_prefix
@@ -61,7 +63,7 @@ from tidemark.protocol.messages import (
 from tidemark.checkpoint.outcomes import DECLINED_SUBSUMED
 from tidemark.runtime.alignment import Aligned, BarrierAligner, Cancelled, Channel, Process
 from tidemark.runtime.api import JobSpec, Stage, load_job
-from tidemark.runtime.control import ControlPlane, now_ms
+from tidemark.runtime.control import ControlPlane
 from tidemark.runtime.faults import FAULTS
 from tidemark.runtime.metrics import (
     ALIGNMENT,
@@ -86,8 +88,7 @@ from tidemark.runtime.routing import KeyGroupRouter
 from tidemark.runtime.task import CUT_STATE, SINK_STATE, StageTask, create_backend
 from tidemark.service.logs import get_logger
 from tidemark.spark.offsets import PartitionOffsets
-from tidemark.spark.planning import TopicNotFoundError, list_partitions, metadata_consumer, watermarks
-from tidemark.state.keygroups import KeyGroupRange
+from tidemark.keygroups import KeyGroupRange
 from tidemark.storage import open_storage
 from tidemark.storage.base import CorruptStateFile
 from tidemark.storage.scoped import SnapshotStorage
@@ -156,6 +157,8 @@ class StageWorker:
     def prepare(self) -> None:
         """Topics, tasks, restore, output, control plane: everything before the query starts."""
         spec, stage = self.spec, self.stage
+        if self.is_source:  # a missing input topic stops the job before Spark starts (runtime.start_errors)
+            list_partitions(self._metadata, stage.inputs)
         admin = AdminClient(dict(self.client))
         ensure_topics(admin, [TopicSpec(stage.output, spec.output_partitions)])
         if self.upstream is not None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -25,10 +26,12 @@ import faust
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from tidemark import __version__
+from tidemark.exit_codes import EXIT_SHUTDOWN_TIMEOUT, EXIT_UNREACHABLE
 from tidemark.config.settings import TidemarkSettings
 from tidemark.kafka.admin import ensure_topics
 from tidemark.kafka.clients import FAUST_GROUP_SETTINGS, base_config, resolve_bootstrap
 from tidemark.kafka.outage import BrokerWatch
+from tidemark.kafka.reachability import BrokerUnreachable, require_broker
 from tidemark.kafka.topics import TopicNames, TopicSpec
 from tidemark.protocol import codec
 from tidemark.service.dead_letters import RawRecord, headers_of, record_failure
@@ -42,7 +45,6 @@ log = get_logger(__name__)
 
 Handler = Callable[[Any, RawRecord], Awaitable[None]]
 LogHandler = Callable[[Any, RawRecord, bool], Awaitable[None]]
-EXIT_SHUTDOWN_TIMEOUT = 70
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,7 +238,13 @@ class ServiceApp:
             log.info("topics created", topics=created)
 
     def run(self) -> None:
-        """Create topics, then run until SIGTERM/SIGINT. Raises SystemExit with the exit code."""
+        """Create topics, then run until SIGTERM/SIGINT. Raises SystemExit with the exit code
+        (69 with one line on stderr when Kafka cannot be reached at all: :mod:`tidemark.kafka.reachability`)."""
+        try:
+            require_broker(base_config(self.settings, self.bootstrap))
+        except BrokerUnreachable as exc:
+            print(exc.one_line(self.name), file=sys.stderr)
+            raise SystemExit(EXIT_UNREACHABLE) from None
         self.create_topics()
         worker = _BoundedShutdownWorker(
             self.faust, loglevel=self.settings.log_level, override_logging=False, quiet=True

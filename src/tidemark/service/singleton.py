@@ -32,12 +32,12 @@ from typing import Any
 
 from confluent_kafka import OFFSET_END, Consumer, KafkaException, Producer, TopicPartition
 
+from tidemark.exit_codes import EXIT_FENCED
 from tidemark.kafka.clients import consumer_config, producer_config
 from tidemark.kafka.topics import TopicSpec
 from tidemark.service.logs import get_logger
 
 log = get_logger(__name__)
-EXIT_FENCED = 75  # EX_TEMPFAIL: another instance is active
 LEASE_CONFIG = {"cleanup.policy": "compact", "min.compaction.lag.ms": str(3600 * 1000)}
 
 

@@ -7,16 +7,10 @@ import importlib
 import sys
 from types import ModuleType
 
+from tidemark.exit_codes import EXIT_CONFIG
+from tidemark.config.service_modules import SERVICES
 from tidemark.config.settings import ConfigurationError, load_settings
 from tidemark.service.logs import configure_logging
-
-SERVICES: dict[str, str] = {
-    "coordinator": "tidemark.services.coordinator",
-    "checkpoint-store": "tidemark.services.checkpoint_store",
-    "changelog": "tidemark.services.changelog",
-    "materializer": "tidemark.services.materializer",
-}
-EXIT_CONFIG = 78  # EX_CONFIG
 
 
 def service_module(name: str) -> ModuleType:

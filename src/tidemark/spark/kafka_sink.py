@@ -33,7 +33,7 @@ from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMess
 from pyspark.sql.types import StructType
 
 from tidemark.kafka.clients import produce_waiting, producer_config
-from tidemark.spark.commit_markers import CommitMarker, ensure_marker_topic, find_commit, marker_partition, \
+from tidemark.kafka.commit_markers import CommitMarker, ensure_marker_topic, find_commit, marker_partition, \
     marker_partition_count
 from tidemark.spark.options import InvalidOptionError, KafkaSinkOptions
 

@@ -7,7 +7,8 @@ micro-batch ``latestOffset(start, limit)`` -> ``partitions(start, end)`` -> (exe
 the planning calls wait for it (:mod:`tidemark.kafka.outage`) instead of failing the query.
 
 The planning and reading functions are plain Python in :mod:`tidemark.spark.planning` and
-:mod:`tidemark.spark.range_reader` (re-exported here) so the worker runtime can reuse them.
+:mod:`tidemark.spark.range_reader` (re-exported here); the Kafka-only parts they build on (metadata
+lookups, the range-reading loop) are in :mod:`tidemark.kafka`.
 """
 
 from __future__ import annotations
@@ -21,18 +22,14 @@ from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, Inp
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
+from tidemark.kafka.metadata import TopicNotFoundError, metadata_consumer
 from tidemark.kafka.outage import broker_wait
+from tidemark.kafka.range_reader import RangeNotReachedError
 from tidemark.spark.arrow import arrow_schema
 from tidemark.spark.offsets import OffsetRange, PartitionOffsets
 from tidemark.spark.options import KafkaSourceOptions
-from tidemark.spark.planning import (
-    TopicNotFoundError,
-    metadata_consumer,
-    plan_latest,
-    plan_ranges,
-    resolve_starting,
-)
-from tidemark.spark.range_reader import RangeNotReachedError, read_range
+from tidemark.spark.planning import plan_latest, plan_ranges, resolve_starting
+from tidemark.spark.range_reader import read_range
 
 __all__ = [
     "KafkaRangePartition",

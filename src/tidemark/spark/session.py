@@ -20,8 +20,8 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-_JVM_ROOT = Path("/usr/lib/jvm")
-_SUPPORTED_JAVA = ("17", "21")
+from tidemark.jvm import find_java_home
+
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,20 +33,8 @@ class LocalSessionOptions:
     shuffle_partitions: int = 2
     driver_memory: str = "1g"
     log_level: str = "ERROR"
+    java_options: str = ""  # spark.driver.extraJavaOptions (the driver runs the executors in local mode)
     extra_conf: dict[str, str] = field(default_factory=dict)
-
-
-def find_java_home() -> str | None:
-    """``JAVA_HOME`` if set, else a Java 17 (or 21) JDK under /usr/lib/jvm, else None (PATH java)."""
-    if os.environ.get("JAVA_HOME"):
-        return os.environ["JAVA_HOME"]
-    if not _JVM_ROOT.is_dir():
-        return None
-    for version in _SUPPORTED_JAVA:
-        for candidate in sorted(_JVM_ROOT.iterdir()):
-            if f"-{version}-" in candidate.name and (candidate / "bin" / "java").exists():
-                return str(candidate)
-    return None
 
 
 def local_session(options: LocalSessionOptions = LocalSessionOptions()) -> SparkSession:
@@ -74,6 +62,8 @@ def local_session(options: LocalSessionOptions = LocalSessionOptions()) -> Spark
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.python.worker.reuse", "true")
     )
+    if options.java_options:
+        builder = builder.config("spark.driver.extraJavaOptions", options.java_options)
     for key, value in options.extra_conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()

@@ -19,7 +19,7 @@ from tidemark.state.handles import (
     ValueState,
 )
 from tidemark.state.heap.backend import HashMapStateBackend
-from tidemark.state.keygroups import (
+from tidemark.keygroups import (
     DEFAULT_MAX_PARALLELISM,
     KeyGroupRange,
     assign_to_key_group,

@@ -22,7 +22,7 @@ from tidemark.state.handles import (
     State,
     ValueState,
 )
-from tidemark.state.keygroups import (
+from tidemark.keygroups import (
     KeyGroupRange,
     KEY_TAGS,
     check_max_parallelism,

@@ -13,7 +13,7 @@ import enum
 from typing import Sequence, TypeVar
 
 from tidemark.protocol.messages import StateHandle
-from tidemark.state.keygroups import KeyGroupRange, compute_key_group_range
+from tidemark.keygroups import KeyGroupRange, compute_key_group_range
 from tidemark.state.restore import overlapping
 
 T = TypeVar("T")

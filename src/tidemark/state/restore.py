@@ -2,22 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import Iterator, Sequence
 
 from tidemark.protocol.messages import StateHandle, StateHandleKind
-from tidemark.state.keygroups import KeyGroupRange
-from tidemark.state.snapshot import Entry, SnapshotReader
+from tidemark.keygroups import KeyGroupRange
+from tidemark.state.rocksdb.snapshot import read_incremental
+from tidemark.state.snapshot import RestoredPart, SnapshotReader
 from tidemark.storage.base import CheckpointStorage
-
-
-@dataclass(frozen=True)
-class RestoredPart:
-    """The states described by one handle and its entries inside the wanted key groups."""
-
-    source: str
-    states: list[dict[str, Any]]
-    entries: Iterator[Entry]
 
 
 def overlapping(handles: Sequence[StateHandle], key_groups: KeyGroupRange) -> list[StateHandle]:
@@ -43,8 +34,6 @@ def read_handle(
     naming it.
     """
     if handle.kind is StateHandleKind.KEYED_INCREMENTAL:
-        from tidemark.state.rocksdb.snapshot import read_incremental
-
         yield from read_incremental(handle, storage, key_groups)
         return
     for ref in handle.files:

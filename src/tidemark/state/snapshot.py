@@ -30,7 +30,7 @@ from tidemark.state.descriptors import (
     user_key_serializer_of,
     value_serializer_of,
 )
-from tidemark.state.keygroups import KeyGroupRange
+from tidemark.keygroups import KeyGroupRange
 from tidemark.state.serializers import describe
 
 MAGIC = b"TMKSNAP1"
@@ -54,6 +54,15 @@ class Entry:
     namespace: bytes
     user_key: bytes | None
     value: bytes
+
+
+@dataclass(frozen=True)
+class RestoredPart:
+    """The states described by one state handle and its entries inside the wanted key groups."""
+
+    source: str
+    states: list[dict[str, Any]]
+    entries: Iterator[Entry]
 
 
 def state_meta(descriptor: StateDescriptor) -> dict[str, Any]:

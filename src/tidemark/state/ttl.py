@@ -14,10 +14,10 @@ last-access timestamp in milliseconds. A value is expired once ``timestamp + ttl
 from __future__ import annotations
 
 import struct
-import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from tidemark import clock
 from tidemark.state.serializers import SerializationError, Serializer
 
 UPDATE_TYPES = ("on_create_and_write", "on_read_and_write")
@@ -60,10 +60,10 @@ class Clock(Protocol):
 
 
 class SystemClock:
-    """Wall-clock processing time."""
+    """Wall-clock processing time (:func:`tidemark.clock.now_ms`)."""
 
     def now_ms(self) -> int:
-        return time.time_ns() // 1_000_000
+        return clock.now_ms()
 
 
 class ManualClock:

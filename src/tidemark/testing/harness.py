@@ -40,7 +40,7 @@ from tidemark.protocol.messages import CheckpointMetadata, StateHandleKind, Task
 from tidemark.runtime.api import JobSpec, KeyedProcessFunction, Stage, StateBackendKind
 from tidemark.runtime.routing import KeyGroupRouter
 from tidemark.runtime.task import StageTask, create_backend
-from tidemark.state.keygroups import DEFAULT_MAX_PARALLELISM, KeyGroupRange, check_max_parallelism
+from tidemark.keygroups import DEFAULT_MAX_PARALLELISM, KeyGroupRange, check_max_parallelism
 from tidemark.state.ttl import ManualClock
 from tidemark.storage.base import CheckpointStorage
 from tidemark.storage.filesystem import FilesystemCheckpointStorage

@@ -14,9 +14,10 @@ if TYPE_CHECKING:
 @pytest.fixture(scope="module")
 def spark() -> Iterator["SparkSession"]:
     """One local SparkSession per test module, with tidemark-kafka registered; stopped after it."""
-    from tidemark.spark.session import local_session
+    from tidemark.jvm import QUICK_START_JVM_OPTIONS
+    from tidemark.spark.session import LocalSessionOptions, local_session
 
-    session = local_session()
+    session = local_session(LocalSessionOptions(java_options=QUICK_START_JVM_OPTIONS))
     try:
         yield session
     finally:

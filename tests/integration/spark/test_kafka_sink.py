@@ -13,7 +13,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from kafka_test_helpers import committed_values, create_topic, produce_transaction
 
 from tidemark.protocol.messages import BARRIER_HEADER
-from tidemark.spark.commit_markers import CommitMarker, find_commit
+from tidemark.kafka.commit_markers import CommitMarker, find_commit
 from tidemark.spark.datasource import TidemarkKafkaDataSource
 from tidemark.spark.kafka_sink import (
     BATCH_ID_PROPERTY,

@@ -9,18 +9,13 @@ from broker_gaps import tansu_gap
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewPartitions
 
+from tidemark.kafka.metadata import TopicNotFoundError, metadata_consumer
+from tidemark.kafka.range_reader import RangeNotReachedError
 from tidemark.protocol.messages import SourceOffset
 from tidemark.spark.offsets import OffsetFormatError, OffsetRange, PartitionOffsets, StartingOffsets, StartKind
 from tidemark.spark.options import InvalidOptionError, KafkaSinkOptions, KafkaSourceOptions
-from tidemark.spark.planning import (
-    TopicNotFoundError,
-    fair_budget,
-    metadata_consumer,
-    plan_latest,
-    plan_ranges,
-    resolve_starting,
-)
-from tidemark.spark.range_reader import RangeNotReachedError, read_range
+from tidemark.spark.planning import fair_budget, plan_latest, plan_ranges, resolve_starting
+from tidemark.spark.range_reader import read_range
 
 from kafka_test_helpers import create_topic, produce_transaction
 

@@ -49,7 +49,7 @@ def test_history_document_has_durations_sizes_and_failures(tracker: CheckpointSt
     assert first == {
         "id": 1, "type": "CHECKPOINT", "status": "COMPLETED", "triggered_at": 1_700_000_000_000,
         "ended_at": 1_700_000_001_250, "duration_ms": 1250, "checkpointed_size_bytes": 2048,
-        "full_size_bytes": 5 * 1024 * 1024, "num_tasks": 2, "num_acknowledged": 2,
+        "full_size_bytes": 5 * 1024 * 1024, "num_tasks": 2, "num_acknowledged": 2, "alignment_ms": 0,
         "failure_reason": None, "metadata_path": "orders/chk-1/_metadata",
     }
     assert (second["status"], second["type"], second["duration_ms"]) == ("FAILED", "SAVEPOINT", 60_000)

@@ -15,9 +15,8 @@ import pytest
 
 from tidemark.config.settings import ConfigurationError, load_settings
 from tidemark.operator import render
-from tidemark.operator.documents import run_document
 from tidemark.operator.requests import MAX_JOB_ARGS_BYTES, BadRequest, RunBody, parse_run_id
-from tidemark.services.coordinator.runs import LaunchRequest, LocalLauncher, child_env, coordinator_url
+from tidemark.services.coordinator.runs import LaunchRequest, LocalLauncher, child_env, coordinator_url, run_document
 from tidemark.services.coordinator.settings import EXAMPLE_JOBS, CoordinatorSettings
 from tidemark.types import CheckpointId, JobId
 
@@ -40,6 +39,10 @@ def test_run_body_fields_and_defaults() -> None:
     assert savepoint.metadata_path == "a/savepoints/sp-3/_metadata"
     exact = RunBody.parse(json.dumps({"job": REF, "from_savepoint": "a/chk-3/_metadata"}).encode())
     assert exact.metadata_path == "a/chk-3/_metadata"
+    fresh = RunBody.parse(json.dumps({"job": REF, "fresh": True, "force": True}).encode())
+    assert (fresh.fresh, fresh.force, fresh.from_checkpoint, fresh.from_savepoint) == (True, True, None, None)
+    forced = RunBody.parse(json.dumps({"job": REF, "from_checkpoint": 4, "fresh": False, "force": True}).encode())
+    assert (forced.fresh, forced.force, forced.from_checkpoint) == (False, True, 4)
 
 
 @pytest.mark.parametrize("raw, fragment", [
@@ -49,7 +52,7 @@ def test_run_body_fields_and_defaults() -> None:
     (b"{}", "job must be a job reference"),
     (b'{"job": ""}', "job must be a job reference"),
     (b'{"job": ["a:b"]}', "job must be a job reference"),
-    (b'{"job": "a:b", "argz": {}}', "unknown field(s): argz; allowed: args, from_checkpoint, from_savepoint, job, parallelism"),
+    (b'{"job": "a:b", "argz": {}}', "unknown field(s): argz; allowed: args, force, fresh, from_checkpoint, from_savepoint, job, parallelism"),
     (b'{"job": "a:b", "args": "x=1"}', "args must be a JSON object or null"),
     (b'{"job": "a:b", "args": [1]}', "args must be a JSON object or null"),
     (b'{"job": "a:b", "parallelism": 0}', "parallelism must be null or an integer in 1..32768"),
@@ -60,6 +63,11 @@ def test_run_body_fields_and_defaults() -> None:
     (b'{"job": "a:b", "from_checkpoint": "7"}', "from_checkpoint must be an integer or null"),
     (b'{"job": "a:b", "from_savepoint": 7}', "from_savepoint must be a string or null"),
     (b'{"job": "a:b", "from_checkpoint": 1, "from_savepoint": "a/b"}', "at most one of from_checkpoint and from_savepoint"),
+    (b'{"job": "a:b", "fresh": "yes"}', 'fresh must be true or false, got "yes"'),
+    (b'{"job": "a:b", "fresh": null}', "fresh must be true or false, got null"),
+    (b'{"job": "a:b", "force": 1}', "force must be true or false, got 1"),
+    (b'{"job": "a:b", "fresh": true, "from_checkpoint": 3}', "fresh starts with empty state; it cannot be combined"),
+    (b'{"job": "a:b", "fresh": true, "from_savepoint": "a/b"}', "fresh starts with empty state; it cannot be combined"),
 ])
 def test_malformed_run_bodies_are_refused(raw: bytes, fragment: str) -> None:
     with pytest.raises(BadRequest) as caught:
@@ -198,6 +206,10 @@ def test_launch_command() -> None:
                            "--parallelism", "3", "--from-checkpoint", "7"]
     command = launcher.command(LaunchRequest(REF, {}, JobId("a"), 1, None, "a/savepoints/sp-2"))
     assert command[-2:] == ["--from-savepoint", "a/savepoints/sp-2"]
+    command = launcher.command(LaunchRequest(REF, {}, JobId("a"), 1, fresh=True, force=True))
+    assert command[-2:] == ["--fresh", "--force"] and "--from-checkpoint" not in command
+    command = launcher.command(LaunchRequest(REF, {}, JobId("a"), 1, CheckpointId(3), force=True))
+    assert command[-3:] == ["--from-checkpoint", "3", "--force"]
 
 
 # ---------------------------------------------------------------------- text
@@ -205,7 +217,7 @@ def test_launch_command() -> None:
 
 def _doc(**changes: object) -> dict[str, object]:
     base = {"run_id": "abc123", "reference": REF, "job": "counts", "args": {}, "parallelism": 2,
-            "from_checkpoint": None, "from_savepoint": None, "pid": 4242, "status": "RUNNING", "exit_code": None,
+            "from_checkpoint": None, "from_savepoint": None, "fresh": False, "force": False, "pid": 4242, "status": "RUNNING", "exit_code": None,
             "started_at": 1_700_000_000_000, "ended_at": None, "cancel_requested_at": None,
             "log_path": "logs/runs/abc123.log", "run_dir": "runs/counts-4242"}
     return {**base, **changes}
@@ -216,6 +228,9 @@ def test_run_text() -> None:
     assert text.splitlines()[0] == f"run abc123: job counts ({REF}) RUNNING"
     assert "pid 4242, parallelism 2, started 2023-11-14 22:13:20.000Z" in text
     assert "restored from checkpoint 5" in text and "log logs/runs/abc123.log" in text
+    assert "empty state" not in text and "forced" not in text
+    fresh = render.run_text(_doc(fresh=True, force=True))
+    assert "started with empty state (fresh)" in fresh and "forced (over committed output or newer state)" in fresh
     assert render.run_text(_doc(status="EXITED", exit_code=143, ended_at=1_700_000_001_000,
                                 cancel_requested_at=1)).splitlines()[0].endswith("EXITED(143)")
     table = render.runs_text({"runs": [_doc(), _doc(run_id="def456", cancel_requested_at=1)]}).splitlines()

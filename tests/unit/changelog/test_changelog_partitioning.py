@@ -18,7 +18,7 @@ from tidemark.changelog.partitioning import check_partitions, key_group_of_recor
 from tidemark.changelog.restore import plan_handles
 from tidemark.kafka.topics import TopicNames
 from tidemark.protocol.messages import StateFile, StateHandle, StateHandleKind
-from tidemark.state.keygroups import KeyGroupRange, compute_key_group_range
+from tidemark.keygroups import KeyGroupRange, compute_key_group_range
 from tidemark.types import KeyGroup, OperatorId
 
 

@@ -160,7 +160,8 @@ def test_decline_aborts_and_failures_beyond_tolerance_fail_the_attempt_over_once
     assert (failed.job_id, failed.epoch, failed.failed_at) == (JOB, reg.epoch, 210)
     assert "2 consecutive checkpoint failures exceed the tolerable 1" in failed.reason
     assert coord.consecutive_failures == 2
-    assert coord.attempt_failed and coord.state == "FAILING"
+    assert coord.attempt_failed and coord.state == "RESTARTING"
+    assert "2 consecutive checkpoint failures" in (coord.status.reason or "")
     assert coord.tick(300) == [] and coord.tick(400) == []  # waiting for the failover: no triggers
     assert coord.apply(decline(2, reg.tasks[1], 410), 410) == []
     assert coord.apply(failed, 420) == []  # its own record read back changes nothing
@@ -202,7 +203,7 @@ def test_a_replayed_failure_is_not_failed_again() -> None:
                        command.trigger if isinstance(command, EmitTrigger) else command.aborted)
     rebuilt = CheckpointCoordinator(JOB, options)
     assert rebuilt.replay(records, 200) == []
-    assert rebuilt.attempt_failed and rebuilt.state == "FAILING"
+    assert rebuilt.attempt_failed and rebuilt.state == "RESTARTING"
 
 
 def test_a_decline_because_a_newer_barrier_overtook_the_alignment_is_not_a_failure() -> None:
@@ -327,7 +328,7 @@ def test_restore_issues_a_command_with_key_group_assignments_and_waits_for_the_n
     (aborted,) = aborts(commands)
     assert aborted.aborted.checkpoint_id == 2
     assert coord.active_epoch == Epoch(1)
-    assert coord.state == "RESTORING"
+    assert coord.state == "RESTARTING" and coord.status.reason == "restoring checkpoint 1 as attempt 1"
     assert coord.tick(1_000) == []  # no trigger until epoch 1 registers
     coord.apply(registration(epoch=1, parallelism=3, at=1_000), 1_000)
     assert coord.state == "RUNNING"
@@ -386,3 +387,65 @@ def test_unconfirmed_persists_can_be_sent_again_until_the_store_confirms() -> No
     assert coord.unconfirmed_persists() == []
     with pytest.raises(TypeError):
         coord.apply(object(), 130)  # type: ignore[arg-type]
+
+
+def test_concurrent_savepoint_requests_are_triggered_one_at_a_time_in_order() -> None:
+    """Flink-style queue: a request made while another savepoint is in flight waits, then is
+    triggered as soon as that one completes or fails; every request gets its own savepoint."""
+    coord, reg = started()
+    (first,) = coord.apply(savepoint_request("a", 10), 10)
+    assert coord.apply(savepoint_request("b", 11), 11) == []
+    assert coord.apply(savepoint_request("c", 12), 12) == []
+    assert coord.tick(100) == []  # a savepoint in flight counts against max_concurrent (1)
+    assert (coord.savepoint_id("a"), coord.savepoint_id("b")) == (first.trigger.checkpoint_id, None)
+    (persist,) = ack_all(coord, reg, 1, 20)
+    completed, second = coord.apply(persist.metadata, 30)
+    assert isinstance(completed, EmitCompleted) and second.trigger.checkpoint_id == 2
+    assert coord.savepoint_id("b") == 2
+    (aborted, third) = coord.apply(decline(2, reg.tasks[0], 40), 40)  # b fails: c goes next
+    assert isinstance(aborted, EmitAborted) and third.trigger.checkpoint_type is CheckpointType.SAVEPOINT
+    assert coord.savepoint_id("c") == 3
+    assert all(coord.savepoint_failure(r) is None for r in "abc")
+
+
+def test_requests_queued_behind_a_stop_with_savepoint_fail_when_the_job_stops() -> None:
+    coord, reg = started()
+    (stop,) = coord.apply(savepoint_request("stop", 10, stop=True), 10)
+    assert coord.apply(savepoint_request("late-1", 11), 11) == []
+    assert coord.apply(savepoint_request("late-2", 12), 12) == []
+    (persist,) = ack_all(coord, reg, 1, 20)
+    coord.apply(persist.metadata, 30)
+    assert coord.is_finishing and coord.savepoint_id("late-1") is None
+    for request in ("late-1", "late-2"):
+        assert coord.savepoint_failure(request) == "the job stopped with savepoint 1 before this request was triggered"
+    assert coord.apply(savepoint_request("after", 40), 40) == []  # the job is over: fails at once
+    assert coord.savepoint_failure("after") == "the job stopped with a savepoint; a savepoint needs a running job attempt"
+    coord.apply(registration(at=50, finished=True), 50)
+    assert coord.tick(1_000) == [] and coord.savepoint_failure("stop") is None
+
+
+def test_a_request_queued_behind_a_failed_stop_is_served() -> None:
+    coord, reg = started()
+    coord.apply(savepoint_request("stop", 10, stop=True), 10)
+    coord.apply(savepoint_request("next", 11), 11)
+    _, trigger = coord.apply(decline(1, reg.tasks[0], 20), 20)
+    assert trigger.trigger.checkpoint_id == 2 and coord.savepoint_id("next") == 2
+
+
+def test_an_ended_attempt_fails_its_queued_requests_and_replay_agrees() -> None:
+    """The supervisor registers how an attempt ended (cancelled, failed, restarting): queued
+    requests fail with that reason; after a restore, new requests queue for the next attempt."""
+    coord = CheckpointCoordinator(JOB, OPTS)
+    cancelled = replace(registration(at=10, finished=True), tasks=(), outcome="CANCELLED",
+                        reason="cancelled: the supervisor got SIGTERM")
+    records = [savepoint_request("early", 5), cancelled]
+    for record in records:
+        coord.apply(record, 10)
+    reason = coord.savepoint_failure("early")
+    assert reason == ("job attempt 0 ended (CANCELLED: cancelled: the supervisor got SIGTERM) "
+                      "before this request was triggered")
+    rebuilt = CheckpointCoordinator(JOB, OPTS)
+    assert rebuilt.replay(records, 100) == [] and rebuilt.savepoint_failure("early") == reason
+    coord.apply(registration(epoch=1, at=20), 20)
+    (trigger,) = coord.apply(savepoint_request("later", 30), 30)
+    assert coord.savepoint_id("later") == trigger.trigger.checkpoint_id and coord.savepoint_failure("later") is None

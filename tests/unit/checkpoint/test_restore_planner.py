@@ -13,7 +13,7 @@ from tidemark.checkpoint import (
     plan_assignments,
     plan_restore,
 )
-from tidemark.checkpoint._key_groups import key_group_range
+from tidemark.keygroups import compute_key_group_range
 from tidemark.protocol.messages import (
     ChangelogRange,
     CheckpointMetadata,
@@ -39,13 +39,18 @@ from tidemark.types import (
 MAX_P = 128
 
 
+def _key_group_range(max_parallelism: int, parallelism: int, index: int) -> tuple[int, int]:
+    key_groups = compute_key_group_range(max_parallelism, parallelism, index)
+    return key_groups.start, key_groups.end
+
+
 def test_key_group_range_follows_flinks_formula() -> None:
-    assert [key_group_range(128, 3, i) for i in range(3)] == [(0, 42), (43, 85), (86, 127)]
-    assert [key_group_range(10, 4, i) for i in range(4)] == [(0, 2), (3, 4), (5, 7), (8, 9)]
-    assert key_group_range(7, 7, 6) == (6, 6)
+    assert [_key_group_range(128, 3, i) for i in range(3)] == [(0, 42), (43, 85), (86, 127)]
+    assert [_key_group_range(10, 4, i) for i in range(4)] == [(0, 2), (3, 4), (5, 7), (8, 9)]
+    assert _key_group_range(7, 7, 6) == (6, 6)
     for bad in ((128, 0, 0), (128, 129, 0), (128, 2, 2), (128, 2, -1)):
         with pytest.raises(ValueError):
-            key_group_range(*bad)
+            _key_group_range(*bad)
 
 
 @given(st.integers(1, 512).flatmap(lambda m: st.tuples(st.just(m), st.integers(1, m))))
@@ -54,10 +59,6 @@ def test_assignments_cover_every_key_group_exactly_once(mp: tuple[int, int]) -> 
     ranges = [(a.key_group_start, a.key_group_end) for a in plan_assignments((OperatorId("op"),), p, max_p)]
     covered = [kg for start, end in ranges for kg in range(start, end + 1)]
     assert covered == list(range(max_p))
-    try:  # the workers' implementation of the same formula, when it is importable
-        from tidemark.state.keygroups import compute_key_group_range
-    except ImportError:
-        return
     for i, r in enumerate(ranges):
         theirs = compute_key_group_range(max_p, p, i)
         assert (theirs.start, theirs.end) == r
@@ -81,7 +82,7 @@ def _operator(op: str, index: int, state: str, mode: OperatorStateMode) -> State
 def _metadata() -> CheckpointMetadata:
     tasks = []
     for i in range(2):  # keyed operator "agg" at parallelism 2
-        start, end = key_group_range(MAX_P, 2, i)
+        start, end = _key_group_range(MAX_P, 2, i)
         tasks.append(TaskSnapshot(
             task_id(OperatorId("agg"), i), OperatorId("agg"), i, start, end,
             state_handles=(_keyed("agg", start, end, f"agg-{i}"),),
@@ -89,7 +90,7 @@ def _metadata() -> CheckpointMetadata:
             materialization=MaterializationRef(MaterializationId(i + 1), CheckpointId(8)),
         ))
     for i in range(4):  # source at parallelism 4 with split, union and broadcast state
-        start, end = key_group_range(MAX_P, 4, i)
+        start, end = _key_group_range(MAX_P, 4, i)
         tasks.append(TaskSnapshot(
             task_id(OperatorId("src"), i), OperatorId("src"), i, start, end,
             state_handles=(

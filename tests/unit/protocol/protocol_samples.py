@@ -80,6 +80,8 @@ SAMPLES: dict[type, tuple[Any, ...]] = {
         m.JobRegistration(JOB, Epoch(5), CheckpointingMode.AT_LEAST_ONCE, 128, (), (), T0, finished=True),
         m.JobRegistration(JOB, Epoch(6), CheckpointingMode.EXACTLY_ONCE, 128, ASSIGNMENTS, (TaskId("op-a#0"),), T0,
                           changelog_operators=(OperatorId("op-a"),), changelog_partitions=8),
+        m.JobRegistration(JOB, Epoch(7), CheckpointingMode.EXACTLY_ONCE, 128, (), (), T0, finished=True,
+                          outcome="FAILED", reason="input topic 'orders' does not exist"),
     ),
     m.TaskAck: (
         m.TaskAck(JOB, CheckpointId(42), SNAPSHOT, m.TaskTimings(12, 3, 250, 65_536), T0 + 400, Epoch(1)),

@@ -158,11 +158,20 @@ def test_task_ack_v2_adds_processed_bytes_with_a_default() -> None:
 
 
 def test_job_registration_v2_adds_changelog_fields_with_defaults() -> None:
-    v1, v2 = CATALOG.versions("tidemark.protocol.JobRegistration")
+    v1, v2, *_ = CATALOG.versions("tidemark.protocol.JobRegistration")
     assert [f["name"] for f in v2.schema_json["fields"]] == [
         *(f["name"] for f in v1.schema_json["fields"]), "changelog_operators", "changelog_partitions"]
     added = {f["name"]: f for f in v2.schema_json["fields"][-2:]}
     assert added["changelog_operators"]["default"] == [] and added["changelog_partitions"]["default"] == 0
+
+
+def test_job_registration_v3_adds_the_attempt_outcome_with_defaults() -> None:
+    _, v2, v3 = CATALOG.versions("tidemark.protocol.JobRegistration")
+    assert [f["name"] for f in v3.schema_json["fields"]] == [
+        *(f["name"] for f in v2.schema_json["fields"]), "outcome", "reason"]
+    assert all(f["default"] == "" for f in v3.schema_json["fields"][-2:])
+    result = ReaderWriterCompatibilityChecker().get_compatibility(v3.schema, v2.schema)
+    assert result.compatibility is SchemaCompatibilityType.compatible
 
 
 def test_a_required_field_without_default_is_detected_as_incompatible() -> None:

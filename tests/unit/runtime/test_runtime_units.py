@@ -7,7 +7,7 @@ from tidemark.runtime.alignment import Aligned, BarrierAligner, Cancelled, Proce
 from tidemark.runtime.outputs import PendingBuffer
 from tidemark.runtime.records import InputRecord
 from tidemark.runtime.routing import KeyGroupRouter
-from tidemark.state.keygroups import compute_key_group_range, compute_operator_index_for_key_group, \
+from tidemark.keygroups import compute_key_group_range, compute_operator_index_for_key_group, \
     assign_to_key_group
 from tidemark.types import CheckpointId, CheckpointingMode, CheckpointType, Epoch, JobId, TaskId
 

@@ -2,13 +2,15 @@
 
 The decisions are :class:`tidemark.checkpoint.CheckpointCoordinator`'s (pure); this package is
 its edge: settings, Kafka in and out (:mod:`.edge`), Prometheus metrics (:mod:`.metrics`), the
-operator HTTP API (:mod:`.api`), and the job runs it starts for that API (:mod:`.runs`).
+operator HTTP API (:mod:`.api`), the checkpoints page in the browser (:mod:`.checkpoints_page`),
+and the job runs it starts for that API (:mod:`.runs`).
 """
 
 from __future__ import annotations
 
 from tidemark.service.app import ServiceApp
 from tidemark.services.coordinator.api import install_api
+from tidemark.services.coordinator.checkpoints_page import install_checkpoints_page
 from tidemark.services.coordinator.edge import CoordinatorEdge
 from tidemark.services.coordinator.runs import LocalLauncher
 from tidemark.services.coordinator.settings import CoordinatorSettings
@@ -29,4 +31,5 @@ def build(settings: CoordinatorSettings) -> ServiceApp:
         app.faust.on_before_shutdown.connect(launcher.shutdown)  # runs die with the coordinator
     install_api(app, edge, settings.api_token, settings.resolved_storage_url,
                 launcher=launcher, job_catalog=settings.jobs.catalog)
+    install_checkpoints_page(app)
     return app

@@ -29,15 +29,16 @@ from aiohttp import web
 from faust.web import Request, Response, View
 
 from tidemark.checkpoint import CheckpointCoordinator, CheckpointStatus, RestoreRequest
+from tidemark.checkpoint_store import catalog
 from tidemark.checkpoint_store.layout import metadata_path
-from tidemark.operator import catalog
+from tidemark.clock import now_ms
 from tidemark.operator.documents import (
+    checkpoint_detail_document,
     error_document,
     history_document,
     job_document,
     metadata_document,
     restore_document,
-    run_document,
     savepoint_request_document,
 )
 from tidemark.operator.requests import (
@@ -45,6 +46,7 @@ from tidemark.operator.requests import (
     RestoreBody,
     RunBody,
     SavepointBody,
+    parse_checkpoint_id,
     parse_job_id,
     parse_request_id,
     parse_run_id,
@@ -53,11 +55,11 @@ from tidemark.protocol.messages import SavepointRequest
 from tidemark.runtime.api import load_job
 from tidemark.service.app import ServiceApp
 from tidemark.service.logs import get_logger
-from tidemark.services.coordinator.edge import CoordinatorEdge, now_ms
-from tidemark.services.coordinator.runs import JobRun, LaunchRequest, LocalLauncher
+from tidemark.services.coordinator.edge import CoordinatorEdge
+from tidemark.services.coordinator.runs import JobRun, LaunchRequest, LocalLauncher, run_document
 from tidemark.storage import open_storage
 from tidemark.storage.base import CheckpointStorage, InvalidStoragePath
-from tidemark.types import CheckpointType, JobId
+from tidemark.types import CheckpointId, CheckpointType, JobId
 
 log = get_logger(__name__)
 API_PREFIX = "/api/v1"
@@ -114,6 +116,14 @@ class OperatorApi:
     def history(self, job: JobId) -> dict[str, Any]:
         return history_document(job, self.coordinator(job).stats())
 
+    def checkpoint(self, job: JobId, checkpoint_id: CheckpointId) -> dict[str, Any]:
+        history = self.coordinator(job).stats().history
+        entry = next((e for e in history if e.checkpoint_id == checkpoint_id), None)
+        if entry is None:
+            raise ApiError(404, f"job {job!r} has no checkpoint {checkpoint_id} in its history "
+                                f"(the last {len(history)} checkpoints and savepoints)")
+        return checkpoint_detail_document(job, entry)
+
     async def retained(self, job: JobId, *, savepoints: bool) -> dict[str, Any]:
         await self._require_known(job)
         listing = await self._in_storage(
@@ -129,7 +139,9 @@ class OperatorApi:
             raise ApiError(404, f"job {job!r} has no savepoint request {request_id!r}")
         savepoint_id = coordinator.savepoint_id(request_id)
         if savepoint_id is None:
-            return savepoint_request_document(request, None, "PENDING", None, None)
+            failure = coordinator.savepoint_failure(request_id)
+            status = "PENDING" if failure is None else CheckpointStatus.FAILED.value
+            return savepoint_request_document(request, None, status, None, None, failure_reason=failure)
         entry = next((e for e in coordinator.stats().history if e.checkpoint_id == savepoint_id), None)
         if entry is not None:
             return savepoint_request_document(
@@ -213,7 +225,7 @@ class OperatorApi:
             raise ApiError(409, f"job {job!r} already runs as run {running.run_id} (pid {running.pid}); "
                                 f"cancel it first")
         run = launcher.start(LaunchRequest(body.job, body.args, job, parallelism,
-                                           body.from_checkpoint, body.from_savepoint))
+                                           body.from_checkpoint, body.from_savepoint, body.fresh, body.force))
         return run_document(run)
 
     def cancel_run(self, run_id: str) -> dict[str, Any]:
@@ -270,6 +282,11 @@ class CheckpointHistoryView(_ApiView):
         return self.json(self.api.history(parse_job_id(job)))
 
 
+class CheckpointView(_ApiView):
+    async def get(self, request: Request, job: str, checkpoint_id: str) -> Response:
+        return self.json(self.api.checkpoint(parse_job_id(job), parse_checkpoint_id(checkpoint_id)))
+
+
 class RetainedCheckpointsView(_ApiView):
     async def get(self, request: Request, job: str) -> Response:
         return self.json(await self.api.retained(parse_job_id(job), savepoints=False))
@@ -320,6 +337,7 @@ ROUTES: tuple[tuple[str, type[_ApiView]], ...] = (
     ("/jobs", JobsView),
     ("/jobs/{job}/checkpoints", CheckpointHistoryView),
     ("/jobs/{job}/checkpoints/retained", RetainedCheckpointsView),
+    ("/jobs/{job}/checkpoints/{checkpoint_id}", CheckpointView),  # after retained: first match wins
     ("/jobs/{job}/savepoints", SavepointsView),
     ("/jobs/{job}/savepoints/requests/{request_id}", SavepointRequestView),
     ("/jobs/{job}/restore", RestoreView),

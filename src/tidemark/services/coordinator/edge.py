@@ -30,6 +30,7 @@ from tidemark.checkpoint import (
     PersistCheckpoint,
     RestoreRequest,
 )
+from tidemark.clock import now_ms
 from tidemark.protocol.messages import CheckpointMetadata, RestoreCommand, SavepointRequest
 from tidemark.service.app import ServiceApp
 from tidemark.service.dead_letters import RawRecord
@@ -40,10 +41,6 @@ from tidemark.types import JobId
 log = get_logger(__name__)
 RECORD_TYPES: tuple[type, ...] = get_args(CoordinatorRecord)
 PERSIST_RESEND_S = 10.0
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class CoordinatorEdge:

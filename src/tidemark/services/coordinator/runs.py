@@ -37,6 +37,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from tidemark.clock import now_ms
 from tidemark.processes import die_with_parent
 from tidemark.config.settings import CONFIG_FILE_ENV, TidemarkSettings
 from tidemark.service.logs import get_logger
@@ -49,14 +50,12 @@ RUN_LOG_DIR = "logs/runs"
 _COORDINATOR_ONLY = tuple(sorted(set(CoordinatorSettings.model_fields) - set(TidemarkSettings.model_fields)))
 
 
-def now_ms() -> int:
-    return int(time.time() * 1000)
-
-
 @dataclass(frozen=True, slots=True)
 class LaunchRequest:
     """What to run: a catalog reference with its arguments, the job id it resolved to, the
-    parallelism (the job's default when the request gave none) and an optional restore source."""
+    parallelism (the job's default when the request gave none) and how it starts, as the
+    options of ``tidemark jobs run``: an optional restore source, ``fresh`` (empty state),
+    ``force`` (start as asked over committed output or newer state)."""
 
     reference: str
     args: dict[str, Any]
@@ -64,6 +63,8 @@ class LaunchRequest:
     parallelism: int
     from_checkpoint: CheckpointId | None = None
     from_savepoint: str | None = None
+    fresh: bool = False
+    force: bool = False
 
 
 @dataclass
@@ -98,6 +99,32 @@ class JobRun:
         self.exit_code = code if code >= 0 else 128 - code
         self.ended_at = now_ms()
         return True
+
+
+def run_document(run: JobRun) -> dict[str, Any]:
+    """A job run the coordinator started: ``status`` RUNNING, or EXITED with ``exit_code``
+    (128+N when killed by signal N, so 143 after a cancel). Paths are relative to the
+    coordinator's home."""
+    request = run.request
+    return {
+        "run_id": run.run_id,
+        "reference": request.reference,
+        "job": request.job_id,
+        "args": request.args,
+        "parallelism": request.parallelism,
+        "from_checkpoint": request.from_checkpoint,
+        "from_savepoint": request.from_savepoint,
+        "fresh": request.fresh,
+        "force": request.force,
+        "pid": run.pid,
+        "status": "RUNNING" if run.running else "EXITED",
+        "exit_code": run.exit_code,
+        "started_at": run.started_at,
+        "ended_at": run.ended_at,
+        "cancel_requested_at": run.cancel_requested_at,
+        "log_path": run.log_path,
+        "run_dir": run.run_dir,
+    }
 
 
 def coordinator_url(settings: TidemarkSettings) -> str:
@@ -162,6 +189,8 @@ class LocalLauncher:
             command += ["--from-checkpoint", str(request.from_checkpoint)]
         if request.from_savepoint is not None:
             command += ["--from-savepoint", request.from_savepoint]
+        command += ["--fresh"] if request.fresh else []
+        command += ["--force"] if request.force else []
         return command
 
     def start(self, request: LaunchRequest) -> JobRun:

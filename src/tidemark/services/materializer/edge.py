@@ -17,13 +17,13 @@ import asyncio
 import random
 import re
 import shutil
-import time
 from pathlib import Path
 from typing import Any
 
 
 from tidemark.changelog.options import ChangelogReaderOptions
 from tidemark.changelog.reader import ChangelogReader
+from tidemark.clock import now_ms
 from tidemark.kafka.clients import base_config
 from tidemark.kafka.metadata import partition_counts
 from tidemark.materializer import (
@@ -46,10 +46,6 @@ from tidemark.storage.base import CheckpointStorage
 
 log = get_logger(__name__)
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class MaterializerEdge:

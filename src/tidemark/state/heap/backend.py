@@ -13,7 +13,7 @@ from tidemark.protocol.messages import StateChangeOp, StateHandle, StateHandleKi
 from tidemark.state.backend import KeyedStateBackend, StateRegistrationError
 from tidemark.state.descriptors import StateDescriptor
 from tidemark.state.heap.table import HeapStateTable
-from tidemark.state.keygroups import KeyGroupRange
+from tidemark.keygroups import KeyGroupRange
 from tidemark.state.restore import overlapping, read_handle
 from tidemark.state.serializers import frame_element
 from tidemark.state.snapshot import Entry, write_snapshot

@@ -2,23 +2,21 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import Any, Iterator
 
 from tidemark.protocol.messages import StateChangeOp
+from tidemark.state.backend import KeyedStateBackend
 from tidemark.state.descriptors import (
     StateDescriptor,
     StateKind,
     user_key_serializer_of,
     value_serializer_of,
 )
-from tidemark.state.keygroups import decode_key, encode_key
+from tidemark.keygroups import decode_key, encode_key
 from tidemark.state.serializers import Serializer, frame_element, frame_elements, unframe_elements
 from tidemark.state.snapshot import Entry
 from tidemark.state.table import MISSING, KeyedStateChange, decode_namespace, encode_namespace
 from tidemark.state.ttl import TtlSerializer, is_expired, timestamp_of
-
-if TYPE_CHECKING:
-    from tidemark.state.heap.backend import HashMapStateBackend
 
 PUT, ADD, DELETE, CLEAR = StateChangeOp.PUT, StateChangeOp.ADD, StateChangeOp.DELETE, StateChangeOp.CLEAR
 
@@ -33,7 +31,7 @@ class HeapStateTable:
 
     __slots__ = ("_b", "name", "kind", "_maps", "_ser", "_uks", "_is_map", "_is_list", "_ttl_ms")
 
-    def __init__(self, backend: HashMapStateBackend, descriptor: StateDescriptor) -> None:
+    def __init__(self, backend: KeyedStateBackend, descriptor: StateDescriptor) -> None:
         self._b = backend
         self.name = descriptor.name
         self.kind = descriptor.kind

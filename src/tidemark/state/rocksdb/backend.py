@@ -17,7 +17,7 @@ import rocksdict
 from tidemark.protocol.messages import StateChangeOp, StateFile, StateHandle, StateHandleKind
 from tidemark.state.backend import KeyedStateBackend, StateRegistrationError
 from tidemark.state.descriptors import StateDescriptor, StateKind
-from tidemark.state.keygroups import KeyGroupRange
+from tidemark.keygroups import KeyGroupRange
 from tidemark.state.restore import overlapping, read_handle
 from tidemark.state.rocksdb.options import RocksDBOptions, RocksDBResources
 from tidemark.state.rocksdb.snapshot import (

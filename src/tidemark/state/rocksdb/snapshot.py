@@ -21,10 +21,9 @@ import rocksdict
 
 from tidemark.protocol.messages import StateFile, StateHandle
 from tidemark.state.descriptors import StateKind
-from tidemark.state.keygroups import KeyGroupRange
-from tidemark.state.restore import RestoredPart
+from tidemark.keygroups import KeyGroupRange
 from tidemark.state.rocksdb.table import key_group_bytes, split_db_key
-from tidemark.state.snapshot import Entry, SnapshotFormatError
+from tidemark.state.snapshot import Entry, RestoredPart, SnapshotFormatError
 from tidemark.storage.base import CheckpointStorage
 
 METADATA_NAME = "INCREMENTAL.json"

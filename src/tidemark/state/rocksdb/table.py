@@ -12,22 +12,31 @@ range can be cut with ``delete_range``. Values are the canonical stored bytes (s
 from __future__ import annotations
 
 import struct
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator, Protocol
 
 from tidemark.protocol.messages import StateChangeOp
 from tidemark.state.descriptors import StateDescriptor, user_key_serializer_of, value_serializer_of
 from tidemark.state.serializers import Serializer, frame_element, frame_elements, unframe_elements
-from tidemark.state.table import MISSING, KeyedStateChange, encode_namespace
+from tidemark.state.table import MISSING, ChangeListener, KeyedStateChange, encode_namespace
 from tidemark.state.ttl import TtlSerializer
 
 if TYPE_CHECKING:
     import rocksdict
 
-    from tidemark.state.rocksdb.backend import RocksDBStateBackend
 
 PUT, ADD, DELETE, CLEAR = StateChangeOp.PUT, StateChangeOp.ADD, StateChangeOp.DELETE, StateChangeOp.CLEAR
 _U32 = struct.Struct(">I")
 _U16 = struct.Struct(">H")
+
+
+class CurrentKeySlot(Protocol):
+    """What a table reads from its backend (``RocksDBStateBackend``) on every access: the current
+    key's key group, stored key and key prefix, and the listeners to tell about changes."""
+
+    _key_group: int
+    _stored_key: bytes
+    _prefix: bytes
+    _listeners: list[ChangeListener]
 
 
 def key_group_bytes(key_group: int) -> bytes:
@@ -67,7 +76,7 @@ class RocksStateTable:
     __slots__ = ("_b", "name", "_cf", "_ser", "_uks")
 
     def __init__(
-        self, backend: RocksDBStateBackend, descriptor: StateDescriptor, cf: rocksdict.Rdict
+        self, backend: CurrentKeySlot, descriptor: StateDescriptor, cf: rocksdict.Rdict
     ) -> None:
         self._b = backend
         self.name = descriptor.name

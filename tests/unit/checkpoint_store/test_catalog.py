@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tidemark.checkpoint_store import encode_metadata, metadata_path
-from tidemark.operator.catalog import (
+from tidemark.checkpoint_store.catalog import (
     RestoreSourceNotFound,
     UnusableRestoreSource,
     job_in_storage,

@@ -17,7 +17,7 @@ from tidemark.state import (
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tidemark.state.keygroups import (
+from tidemark.keygroups import (
     decode_key,
     hash_key_bytes,
     encode_key,

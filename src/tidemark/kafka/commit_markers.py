@@ -24,12 +24,9 @@ from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from tidemark.kafka.admin import ensure_topics
+from tidemark.kafka.metadata import metadata_consumer, topic_partitions
+from tidemark.kafka.range_reader import read_messages
 from tidemark.kafka.topics import TopicSpec
-from tidemark.spark.arrow import arrow_schema
-from tidemark.spark.offsets import OffsetRange
-from tidemark.kafka.metadata import topic_partitions
-from tidemark.spark.planning import metadata_consumer
-from tidemark.spark.range_reader import read_range
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,11 +122,10 @@ def newest_commit(
         low, high = consumer.get_watermark_offsets(TopicPartition(topic, part), timeout=10.0, cached=False)
     finally:
         consumer.close()
-    schema = arrow_schema()
     end = high
     while end > low:
         begin = max(low, end - window)
-        found = _newest_in(client, OffsetRange(topic, part, begin, end), key, at_most, schema, idle_timeout_s)
+        found = _newest_in(client, topic, part, begin, end, key, at_most, idle_timeout_s)
         if found is not None:
             return found
         end = begin
@@ -137,16 +133,18 @@ def newest_commit(
 
 
 def _newest_in(
-    client: Mapping[str, Any], r: OffsetRange, key: bytes, batch_id: int, schema: Any, idle_timeout_s: float
+    client: Mapping[str, Any], topic: str, partition: int, begin: int, end: int, key: bytes, batch_id: int,
+    idle_timeout_s: float,
 ) -> CommitMarker | None:
+    """The newest marker of ``key`` with a batch ``<= batch_id`` among offsets ``[begin, end)``."""
     newest: CommitMarker | None = None
-    for batch in read_range(client, r, isolation_level="read_committed", idle_timeout_s=idle_timeout_s, schema=schema):
-        keys = batch.column("key").to_pylist()
-        values = batch.column("value").to_pylist()
-        for k, v in zip(keys, values):
-            if k != key or v is None:
+    for messages in read_messages(client, topic, partition, begin, end, isolation_level="read_committed",
+                                  idle_timeout_s=idle_timeout_s):
+        for message in messages:
+            value = message.value()
+            if message.key() != key or value is None:
                 continue
-            marker = CommitMarker.decode(v)
+            marker = CommitMarker.decode(value)
             if marker.batch_id <= batch_id:
                 newest = marker
     return newest

@@ -13,7 +13,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from tidemark.checkpoint_store import MetadataFormatError, metadata_path, read_metadata
+from tidemark.checkpoint_store.layout import metadata_path
+from tidemark.checkpoint_store.metadata_codec import MetadataFormatError
+from tidemark.checkpoint_store.persistent_store import read_metadata
 from tidemark.protocol.messages import CheckpointMetadata
 from tidemark.storage.base import CheckpointStorage
 from tidemark.types import CheckpointId, CheckpointType, JobId

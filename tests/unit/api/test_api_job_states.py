@@ -1,0 +1,39 @@
+"""``GET /jobs`` documents and ``tidemark jobs list`` text carry each job's state and reason."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "checkpoint"))
+
+from checkpoint_support import JOB, registration  # noqa: E402
+
+from tidemark.checkpoint import CheckpointCoordinator, CheckpointingOptions  # noqa: E402
+from tidemark.operator import render  # noqa: E402
+from tidemark.operator.documents import job_document  # noqa: E402
+from tidemark.types import JobId  # noqa: E402
+
+OPTS = CheckpointingOptions(interval_ms=100, timeout_ms=1_000)
+
+
+def test_job_documents_and_the_jobs_table_show_state_and_reason() -> None:
+    running = CheckpointCoordinator(JOB, OPTS)
+    running.apply(registration(epoch=2), 0)
+    failed = CheckpointCoordinator(JobId("orders"), OPTS)
+    failed.apply(replace(registration(epoch=1, job=JobId("orders")), finished=True, outcome="FAILED",
+                         reason="input topic 'orders' does not exist (create it)"), 0)
+    docs = [job_document(JOB, running), job_document(JobId("orders"), failed)]
+    assert (docs[0]["state"], docs[0]["state_reason"]) == ("RUNNING", None)
+    assert (docs[1]["state"], docs[1]["state_reason"]) == ("FAILED", "input topic 'orders' does not exist (create it)")
+    lines = render.jobs_text({"jobs": docs}).splitlines()
+    assert lines[0].split() == ["JOB", "STATE", "EPOCH", "COMPLETED", "FAILED", "LAST", "ID", "REASON"]
+    assert lines[1].split() == ["job", "RUNNING", "2", "0", "0", "-"]
+    assert lines[2].split()[:6] == ["orders", "FAILED", "1", "0", "0", "-"]
+    assert lines[2].endswith("input topic 'orders' does not exist (create it)")
+
+
+def test_a_stop_with_savepoint_in_flight_shows_as_running_stopping() -> None:
+    assert render.job_state({"state": "RUNNING", "stopping": True}) == "RUNNING(stopping)"
+    assert render.job_state({"state": "CANCELLED", "stopping": False}) == "CANCELLED"
