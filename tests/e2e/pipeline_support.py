@@ -10,7 +10,7 @@ from typing import Any
 
 from tidemark.examples.generator import expected_top_urls, expected_url_counts
 from tidemark.examples.verify import Verdict, read_committed, verify_top_urls, verify_url_counts
-from tidemark.local.pipeline import LocalPipeline
+from tidemark.local.pipeline import LocalPipeline, wait_for
 
 TOP_URLS = "tidemark.examples.access_log:top_urls"
 URL_COUNTS = "tidemark.examples.access_log:url_counts"
@@ -87,3 +87,19 @@ def processes_mentioning(marker: str) -> list[str]:
         if marker in cwd or marker.encode() in cmdline or marker.encode() in environ:
             found.append(f"{proc.name}: {cmdline[:200].decode(errors='replace')}")
     return found
+
+
+class Milestone:
+    """Input keeps flowing until ``reached``: set once the event under test is behind the job
+    and it completed two more checkpoints after it."""
+
+    def __init__(self) -> None:
+        self.reached = False
+
+    def __call__(self) -> bool:
+        return self.reached
+
+    def after_two_more_checkpoints(self, pipe, job_id: str) -> None:
+        done = pipe.completed_checkpoints(job_id)
+        wait_for(lambda: pipe.completed_checkpoints(job_id) >= done + 2, 300, "2 more completed checkpoints")
+        self.reached = True

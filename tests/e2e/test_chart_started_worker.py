@@ -30,8 +30,7 @@ import helm_python as helm
 import pytest
 import yaml
 
-from pipeline_support import TOP_URLS, Topics, pipeline, topics_for, verify_two_stage
-from test_production_continuity import Milestone
+from pipeline_support import TOP_URLS, Milestone, Topics, pipeline, topics_for, verify_two_stage
 from tidemark.local.pipeline import InputFeeder, JobRun, LocalPipeline, wait_for
 from tidemark.processes import die_with_parent, free_port_block
 

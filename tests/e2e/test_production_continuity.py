@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline_support import TOP_URLS, pipeline, topics_for, verify_two_stage
+from pipeline_support import TOP_URLS, Milestone, pipeline, topics_for, verify_two_stage
 from tidemark.local.pipeline import InputFeeder, wait_for
 from upgraded_jobs import UPGRADED_ENV, UPGRADED_TOP_URLS
 
@@ -29,22 +29,6 @@ pytestmark = pytest.mark.timeout(900)
 
 def registered_epochs(job) -> list[int]:
     return [e["epoch"] for e in job.events("attempt registered") if not e.get("finished")]
-
-
-class Milestone:
-    """Input keeps flowing until ``reached``: set once the event under test is behind the job
-    and it completed two more checkpoints after it."""
-
-    def __init__(self) -> None:
-        self.reached = False
-
-    def __call__(self) -> bool:
-        return self.reached
-
-    def after_two_more_checkpoints(self, pipe, job_id: str) -> None:
-        done = pipe.completed_checkpoints(job_id)
-        wait_for(lambda: pipe.completed_checkpoints(job_id) >= done + 2, 300, "2 more completed checkpoints")
-        self.reached = True
 
 
 def test_whole_process_tree_sigkilled_then_started_again_with_the_same_arguments(

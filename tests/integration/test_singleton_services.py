@@ -49,6 +49,7 @@ class Job:
         self.consumer.assign([TopicPartition(self.control, 0, 0)])
         self.triggers: list[CheckpointTrigger] = []
         self.completed: list[CheckpointCompleted] = []
+        self.stopped = threading.Event()
 
     def send(self, topic: str, message: object) -> None:
         self.producer.produce(topic, key=JOB.encode(), value=codec.encode(message))
@@ -61,7 +62,7 @@ class Job:
     def serve(self, seconds: float) -> None:
         """Ack every trigger seen for ``seconds``."""
         deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and not self.stopped.is_set():
             record = self.consumer.poll(0.2)
             if record is None or record.error():
                 continue
@@ -81,7 +82,9 @@ class Job:
                                   state_handles=(handle,)),
                 timings=TaskTimings(sync_ms=1, async_ms=1), acked_at=int(time.time() * 1000), epoch=message.epoch))
 
-    def close(self) -> None:
+    def close(self, serving: threading.Thread) -> None:
+        self.stopped.set()
+        serving.join(5)  # before the consumer it polls is closed
         self.consumer.close()
 
 
@@ -117,4 +120,4 @@ def test_a_newer_instance_of_each_service_fences_the_older(kafka_bootstrap, topi
             ids = [t.checkpoint_id for t in job.triggers[first_trigger:]]
             assert len(ids) == len(set(ids)), f"a checkpoint was triggered twice: {ids}"
         finally:
-            job.close()
+            job.close(serving)
