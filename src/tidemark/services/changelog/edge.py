@@ -113,19 +113,20 @@ class ChangelogEdge:
             return
         async with self._lock:
             await self._ensure_topics()
-            self.plans = self.ledger.plan(self.partitions)
-            moves = advances(self.plans, self.truncated)
+            plans = self.ledger.plan(self.partitions)  # published with the truncations it led to, below
+            moves = advances(plans, self.truncated)
             behind = {tp: point for tp, point in {**self.truncated, **moves}.items()
                       if self.physical.get(tp, 0) < point}
             done = await asyncio.get_running_loop().run_in_executor(None, self.truncator.delete, behind)
             for tp in done:
                 self.physical[tp] = behind[tp]
-            owners = {(p.topic.name, p.partition): p.topic for p in self.plans}
+            owners = {(p.topic.name, p.partition): p.topic for p in plans}
             for tp, point in moves.items():
                 self._record(tp, point, owners[tp], physical=tp in done)
             for tp in done - moves.keys():  # a logical truncation caught up physically
                 if tp in owners:
                     metrics.TRUNCATIONS.labels(owners[tp].job_id, "physical").inc()
+            self.plans = plans  # GET /changelog never shows new plans beside old truncation points
             self._track_sizes()
 
     def _record(self, tp: TopicPartition, point: int, owner: Any, *, physical: bool) -> None:
