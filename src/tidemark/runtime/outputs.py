@@ -29,13 +29,13 @@ from __future__ import annotations
 
 import json
 import struct
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from confluent_kafka import Producer
 
+from tidemark.clock import now_ms
 from tidemark.broker.engine import tansu_selected
 from tidemark.kafka.clients import produce_waiting, producer_config
 from tidemark.kafka.commit_markers import (
@@ -241,7 +241,7 @@ class TwoPhaseCommitOutput:
             return
         count = sum(len(buffer.records) for buffer in due)
         marker = CommitMarker(self.query_id, int(checkpoint_id), 0, self.transactional_id, count,
-                              int(time.time() * 1000))
+                              now_ms())
 
         def records() -> None:
             for buffer in due:

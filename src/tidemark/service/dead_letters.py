@@ -13,10 +13,10 @@ The headers' digest covers, in name order, each name, a NUL byte, the value and 
 from __future__ import annotations
 
 import hashlib
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from tidemark.clock import now_ms
 from tidemark.protocol import codec
 from tidemark.protocol.errors import DecodeError
 from tidemark.protocol.messages import DeadLetter
@@ -86,7 +86,7 @@ def dead_letter(record: RawRecord, error: BaseException, service: str,
         error_type=error_text(reason_of(error), 200),
         error_message=error_text(error),
         service=service,
-        failed_at=int(time.time() * 1000),
+        failed_at=now_ms(),
     )
     return fit(letter, max_bytes)
 

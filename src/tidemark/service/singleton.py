@@ -32,6 +32,7 @@ from typing import Any
 
 from confluent_kafka import OFFSET_END, Consumer, KafkaException, Producer, TopicPartition
 
+from tidemark.clock import now_ms
 from tidemark.exit_codes import EXIT_FENCED
 from tidemark.kafka.clients import consumer_config, producer_config
 from tidemark.kafka.topics import TopicSpec
@@ -67,7 +68,7 @@ class SingletonLease:
         producer = Producer(producer_config(self._client, self._transactional_id))
         producer.init_transactions(timeout_s)
         claim = {"service": self.service, "instance": self.instance, "host": socket.gethostname(),
-                 "pid": os.getpid(), "claimed_at": int(time.time() * 1000)}
+                 "pid": os.getpid(), "claimed_at": now_ms()}
         offsets: list[int] = []
 
         def delivered(err: Any, msg: Any) -> None:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -32,6 +31,7 @@ from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
+from tidemark.clock import now_ms
 from tidemark.kafka.clients import produce_waiting, producer_config
 from tidemark.kafka.commit_markers import CommitMarker, ensure_marker_topic, find_commit, marker_partition, \
     marker_partition_count
@@ -157,7 +157,7 @@ def write_partition(options: KafkaSinkOptions, slot: SinkSlot, batches: Iterable
     producer.begin_transaction()
     try:
         records = _produce_batches(producer, batches, options.topic)
-        marker = CommitMarker(slot.query_id, slot.batch_id, slot.partition, txid, records, int(time.time() * 1000))
+        marker = CommitMarker(slot.query_id, slot.batch_id, slot.partition, txid, records, now_ms())
         producer.produce(options.marker_topic, key=marker.key, value=marker.encode(),
                          partition=marker_partition(marker.key, partitions))
         producer.commit_transaction(_TIMEOUT_S)

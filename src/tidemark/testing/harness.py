@@ -25,13 +25,13 @@ from __future__ import annotations
 
 import json
 import tempfile
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from tidemark.clock import now_ms
 from tidemark.checkpoint.restore_planner import plan_assignments, plan_restore
 from tidemark.checkpoint_store.layout import checkpoint_dir, metadata_path, shared_dir
 from tidemark.checkpoint_store.metadata_codec import encode_metadata
@@ -243,7 +243,7 @@ class KeyedProcessFunctionHarness:
         self._next_snapshot = cid + 1
         kind = CheckpointType.SAVEPOINT
         storage = SnapshotStorage(self.storage, checkpoint_dir(self.job_id, cid, kind), shared_dir(self.job_id))
-        started = int(time.time() * 1000)
+        started = now_ms()
         tasks = []
         for task in self.tasks:
             keyed, operator = task.snapshot(cid, storage, canonical=True, operator_items={})
@@ -252,7 +252,7 @@ class KeyedProcessFunctionHarness:
                                       assignment.key_group_start, assignment.key_group_end,
                                       state_handles=keyed.handles + operator))
         size = sum(h.state_size_bytes for t in tasks for h in t.state_handles)
-        metadata = CheckpointMetadata(self.job_id, cid, kind, started, int(time.time() * 1000),
+        metadata = CheckpointMetadata(self.job_id, cid, kind, started, now_ms(),
                                       self.max_parallelism, tuple(tasks), state_size_bytes=size,
                                       checkpointed_size_bytes=size)
         path = metadata_path(self.job_id, cid, kind)

@@ -11,12 +11,12 @@ restart too.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections import defaultdict
 from typing import Any
 
 from prometheus_client import Counter, Gauge
 
+from tidemark.clock import now_ms
 from tidemark.checkpoint_store import CheckpointStoreOptions, PersistentCheckpointStore
 from tidemark.checkpoint_store.layout import metadata_path
 from tidemark.checkpoint_store.store import state_files
@@ -77,7 +77,7 @@ class CheckpointStoreEdge:
 
     async def on_caught_up(self) -> None:
         loop = asyncio.get_running_loop()
-        now = int(time.time() * 1000)
+        now = now_ms()
         for job, events in self._events.items():
             deleted = await loop.run_in_executor(None, self._store(job).recover, events, now)
             log.info("store rebuilt", job=job, events=len(events), finished_deletes=len(deleted))
@@ -103,7 +103,7 @@ class CheckpointStoreEdge:
         before = len(store.store.retained())
         referenced = _referenced_paths(store)
         event = await asyncio.get_running_loop().run_in_executor(
-            None, store.store_checkpoint, metadata, int(time.time() * 1000))
+            None, store.store_checkpoint, metadata, now_ms())
         log.info("checkpoint stored" if isinstance(event, CheckpointMetadata) else "checkpoint rejected",
                  job=metadata.job_id, checkpoint=metadata.checkpoint_id)
         self._update_metrics(metadata.job_id, discarded=max(0, before + 1 - len(store.store.retained())),
