@@ -41,6 +41,11 @@ class TopicNames:
     def dead_letters(self) -> str:
         return f"{self.prefix}.dead-letters"
 
+    @property
+    def sink_commits(self) -> str:
+        """The exactly-once sinks' commit markers (:mod:`tidemark.kafka.commit_markers`)."""
+        return f"{self.prefix}.sink-commits"
+
     def changelog(self, job_id: str, operator_id: str) -> str:
         return f"{self.prefix}.changelog.{_UNSAFE.sub('_', job_id)}.{_UNSAFE.sub('_', operator_id)}"
 

@@ -20,7 +20,6 @@ from confluent_kafka import TopicPartition
 from tidemark.kafka.metadata import metadata_consumer, topic_partitions
 from tidemark.kafka.topics import TopicNames
 from tidemark.runtime.api import JobSpec
-from tidemark.runtime.worker import marker_topic
 from tidemark.kafka.commit_markers import newest_commit
 from tidemark.types import CheckpointingMode
 
@@ -34,7 +33,7 @@ def newest_committed_checkpoint(client: dict[str, Any], topics: TopicNames, spec
     (:mod:`tidemark.runtime.restore_source`)."""
     if spec.mode is not CheckpointingMode.EXACTLY_ONCE:
         return 0
-    markers = marker_topic(topics)
+    markers = topics.sink_commits
     consumer = metadata_consumer(client, "read_uncommitted")
     try:
         partitions = topic_partitions(consumer, markers, _TIMEOUT_S)

@@ -16,12 +16,17 @@ upstream task are aligned (see :mod:`tidemark.runtime.alignment`), with the cut 
 Either way: pre-commit the output (channel: barriers downstream; exactly-once sink: seal the
 write-ahead buffer), snapshot every task's keyed and operator state into checkpoint storage, ack
 each task to the coordinator. Completed / aborted notifications commit / keep the output.
+
+This module is the batch loop and the control plane; the parts it drives live beside it: the
+tasks and their backends (:mod:`~tidemark.runtime.stage_tasks`), the restore
+(:mod:`~tidemark.runtime.stage_restore`), one checkpoint (:mod:`~tidemark.runtime.stage_checkpoint`),
+the outputs (:mod:`~tidemark.runtime.outputs`) and the consumer lag
+(:mod:`~tidemark.runtime.consumer_lag`).
 """
 
 from __future__ import annotations
 
 import json
-import secrets
 import shutil
 import threading
 import time
@@ -33,48 +38,30 @@ from typing import Any
 
 from confluent_kafka.admin import AdminClient
 
-from tidemark.changelog import ChangelogReader, ChangelogSource, ChangelogStateBackend, ChangelogWriter
-from tidemark.checkpoint.restore_planner import plan_assignments, plan_restore
-from tidemark.checkpoint_store.layout import checkpoint_dir, shared_dir
+from tidemark.changelog import ChangelogReader
+from tidemark.checkpoint.outcomes import DECLINED_SUBSUMED
+from tidemark.checkpoint.restore_planner import plan_assignments
 from tidemark.checkpoint_store.metadata_codec import MetadataFormatError
 from tidemark.checkpoint_store.persistent_store import read_metadata
 from tidemark.clock import now_ms
 from tidemark.config.settings import TidemarkSettings
 from tidemark.kafka.admin import ensure_topics
 from tidemark.kafka.clients import base_config
-from tidemark.kafka.metadata import TopicNotFoundError, list_partitions, metadata_consumer, watermarks
-from tidemark.kafka.outage import broker_wait, unavailable
+from tidemark.kafka.metadata import TopicNotFoundError, list_partitions, metadata_consumer
 from tidemark.kafka.topics import TopicNames, TopicSpec
-from tidemark.materializer.storage import SharedFilesView, materialization_prefix
 from tidemark.protocol.messages import (
-    Barrier,
     CheckpointAborted,
     CheckpointCompleted,
     CheckpointMetadata,
     CheckpointTrigger,
     MaterializationEvent,
-    SourceOffset,
-    StateHandleKind,
-    TaskAck,
-    TaskAssignment,
-    TaskSnapshot,
-    TaskTimings,
 )
-from tidemark.checkpoint.outcomes import DECLINED_SUBSUMED
 from tidemark.runtime.alignment import Aligned, BarrierAligner, Cancelled, Channel, Process
 from tidemark.runtime.api import JobSpec, Stage, load_job
 from tidemark.runtime.control import ControlPlane
 from tidemark.runtime.faults import FAULTS
-from tidemark.runtime.metrics import (
-    ALIGNMENT,
-    CONSUMER_LAG,
-    RECORDS_IN,
-    RECORDS_OUT,
-    RESTORE_DURATION,
-    SNAPSHOT_ASYNC,
-    SNAPSHOT_SYNC,
-    init_worker_metrics,
-)
+from tidemark.runtime.consumer_lag import ConsumerLag
+from tidemark.runtime.metrics import RECORDS_IN, RECORDS_OUT, RESTORE_DURATION, init_worker_metrics
 from tidemark.runtime.outputs import (
     AtLeastOnceOutput,
     ChannelOutput,
@@ -85,13 +72,14 @@ from tidemark.runtime.outputs import (
 from tidemark.runtime.record_errors import FunctionFailed, MalformedHeaders, MalformedInput, RecordFailures
 from tidemark.runtime.records import InputRecord
 from tidemark.runtime.routing import KeyGroupRouter
-from tidemark.runtime.task import CUT_STATE, SINK_STATE, StageTask, create_backend
+from tidemark.runtime.stage_checkpoint import StageCheckpointer
+from tidemark.runtime.stage_restore import ChangelogRestore, RestoredStage, restore_stage
+from tidemark.runtime.stage_tasks import ChangelogTarget, build_stage_tasks
+from tidemark.runtime.task import StageTask
 from tidemark.service.logs import get_logger
 from tidemark.spark.offsets import PartitionOffsets
-from tidemark.keygroups import KeyGroupRange
 from tidemark.storage import open_storage
 from tidemark.storage.base import CorruptStateFile
-from tidemark.storage.scoped import SnapshotStorage
 from tidemark.types import CheckpointId, CheckpointingMode, CheckpointType, Epoch, TaskId
 
 log = get_logger(__name__)
@@ -112,10 +100,6 @@ class Attempt:
     @property
     def ready_file(self) -> Path:
         return self.run_dir / f"{self.stage}.epoch-{self.epoch}.ready"
-
-
-def marker_topic(topics: TopicNames) -> str:
-    return f"{topics.prefix}.sink-commits"
 
 
 class StageWorker:
@@ -140,12 +124,12 @@ class StageWorker:
         self.restored_from: CheckpointMetadata | None = None
         self.stopping: CheckpointId | None = None
         self.finished = False
-        self.checkpoints_taken = 0
+        self.checkpointer: StageCheckpointer | None = None
         self._batch: dict[TaskId, list[OutputRecord]] = defaultdict(list)
         self.failures = RecordFailures(self.client, self.topics, self.job, self.stage.on_error,
                                        settings.dead_letter_max_bytes)
         self._metadata = metadata_consumer(self.client)  # topic metadata and watermarks, for the attempt's life
-        self._lag_error: str | None = None
+        self._lag = ConsumerLag(self.client, self._metadata, self.job, self.stage.name, self.stage.inputs)
         self._local = (settings.state_dir or settings.home / "state") / self.job / self.stage.name / f"epoch-{self.epoch}"
 
     # ------------------------------------------------------------------ set-up
@@ -167,72 +151,44 @@ class StageWorker:
         self.control = ControlPlane(self.client, self.topics, self.job,  # before anything can trigger
                                     materializations=spec.changelog)
         started = time.monotonic()
-        assignments = plan_assignments((stage.operator_id,), self.attempt.parallelism, spec.max_parallelism)
         shutil.rmtree(self._local, ignore_errors=True)
-        changelog_partitions = self._changelog_partitions() if spec.changelog else 0
-        for assignment in assignments:
-            kgr = _range(assignment)
-            backend: Any = create_backend(spec.state_backend, kgr, spec.max_parallelism, stage.name,
-                                          self._local / assignment.task_id.replace("#", "-"))
-            if spec.changelog:
-                writer = ChangelogWriter(self.client, self.changelog_topic, partitions=changelog_partitions,
-                                         max_parallelism=spec.max_parallelism, job_id=self.job,
-                                         task_id=assignment.task_id, epoch=self.epoch)
-                backend = ChangelogStateBackend(backend, writer)
-            self.tasks.append(StageTask(stage, assignment, self.attempt.parallelism, backend))
+        changelog = (ChangelogTarget(self.client, self.changelog_topic, self._changelog_partitions(), self.epoch)
+                     if spec.changelog else None)
+        self.tasks = build_stage_tasks(spec, stage, self.attempt.parallelism, self._local, changelog)
         self.router = KeyGroupRouter(spec.max_parallelism, [t.key_groups for t in self.tasks])
-        try:
-            sink_items, cut = self._restore() if self.attempt.restore_path else ([], {})
-        except (CorruptStateFile, MetadataFormatError) as exc:  # the supervisor will not restore it again
-            log.error("restore failed: checkpoint corrupted", job=self.job, stage=stage.name,
-                      checkpoint=self.attempt.restore_path, error=str(exc))
-            raise
+        restored = self._restore() if self.attempt.restore_path else None
         self.output = self._create_output()
-        restored_id = self.restored_from.checkpoint_id if self.restored_from else CheckpointId(0)
-        self.output.recover(sink_items, restored_id)
+        self.output.recover(restored.sink_items if restored else [],
+                            restored.metadata.checkpoint_id if restored else CheckpointId(0))
         for task in self.tasks:
             task.open()
         if self.upstream is not None:
-            self.aligner = BarrierAligner(spec.mode, self.epoch, self._channels(), cut)
-        RESTORE_DURATION.labels(self.job).set(time.monotonic() - started if self.restored_from else 0)
+            self.aligner = BarrierAligner(spec.mode, self.epoch, self._channels(), restored.cut if restored else {})
+        self.checkpointer = StageCheckpointer(self.job, stage.name, stage.operator_id, spec.mode, self.epoch,
+                                              self.tasks, self.output, self.storage, self.control)
+        RESTORE_DURATION.labels(self.job).set(time.monotonic() - started if restored else 0)
 
-    def _restore(self) -> tuple[list[bytes], dict[Channel, int]]:
-        metadata = read_metadata(self.storage, self.attempt.restore_path or "")
-        if metadata.job_id != self.job:
-            raise ValueError(f"{self.attempt.restore_path} belongs to job {metadata.job_id}, not {self.job}")
+    def _restore(self) -> RestoredStage:
+        path = self.attempt.restore_path or ""
+        try:
+            metadata = read_metadata(self.storage, path)
+            if metadata.job_id != self.job:
+                raise ValueError(f"{path} belongs to job {metadata.job_id}, not {self.job}")
+            changelog = (ChangelogRestore(ChangelogReader(self.client, partitions=self._changelog_partitions(),
+                                                          max_parallelism=self.spec.max_parallelism), self.epoch)
+                         if self.spec.changelog else None)
+            restored = restore_stage(metadata, self.job, self.stage.operator_id, self.tasks,
+                                     self.attempt.parallelism, self.storage, changelog)
+        except (CorruptStateFile, MetadataFormatError) as exc:  # the supervisor will not restore it again
+            log.error("restore failed: checkpoint corrupted", job=self.job, stage=self.stage.name, checkpoint=path,
+                      error=str(exc))
+            raise
         self.restored_from = metadata
-        plan = plan_restore(metadata, self.attempt.parallelism)
-        op = self.stage.operator_id
-        operator_handles = [h for t in metadata.tasks if t.operator_id == op
-                            for h in t.state_handles if h.kind is StateHandleKind.OPERATOR]
-        sink_items: dict[bytes, None] = {}
-        cut: dict[Channel, int] = {}
-        reader = None
-        rebased: list[TaskId] = []
-        if self.spec.changelog:
-            reader = ChangelogReader(self.client, partitions=self._changelog_partitions(),
-                                     max_parallelism=self.spec.max_parallelism)
-        for task in self.tasks:
-            part = plan.for_task(task.task_id)
-            if reader is not None:
-                sources = [ChangelogSource.from_task_snapshot(t) for t in metadata.tasks if t.operator_id == op
-                           and len(_range(t).intersection(task.key_groups))]
-                base = SharedFilesView(self.storage, materialization_prefix(self.job, task.task_id),
-                                       f"restored-e{self.epoch}-{secrets.token_hex(4)}")
-                if task.restore_changelog(sources, operator_handles, self.storage, reader, base):
-                    rebased.append(task.task_id)
-            else:
-                task.restore(part.keyed_handles, operator_handles, self.storage)
-            sink_items.update(dict.fromkeys(task.restored_items(SINK_STATE)))
-            for item in task.restored_items(CUT_STATE):
-                doc = json.loads(item)
-                cut[(doc["topic"], doc["partition"], TaskId(doc["task"]))] = doc["offset"]
-            for offset in part.source_offsets:
-                self.positions[(offset.topic, offset.partition)] = offset.offset
+        self.positions.update(restored.positions)
         log.info("restored", job=self.job, stage=self.stage.name, checkpoint=metadata.checkpoint_id,
-                 epoch=self.epoch, positions=len(self.positions), pending_buffers=len(sink_items),
-                 rebased=rebased)
-        return list(sink_items), cut
+                 epoch=self.epoch, positions=len(self.positions), pending_buffers=len(restored.sink_items),
+                 rebased=restored.rebased)
+        return restored
 
     def _create_output(self) -> StageOutput:
         spec, stage = self.spec, self.stage
@@ -241,7 +197,7 @@ class StageWorker:
             return ChannelOutput(self.client, stage.output, self._partitions(stage.output), txid, self.epoch)
         if spec.mode is CheckpointingMode.EXACTLY_ONCE:
             return TwoPhaseCommitOutput(self.client, stage.output, self.job, stage.operator_id, txid,
-                                        marker_topic(self.topics))
+                                        self.topics.sink_commits)
         return AtLeastOnceOutput(self.client, stage.output)
 
     @property
@@ -393,44 +349,8 @@ class StageWorker:
 
     def checkpoint(self, checkpoint_id: CheckpointId, kind: CheckpointType, aligned: Aligned | None,
                    target: str | None = None) -> None:
-        assert self.output is not None and self.control is not None
-        started = time.monotonic()
-        emitted = now_ms()
-        barriers = {t.task_id: Barrier(self.job, checkpoint_id, kind, self.spec.mode, t.task_id, emitted, self.epoch)
-                    for t in self.tasks}
-        items = self.output.pre_commit(barriers)
-        private = target or checkpoint_dir(self.job, checkpoint_id, kind)
-        storage = SnapshotStorage(self.storage, private, shared_dir(self.job))
-        positions = aligned.resume_offsets() if aligned is not None else dict(self.positions)
-        cut_items = [json.dumps({"topic": t, "partition": p, "task": task, "offset": o}).encode()
-                     for (t, p, task), o in sorted(aligned.cut.items())] if aligned is not None else []
-        snapshots = []
-        for task in self.tasks:
-            index = task.assignment.subtask_index
-            keyed, operator = task.snapshot(checkpoint_id, storage, canonical=kind.is_savepoint, operator_items={
-                SINK_STATE: items.get(task.task_id, []), CUT_STATE: cut_items if index == 0 else []})
-            offsets = tuple(SourceOffset(t, p, o) for (t, p), o in sorted(positions.items())
-                            if p % len(self.tasks) == index)
-            snapshots.append(TaskSnapshot(
-                task.task_id, self.stage.operator_id, index, task.assignment.key_group_start,
-                task.assignment.key_group_end, state_handles=keyed.handles + operator, source_offsets=offsets,
-                changelog_ranges=keyed.ranges, materialization=keyed.materialization))
-        sync_s = time.monotonic() - started
-        FAULTS.hit("after-snapshot")
-        alignment_ms = aligned.alignment_ms if aligned is not None else 0
-        acked = time.monotonic()
-        for snapshot in snapshots:
-            timings = TaskTimings(alignment_ms=alignment_ms, sync_ms=int(sync_s * 1000),
-                                  async_ms=0, processed_bytes=0)
-            self.control.ack(TaskAck(self.job, checkpoint_id, snapshot, timings, now_ms(), self.epoch))
-        SNAPSHOT_SYNC.labels(self.job).observe(sync_s)
-        SNAPSHOT_ASYNC.labels(self.job).observe(time.monotonic() - acked)
-        ALIGNMENT.labels(self.job).observe(alignment_ms / 1000)
-        self.checkpoints_taken += 1
-        log.info("checkpoint acked", job=self.job, stage=self.stage.name, checkpoint=checkpoint_id,
-                 kind=kind.value, sync_ms=int(sync_s * 1000), alignment_ms=alignment_ms,
-                 held=aligned.held if aligned else 0, overtaken=aligned.overtaken if aligned else 0)
-        FAULTS.hit("after-ack")
+        assert self.checkpointer is not None
+        self.checkpointer.checkpoint(checkpoint_id, kind, self.positions, aligned, target)
         if kind is CheckpointType.STOP_WITH_SAVEPOINT:
             self.stopping = checkpoint_id
             self.wait_while_stopping()
@@ -438,22 +358,7 @@ class StageWorker:
     # ------------------------------------------------------------------ monitoring
 
     def report_lag(self) -> None:
-        """Update the consumer-lag gauges. A metric never takes the worker down: when the broker
-        cannot answer, the gauges keep their last values and the outage is reported."""
-        try:
-            partitions = list_partitions(self._metadata, self.stage.inputs)
-            marks = watermarks(self._metadata, partitions)
-        except Exception as exc:
-            if unavailable(exc):
-                broker_wait(self.client).failed("consumer lag", exc)
-            elif str(exc) != self._lag_error:
-                log.warning("consumer lag not measured", job=self.job, stage=self.stage.name, error=str(exc))
-            self._lag_error = str(exc)
-            return
-        self._lag_error = None
-        for (topic, partition), (_, high) in marks.items():
-            position = self.positions.get((topic, partition), 0)
-            CONSUMER_LAG.labels(self.job, topic, str(partition)).set(max(0, high - position))
+        self._lag.report(self.positions)
 
     def close(self) -> None:
         for task in self.tasks:
@@ -465,10 +370,4 @@ class StageWorker:
         self.failures.close()
         self._metadata.close()
         shutil.rmtree(self._local, ignore_errors=True)
-
-
-def _range(assignment: TaskAssignment | TaskSnapshot) -> KeyGroupRange:
-    return KeyGroupRange(assignment.key_group_start, assignment.key_group_end)
-
-
 

@@ -1,0 +1,95 @@
+"""Taking one checkpoint of a stage at a worker (Flink's synchronous part of a snapshot).
+
+In this order: pre-commit the output (a channel writes a barrier per task into every partition;
+the exactly-once sink seals its write-ahead buffer), snapshot each task's keyed and operator state
+into checkpoint storage (``<job>/chk-<id>/``, savepoints in their own folder and canonical
+format, RocksDB's shared files under ``<job>/shared/``), then ack every task to the coordinator
+with its handles, its share of the source positions and its timings. A source stage's positions
+are the offsets after the last processed record; a channel stage's are its aligned cut.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from tidemark.checkpoint_store.layout import checkpoint_dir, shared_dir
+from tidemark.clock import now_ms
+from tidemark.protocol.messages import Barrier, SourceOffset, TaskAck, TaskSnapshot, TaskTimings
+from tidemark.runtime.alignment import Aligned
+from tidemark.runtime.control import ControlPlane
+from tidemark.runtime.faults import FAULTS
+from tidemark.runtime.metrics import ALIGNMENT, SNAPSHOT_ASYNC, SNAPSHOT_SYNC
+from tidemark.runtime.outputs import StageOutput
+from tidemark.runtime.task import CUT_STATE, SINK_STATE, StageTask
+from tidemark.service.logs import get_logger
+from tidemark.storage.base import CheckpointStorage
+from tidemark.storage.scoped import SnapshotStorage
+from tidemark.types import CheckpointId, CheckpointingMode, CheckpointType, Epoch, JobId, OperatorId
+
+log = get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class StageCheckpointer:
+    """Everything of a stage a checkpoint touches, fixed for the attempt."""
+
+    job: JobId
+    stage: str
+    operator_id: OperatorId
+    mode: CheckpointingMode
+    epoch: Epoch
+    tasks: Sequence[StageTask]
+    output: StageOutput
+    storage: CheckpointStorage
+    control: ControlPlane
+
+    def checkpoint(self, checkpoint_id: CheckpointId, kind: CheckpointType, positions: Mapping[tuple[str, int], int],
+                   aligned: Aligned | None, target: str | None = None) -> None:
+        """``positions``: the source stage's positions (ignored when ``aligned`` gives the cut);
+        ``target``: where a savepoint goes (else the checkpoint's own folder)."""
+        started = time.monotonic()
+        emitted = now_ms()
+        barriers = {t.task_id: Barrier(self.job, checkpoint_id, kind, self.mode, t.task_id, emitted, self.epoch)
+                    for t in self.tasks}
+        items = self.output.pre_commit(barriers)
+        storage = SnapshotStorage(self.storage, target or checkpoint_dir(self.job, checkpoint_id, kind),
+                                  shared_dir(self.job))
+        snapshots = self._snapshot(checkpoint_id, kind, storage, items,
+                                   aligned.resume_offsets() if aligned is not None else dict(positions), aligned)
+        sync_s = time.monotonic() - started
+        FAULTS.hit("after-snapshot")
+        alignment_ms = aligned.alignment_ms if aligned is not None else 0
+        acked = time.monotonic()
+        for snapshot in snapshots:
+            timings = TaskTimings(alignment_ms=alignment_ms, sync_ms=int(sync_s * 1000), async_ms=0, processed_bytes=0)
+            self.control.ack(TaskAck(self.job, checkpoint_id, snapshot, timings, now_ms(), self.epoch))
+        SNAPSHOT_SYNC.labels(self.job).observe(sync_s)
+        SNAPSHOT_ASYNC.labels(self.job).observe(time.monotonic() - acked)
+        ALIGNMENT.labels(self.job).observe(alignment_ms / 1000)
+        log.info("checkpoint acked", job=self.job, stage=self.stage, checkpoint=checkpoint_id, kind=kind.value,
+                 sync_ms=int(sync_s * 1000), alignment_ms=alignment_ms, held=aligned.held if aligned else 0,
+                 overtaken=aligned.overtaken if aligned else 0)
+        FAULTS.hit("after-ack")
+
+    def _snapshot(self, checkpoint_id: CheckpointId, kind: CheckpointType, storage: SnapshotStorage,
+                  sink_items: Mapping[str, list[bytes]], positions: Mapping[tuple[str, int], int],
+                  aligned: Aligned | None) -> list[TaskSnapshot]:
+        """Each task's state; the channel cut goes with the first task (union state: every task
+        sees it after a restore), each source partition with task ``partition % tasks``."""
+        cut_items = [json.dumps({"topic": t, "partition": p, "task": task, "offset": o}).encode()
+                     for (t, p, task), o in sorted(aligned.cut.items())] if aligned is not None else []
+        snapshots = []
+        for task in self.tasks:
+            index = task.assignment.subtask_index
+            keyed, operator = task.snapshot(checkpoint_id, storage, canonical=kind.is_savepoint, operator_items={
+                SINK_STATE: sink_items.get(task.task_id, []), CUT_STATE: cut_items if index == 0 else []})
+            offsets = tuple(SourceOffset(t, p, o) for (t, p), o in sorted(positions.items())
+                            if p % len(self.tasks) == index)
+            snapshots.append(TaskSnapshot(
+                task.task_id, self.operator_id, index, task.assignment.key_group_start,
+                task.assignment.key_group_end, state_handles=keyed.handles + operator, source_offsets=offsets,
+                changelog_ranges=keyed.ranges, materialization=keyed.materialization))
+        return snapshots
