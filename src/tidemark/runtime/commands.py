@@ -17,7 +17,8 @@ from tidemark.operator.client import DEFAULT_URL, CoordinatorClient
 from tidemark.runtime.api import JobSpecError, load_job
 from tidemark.runtime.faults import POINTS
 from tidemark.runtime.fresh_start import validate_start_id
-from tidemark.runtime.supervisor import FaultPlan, JobSupervisor, RunOptions, StartRefused
+from tidemark.runtime.attempt_planner import FaultPlan, RunOptions, StartRefused
+from tidemark.runtime.supervisor import JobSupervisor
 from tidemark.service.logs import configure_logging
 from tidemark.types import Epoch
 

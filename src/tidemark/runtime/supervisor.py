@@ -2,15 +2,8 @@
 
 Lifecycle: ``JobSupervisor(settings, options).run()`` blocks until the job finishes or is stopped:
 
-1. choose the first attempt's restore source (Flink's operator's upgrade modes; see
-   :meth:`JobSupervisor._first_attempt`): by default the newest retained checkpoint or savepoint
-   of the job (last state); the one the options name, unless the job already has newer state (a
-   restart of a run that began there); nothing with ``fresh``, unless its ``start_id`` already
-   started empty (a restart of that start resumes its state; :mod:`tidemark.runtime.fresh_start`).
-   A start with empty state is refused (:class:`StartRefused`) when the job's output already
-   holds committed results, unless ``force``. A restore goes through the coordinator's restore
-   API, which issues the ``RestoreCommand`` and the epoch; an empty start takes the
-   coordinator's newest epoch + 1;
+1. choose the first attempt's restore source (Flink's operator's upgrade modes;
+   :mod:`tidemark.runtime.attempt_planner`, which also chooses every later attempt's);
 2. start one worker process per stage, wait until each has restored and started its query;
 3. register the attempt (``JobRegistration``: every task, the source tasks, the mode) on the
    control topic, so the coordinator starts triggering checkpoints (in changelog mode the
@@ -39,86 +32,31 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
-from tidemark.processes import die_with_parent, free_port
+from tidemark.checkpoint.job_state import AttemptOutcome
 from tidemark.checkpoint.restore_planner import plan_assignments
-from tidemark.checkpoint_store.verification import CorruptCheckpoint, verify_checkpoint
 from tidemark.clock import now_ms
 from tidemark.config.settings import TidemarkSettings
+from tidemark.exit_codes import EXIT_CONFIG, EXIT_REFUSED
 from tidemark.kafka.clients import base_config
-from tidemark.checkpoint.job_state import AttemptOutcome
 from tidemark.kafka.metadata import partition_counts
 from tidemark.kafka.outage import PATIENCE_S, BrokerWatch
 from tidemark.kafka.topics import TopicNames
-from tidemark.checkpoint_store.catalog import RestoreSourceNotFound, UnusableRestoreSource, resolve_restore_source
-from tidemark.operator.client import ApiError, CoordinatorClient
+from tidemark.operator.client import CoordinatorClient
+from tidemark.processes import die_with_parent, free_port
 from tidemark.protocol.messages import AttemptFailed, JobRegistration, RestoreCommand
 from tidemark.runtime.api import JobSpec, load_job
-from tidemark.runtime.committed_output import committed_output, newest_committed_checkpoint
+from tidemark.runtime.attempt_planner import AttemptPlanner, AttemptState, RunOptions, StartRefused
 from tidemark.runtime.control import AttemptSignals, ControlPublisher
-from tidemark.runtime.fresh_start import (FreshStart, UnreadableFreshStart, is_restart, read_fresh_start,
-                                          record_fresh_start)
 from tidemark.runtime.health import EPOCH, RESTARTS, RUNNING, serve_health
-from tidemark.exit_codes import EXIT_CONFIG, EXIT_REFUSED
 from tidemark.runtime.start_errors import failed_file, missing_topics_reason
-from tidemark.runtime.restore_source import RestoreRefused, RestoreSource, choose_restore_source, restore_candidates
 from tidemark.service.logs import get_logger
 from tidemark.storage import open_storage
-from tidemark.types import CheckpointId, Epoch
+from tidemark.types import Epoch
 
 log = get_logger(__name__)
 REPORT_PATIENCE_S = 10.0  # how long telling the coordinator how the job ended may wait for the broker
-
-
-@dataclass(frozen=True)
-class FaultPlan:
-    """Kill stage ``stage`` of attempt ``attempt`` (0 = first) at ``point`` (see runtime.faults)."""
-
-    attempt: int
-    stage: str
-    point: str
-
-    @classmethod
-    def parse(cls, text: str) -> FaultPlan:
-        parts = text.split("@")
-        if len(parts) != 3 or not parts[0].isdigit():
-            raise ValueError(f"fault plan must be 'attempt@stage@point[:n]', got {text!r}")
-        return cls(int(parts[0]), parts[1], parts[2])
-
-
-class StartRefused(Exception):
-    """The job cannot start as asked; the message is one line for the operator."""
-
-
-@dataclass
-class RunOptions:
-    """``restore_checkpoint``/``restore_path``: start there (unless the job has newer state);
-    ``fresh``: start with empty state, unless ``start_id`` (only with ``fresh``) already did (then
-    resume what that start retained); neither: the newest retained state (last state).
-    ``force``: start as asked even over committed output or newer state."""
-
-    job_ref: str
-    job_args: dict[str, Any] = field(default_factory=dict)
-    parallelism: int | None = None
-    restore_checkpoint: int | None = None
-    restore_path: str | None = None
-    max_restarts: int = 10
-    faults: tuple[FaultPlan, ...] = ()
-    ready_timeout_s: float = 240.0
-    fresh: bool = False
-    force: bool = False
-    start_id: str | None = None
-
-
-@dataclass
-class AttemptState:
-    index: int
-    epoch: Epoch
-    restore_path: str | None
-    restored_id: CheckpointId | None
-    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
 
 class JobSupervisor:
@@ -127,7 +65,6 @@ class JobSupervisor:
         self.options = options
         self.coordinator = coordinator
         self.spec: JobSpec = load_job(options.job_ref, options.job_args)
-        self.parallelism = options.parallelism or self.spec.parallelism
         self.storage = open_storage(settings.resolved_storage_url)
         self.topics = TopicNames(settings.topic_prefix)
         self.run_dir = settings.home / "runs" / f"{self.spec.job_id}-{os.getpid()}"
@@ -141,8 +78,7 @@ class JobSupervisor:
         self._control: ControlPublisher | None = None  # created at the first registration
         self._signals: AttemptSignals | None = None  # created before the first attempt
         self._restored_by_operator: RestoreCommand | None = None
-        self._baseline = self._newest_retained_id()
-        self._origin: AttemptState | None = None  # whose restore source a failover falls back to
+        self.planner = AttemptPlanner(settings, options, coordinator, self.spec, self.storage)
         self._failure: str | None = None  # why the current attempt failed, one line
         self.gave_up: str | None = None  # set when ``run`` returns 1: why, one line
 
@@ -167,7 +103,7 @@ class JobSupervisor:
         """The attempt loop; each ending is registered with its outcome (checkpoint.job_state)."""
         job = self.spec.job_id
         self._check_inputs()
-        attempt = self._origin = self._first_attempt()
+        attempt = self.planner.first()
         while True:
             self.attempts.append(attempt)
             EPOCH.labels(job).set(attempt.epoch)
@@ -186,7 +122,9 @@ class JobSupervisor:
             if outcome == "not-retryable":
                 raise StartRefused(self._failure or "a stage cannot run")
             if outcome == "restored":
-                attempt = self._origin = self._operator_restore_attempt(attempt.index + 1)
+                command, self._restored_by_operator = self._restored_by_operator, None
+                assert command is not None
+                attempt = self.planner.operator_restore(attempt.index + 1, command)
                 continue
             self.restarts += 1
             RESTARTS.labels(job).inc()
@@ -198,7 +136,7 @@ class JobSupervisor:
                 self.gave_up = reason
                 return 1
             self._report_ended(attempt, AttemptOutcome.RESTARTING, self._failure or "the attempt failed")
-            attempt = self._failover_attempt(attempt.index + 1)
+            attempt = self.planner.failover(attempt.index + 1)
 
     def _check_inputs(self) -> None:
         """Refuse the start when an input topic of the job is missing (before any worker starts)."""
@@ -229,7 +167,7 @@ class JobSupervisor:
 
     def _run_attempt(self, attempt: AttemptState) -> str:
         log.info("starting attempt", job=self.spec.job_id, attempt=attempt.index, epoch=attempt.epoch,
-                 restore=attempt.restore_path, parallelism=self.parallelism)
+                 restore=attempt.restore_path, parallelism=self.planner.parallelism)
         if self.spec.changelog:  # announce first: the changelog service creates the changelog topics
             self._register(attempt, finished=False, announce_only=True)
         for index, stage in enumerate(self.spec.stages):
@@ -320,156 +258,6 @@ class JobSupervisor:
         self._failure = f"stage {stage} exited with code {code} (its log: {stage_log})"
         return "failed"
 
-    # ------------------------------------------------------------------ attempts
-
-    def _first_attempt(self) -> AttemptState:
-        """Flink's operator's start semantics: ``fresh`` starts empty; a named checkpoint or
-        savepoint is restored unless the job already has newer retained state (then this is a
-        restart of a run that began there, e.g. a pod restarted with the same arguments, and
-        the newest state is resumed: restoring the older one would commit its results again);
-        otherwise the newest retained checkpoint or savepoint (last state)."""
-        options, job = self.options, self.spec.job_id
-        if options.fresh:
-            return self._fresh_attempt()
-        if options.restore_checkpoint is not None or options.restore_path is not None:
-            requested = self._requested_id()
-            if self._baseline > requested and not options.force:
-                log.warning("the job has newer state than the requested restore source; resuming it",
-                            job=job, requested=requested, newest=self._baseline)
-                return self._resume_last_state()
-            self._verify_requested()
-            return self._restore(0, options.restore_checkpoint, options.restore_path)
-        if self._baseline:
-            log.info("resuming the job's last state", job=job, checkpoint=self._baseline)
-            return self._resume_last_state()
-        self._refuse_over_committed_output("a start without a retained checkpoint or savepoint")
-        return self._empty_attempt(0)
-
-    def _fresh_attempt(self) -> AttemptState:
-        """``--fresh``: empty state, unless ``start_id`` already started empty (a restart of that
-        deployment: resume the newest state retained since, never one from before it; with none
-        yet, start empty again)."""
-        start_id, job = self.options.start_id, self.spec.job_id
-        if start_id is not None:
-            try:
-                recorded = read_fresh_start(self.storage, job)
-            except UnreadableFreshStart as exc:
-                raise StartRefused(str(exc)) from None
-            if is_restart(recorded, start_id):
-                assert recorded is not None
-                source = self._choose_source(recorded.baseline, None)  # verified; fallback only within it
-                if source.checkpoint_id is not None:
-                    log.info("restart of a fresh start; resuming the job's last state", job=job, start_id=start_id,
-                             checkpoint=source.checkpoint_id, fresh_start_baseline=recorded.baseline)
-                    return self._restore(0, source.checkpoint_id, None)
-                log.info("restart of a fresh start with no checkpoint of it; starting empty again", job=job,
-                         start_id=start_id)
-                self._refuse_over_committed_output("--fresh")
-                return self._empty_attempt(0)
-        self._refuse_over_committed_output("--fresh")
-        if start_id is not None:
-            record_fresh_start(self.storage, job, FreshStart(start_id, self._baseline, now_ms()))
-            log.info("fresh start recorded", job=job, start_id=start_id, baseline=self._baseline)
-        return self._empty_attempt(0)
-
-    def _requested_id(self) -> int:
-        options = self.options
-        if options.restore_checkpoint is not None:
-            return options.restore_checkpoint
-        try:
-            source = resolve_restore_source(self.storage, self.spec.job_id, None, options.restore_path)
-        except (RestoreSourceNotFound, UnusableRestoreSource) as exc:
-            raise StartRefused(str(exc)) from None
-        return source.metadata.checkpoint_id
-
-    def _refuse_over_committed_output(self, start: str) -> None:
-        if self.options.force:
-            return
-        found = committed_output(base_config(self.settings), self.topics, self.spec)
-        if found is not None:
-            raise StartRefused(f"{start} would write results again: {found}; resume the job's state "
-                               f"(no --fresh), or pass --force to start empty anyway")
-
-    def _empty_attempt(self, index: int) -> AttemptState:
-        return AttemptState(index, Epoch(self._coordinator_epoch() + 1), None, None)
-
-    def _failover_attempt(self, index: int) -> AttemptState:
-        """Restore from the newest checkpoint of this run, else from where the run started; a
-        corrupted one stops the job or falls back (see :mod:`tidemark.runtime.restore_source`)."""
-        assert self._origin is not None
-        source = self._choose_source(self._baseline, self._origin.restore_path)
-        if source.checkpoint_id is not None or source.path is not None:
-            return self._restore(index, source.checkpoint_id, source.path)
-        log.warning("no checkpoint of this run yet; restarting from the start", job=self.spec.job_id)
-        return self._empty_attempt(index)
-
-    def _resume_last_state(self) -> AttemptState:
-        """The newest retained checkpoint or savepoint, verified first: a corrupted one refuses the
-        start, or with ``TIDEMARK_RESTORE_FALLBACK`` an older one stands in when that keeps the output
-        exactly once (the same rule as a failover; :mod:`tidemark.runtime.restore_source`)."""
-        source = self._choose_source(0, None)
-        if source.checkpoint_id is None:  # every candidate corrupted, and starting over is allowed
-            log.warning("no whole checkpoint to resume; starting from the start", job=self.spec.job_id)
-            return self._empty_attempt(0)
-        return self._restore(0, source.checkpoint_id, None)
-
-    def _choose_source(self, baseline: int, started_from: str | None) -> RestoreSource:
-        try:
-            return choose_restore_source(
-                self.storage, self.spec, baseline=baseline, started_from=started_from,
-                allow_fallback=self.settings.restore_fallback,
-                committed_up_to=lambda: newest_committed_checkpoint(base_config(self.settings), self.topics, self.spec))
-        except RestoreRefused as exc:
-            log.error("restore refused", job=self.spec.job_id, error=str(exc))
-            raise StartRefused(str(exc)) from None
-
-    def _verify_requested(self) -> None:
-        """The checkpoint or savepoint the options name must be whole (no fallback: it was named)."""
-        options = self.options
-        try:
-            source = resolve_restore_source(self.storage, self.spec.job_id, options.restore_checkpoint,
-                                            options.restore_path)
-            verify_checkpoint(self.storage, source.path)
-        except (RestoreSourceNotFound, UnusableRestoreSource, CorruptCheckpoint) as exc:
-            raise StartRefused(str(exc)) from None
-
-    def _operator_restore_attempt(self, index: int) -> AttemptState:
-        """The attempt a restore issued through the API names: its epoch, source and parallelism.
-        Later failovers fall back to it, not to where the run started."""
-        command = self._restored_by_operator
-        assert command is not None
-        self._restored_by_operator = None
-        self.parallelism = command.parallelism
-        self._baseline = max(self._newest_retained_id(), command.checkpoint_id)
-        return AttemptState(index, command.epoch, command.metadata_path, command.checkpoint_id)
-
-    def _restore(self, index: int, checkpoint_id: int | None, path: str | None) -> AttemptState:
-        doc = self._call(lambda: self.coordinator.restore(self.spec.job_id, parallelism=self.parallelism,
-                                                          checkpoint_id=checkpoint_id, savepoint_path=path))
-        log.info("restore issued", job=self.spec.job_id, checkpoint=doc["checkpoint_id"], epoch=doc["epoch"],
-                 path=doc["metadata_path"])
-        return AttemptState(index, Epoch(doc["epoch"]), doc["metadata_path"], CheckpointId(doc["checkpoint_id"]))
-
-    def _newest_retained_id(self) -> int:
-        """Counting checkpoints whose ``_metadata`` does not decode: never skip one silently."""
-        return max((checkpoint_id for checkpoint_id, _ in restore_candidates(self.storage, self.spec, 0)), default=0)
-
-    def _coordinator_epoch(self) -> int:
-        jobs = self._call(self.coordinator.jobs)["jobs"]
-        return max((int(j.get("epoch") or 0) for j in jobs if j.get("job") == self.spec.job_id), default=0)
-
-    def _call(self, fn: Any, timeout_s: float = 180.0) -> Any:
-        """Call the coordinator, waiting while it is down or still replaying (a restart)."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                return fn()
-            except ApiError as exc:
-                if exc.status not in (None, 503) or time.monotonic() > deadline:
-                    raise
-                log.info("coordinator not available; retrying", error=exc.message)
-                time.sleep(1.0)
-
     # ------------------------------------------------------------------ processes
 
     def _spawn(self, attempt: AttemptState, stage: str, port: int) -> subprocess.Popen[bytes]:
@@ -480,7 +268,7 @@ class JobSupervisor:
             if fault.attempt == attempt.index and fault.stage == stage:
                 env["TIDEMARK_FAULT"] = fault.point
         command = [sys.executable, "-m", "tidemark.cli", "jobs", "worker", self.options.job_ref,
-                   "--stage", stage, "--epoch", str(attempt.epoch), "--parallelism", str(self.parallelism),
+                   "--stage", stage, "--epoch", str(attempt.epoch), "--parallelism", str(self.planner.parallelism),
                    "--run-dir", str(self.run_dir), "--job-args", json.dumps(self.options.job_args)]
         if attempt.restore_path:
             command += ["--restore", attempt.restore_path]
@@ -507,7 +295,7 @@ class JobSupervisor:
         ``finished`` one carries how it ended (``outcome``, ``reason``)."""
         spec = self.spec
         operators = tuple(s.operator_id for s in spec.stages)
-        tasks = () if announce_only else plan_assignments(operators, self.parallelism, spec.max_parallelism)
+        tasks = () if announce_only else plan_assignments(operators, self.planner.parallelism, spec.max_parallelism)
         sources = tuple(t.task_id for t in tasks if spec.upstream_of(spec.stage(t.operator_id)) is None)
         registration = JobRegistration(spec.job_id, attempt.epoch, spec.mode, spec.max_parallelism, tasks,
                                        sources, now_ms(), finished,

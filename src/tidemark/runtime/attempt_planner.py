@@ -1,0 +1,258 @@
+"""Which state each attempt of a run restores: Flink's Kubernetes operator's start semantics.
+
+``AttemptPlanner(...)`` is made once per run (``tidemark jobs run``) and asked for each attempt:
+
+* :meth:`AttemptPlanner.first`: by default the newest retained checkpoint or savepoint of the job
+  (last state); the one the options name, unless the job already has newer state (a restart of a
+  run that began there); nothing with ``fresh``, unless its ``start_id`` already started empty (a
+  restart of that start resumes its state; :mod:`tidemark.runtime.fresh_start`). A start with
+  empty state is refused (:class:`StartRefused`) when the job's output already holds committed
+  results, unless ``force``;
+* :meth:`AttemptPlanner.failover`: the newest retained checkpoint or savepoint *of this run*,
+  else where the run started (a corrupted one stops the job or falls back;
+  :mod:`tidemark.runtime.restore_source`);
+* :meth:`AttemptPlanner.operator_restore`: what a ``RestoreCommand`` issued through the restore
+  API names (its epoch, source and parallelism); later failovers fall back to it.
+
+A restore goes through the coordinator's restore API, which issues the ``RestoreCommand`` and
+the epoch; an empty start takes the coordinator's newest epoch + 1.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from tidemark.checkpoint_store.catalog import RestoreSourceNotFound, UnusableRestoreSource, resolve_restore_source
+from tidemark.checkpoint_store.verification import CorruptCheckpoint, verify_checkpoint
+from tidemark.clock import now_ms
+from tidemark.config.settings import TidemarkSettings
+from tidemark.kafka.clients import base_config
+from tidemark.kafka.topics import TopicNames
+from tidemark.operator.client import ApiError, CoordinatorClient
+from tidemark.protocol.messages import RestoreCommand
+from tidemark.runtime.api import JobSpec
+from tidemark.runtime.committed_output import committed_output, newest_committed_checkpoint
+from tidemark.runtime.fresh_start import FreshStart, UnreadableFreshStart, is_restart, read_fresh_start, record_fresh_start
+from tidemark.runtime.restore_source import RestoreRefused, RestoreSource, choose_restore_source, restore_candidates
+from tidemark.service.logs import get_logger
+from tidemark.storage.base import CheckpointStorage
+from tidemark.types import CheckpointId, Epoch
+
+log = get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class FaultPlan:
+    """Kill stage ``stage`` of attempt ``attempt`` (0 = first) at ``point`` (see runtime.faults)."""
+
+    attempt: int
+    stage: str
+    point: str
+
+    @classmethod
+    def parse(cls, text: str) -> FaultPlan:
+        parts = text.split("@")
+        if len(parts) != 3 or not parts[0].isdigit():
+            raise ValueError(f"fault plan must be 'attempt@stage@point[:n]', got {text!r}")
+        return cls(int(parts[0]), parts[1], parts[2])
+
+
+class StartRefused(Exception):
+    """The job cannot start as asked; the message is one line for the operator."""
+
+
+@dataclass
+class RunOptions:
+    """``restore_checkpoint``/``restore_path``: start there (unless the job has newer state);
+    ``fresh``: start with empty state, unless ``start_id`` (only with ``fresh``) already did (then
+    resume what that start retained); neither: the newest retained state (last state).
+    ``force``: start as asked even over committed output or newer state."""
+
+    job_ref: str
+    job_args: dict[str, Any] = field(default_factory=dict)
+    parallelism: int | None = None
+    restore_checkpoint: int | None = None
+    restore_path: str | None = None
+    max_restarts: int = 10
+    faults: tuple[FaultPlan, ...] = ()
+    ready_timeout_s: float = 240.0
+    fresh: bool = False
+    force: bool = False
+    start_id: str | None = None
+
+
+@dataclass
+class AttemptState:
+    index: int
+    epoch: Epoch
+    restore_path: str | None
+    restored_id: CheckpointId | None
+    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+
+class AttemptPlanner:
+    def __init__(self, settings: TidemarkSettings, options: RunOptions, coordinator: CoordinatorClient,
+                 spec: JobSpec, storage: CheckpointStorage) -> None:
+        self.settings = settings
+        self.options = options
+        self.coordinator = coordinator
+        self.spec = spec
+        self.storage = storage
+        self.topics = TopicNames(settings.topic_prefix)
+        self.parallelism = options.parallelism or spec.parallelism
+        self.baseline = self.newest_retained_id()  # newest retained state when the run began
+        self.origin: AttemptState | None = None  # whose restore source a failover falls back to
+
+    def first(self) -> AttemptState:
+        """The first attempt of the run; later failovers fall back to its restore source."""
+        self.origin = self._first()
+        return self.origin
+
+    def _first(self) -> AttemptState:
+        """Flink's operator's start semantics: ``fresh`` starts empty; a named checkpoint or
+        savepoint is restored unless the job already has newer retained state (then this is a
+        restart of a run that began there, e.g. a pod restarted with the same arguments, and
+        the newest state is resumed: restoring the older one would commit its results again);
+        otherwise the newest retained checkpoint or savepoint (last state)."""
+        options, job = self.options, self.spec.job_id
+        if options.fresh:
+            return self._fresh_attempt()
+        if options.restore_checkpoint is not None or options.restore_path is not None:
+            requested = self._requested_id()
+            if self.baseline > requested and not options.force:
+                log.warning("the job has newer state than the requested restore source; resuming it",
+                            job=job, requested=requested, newest=self.baseline)
+                return self._resume_last_state()
+            self._verify_requested()
+            return self._restore(0, options.restore_checkpoint, options.restore_path)
+        if self.baseline:
+            log.info("resuming the job's last state", job=job, checkpoint=self.baseline)
+            return self._resume_last_state()
+        self._refuse_over_committed_output("a start without a retained checkpoint or savepoint")
+        return self.empty(0)
+
+    def _fresh_attempt(self) -> AttemptState:
+        """``--fresh``: empty state, unless ``start_id`` already started empty (a restart of that
+        deployment: resume the newest state retained since, never one from before it; with none
+        yet, start empty again)."""
+        start_id, job = self.options.start_id, self.spec.job_id
+        if start_id is not None:
+            try:
+                recorded = read_fresh_start(self.storage, job)
+            except UnreadableFreshStart as exc:
+                raise StartRefused(str(exc)) from None
+            if is_restart(recorded, start_id):
+                assert recorded is not None
+                source = self._choose_source(recorded.baseline, None)  # verified; fallback only within it
+                if source.checkpoint_id is not None:
+                    log.info("restart of a fresh start; resuming the job's last state", job=job, start_id=start_id,
+                             checkpoint=source.checkpoint_id, fresh_start_baseline=recorded.baseline)
+                    return self._restore(0, source.checkpoint_id, None)
+                log.info("restart of a fresh start with no checkpoint of it; starting empty again", job=job,
+                         start_id=start_id)
+                self._refuse_over_committed_output("--fresh")
+                return self.empty(0)
+        self._refuse_over_committed_output("--fresh")
+        if start_id is not None:
+            record_fresh_start(self.storage, job, FreshStart(start_id, self.baseline, now_ms()))
+            log.info("fresh start recorded", job=job, start_id=start_id, baseline=self.baseline)
+        return self.empty(0)
+
+    def _requested_id(self) -> int:
+        options = self.options
+        if options.restore_checkpoint is not None:
+            return options.restore_checkpoint
+        try:
+            source = resolve_restore_source(self.storage, self.spec.job_id, None, options.restore_path)
+        except (RestoreSourceNotFound, UnusableRestoreSource) as exc:
+            raise StartRefused(str(exc)) from None
+        return source.metadata.checkpoint_id
+
+    def _refuse_over_committed_output(self, start: str) -> None:
+        if self.options.force:
+            return
+        found = committed_output(base_config(self.settings), self.topics, self.spec)
+        if found is not None:
+            raise StartRefused(f"{start} would write results again: {found}; resume the job's state "
+                               f"(no --fresh), or pass --force to start empty anyway")
+
+    def empty(self, index: int) -> AttemptState:
+        return AttemptState(index, Epoch(self.coordinator_epoch() + 1), None, None)
+
+    def failover(self, index: int) -> AttemptState:
+        """Restore from the newest checkpoint of this run, else from where the run started; a
+        corrupted one stops the job or falls back (see :mod:`tidemark.runtime.restore_source`)."""
+        assert self.origin is not None
+        source = self._choose_source(self.baseline, self.origin.restore_path)
+        if source.checkpoint_id is not None or source.path is not None:
+            return self._restore(index, source.checkpoint_id, source.path)
+        log.warning("no checkpoint of this run yet; restarting from the start", job=self.spec.job_id)
+        return self.empty(index)
+
+    def _resume_last_state(self) -> AttemptState:
+        """The newest retained checkpoint or savepoint, verified first: a corrupted one refuses the
+        start, or with ``TIDEMARK_RESTORE_FALLBACK`` an older one stands in when that keeps the output
+        exactly once (the same rule as a failover; :mod:`tidemark.runtime.restore_source`)."""
+        source = self._choose_source(0, None)
+        if source.checkpoint_id is None:  # every candidate corrupted, and starting over is allowed
+            log.warning("no whole checkpoint to resume; starting from the start", job=self.spec.job_id)
+            return self.empty(0)
+        return self._restore(0, source.checkpoint_id, None)
+
+    def _choose_source(self, baseline: int, started_from: str | None) -> RestoreSource:
+        try:
+            return choose_restore_source(
+                self.storage, self.spec, baseline=baseline, started_from=started_from,
+                allow_fallback=self.settings.restore_fallback,
+                committed_up_to=lambda: newest_committed_checkpoint(base_config(self.settings), self.topics, self.spec))
+        except RestoreRefused as exc:
+            log.error("restore refused", job=self.spec.job_id, error=str(exc))
+            raise StartRefused(str(exc)) from None
+
+    def _verify_requested(self) -> None:
+        """The checkpoint or savepoint the options name must be whole (no fallback: it was named)."""
+        options = self.options
+        try:
+            source = resolve_restore_source(self.storage, self.spec.job_id, options.restore_checkpoint,
+                                            options.restore_path)
+            verify_checkpoint(self.storage, source.path)
+        except (RestoreSourceNotFound, UnusableRestoreSource, CorruptCheckpoint) as exc:
+            raise StartRefused(str(exc)) from None
+
+    def operator_restore(self, index: int, command: RestoreCommand) -> AttemptState:
+        """The attempt a restore issued through the API names: its epoch, source and parallelism.
+        Later failovers fall back to it, not to where the run started."""
+        self.parallelism = command.parallelism
+        self.baseline = max(self.newest_retained_id(), command.checkpoint_id)
+        self.origin = AttemptState(index, command.epoch, command.metadata_path, command.checkpoint_id)
+        return self.origin
+
+    def _restore(self, index: int, checkpoint_id: int | None, path: str | None) -> AttemptState:
+        doc = self.call(lambda: self.coordinator.restore(self.spec.job_id, parallelism=self.parallelism,
+                                                          checkpoint_id=checkpoint_id, savepoint_path=path))
+        log.info("restore issued", job=self.spec.job_id, checkpoint=doc["checkpoint_id"], epoch=doc["epoch"],
+                 path=doc["metadata_path"])
+        return AttemptState(index, Epoch(doc["epoch"]), doc["metadata_path"], CheckpointId(doc["checkpoint_id"]))
+
+    def newest_retained_id(self) -> int:
+        """Counting checkpoints whose ``_metadata`` does not decode: never skip one silently."""
+        return max((checkpoint_id for checkpoint_id, _ in restore_candidates(self.storage, self.spec, 0)), default=0)
+
+    def coordinator_epoch(self) -> int:
+        jobs = self.call(self.coordinator.jobs)["jobs"]
+        return max((int(j.get("epoch") or 0) for j in jobs if j.get("job") == self.spec.job_id), default=0)
+
+    def call(self, fn: Any, timeout_s: float = 180.0) -> Any:
+        """Call the coordinator, waiting while it is down or still replaying (a restart)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                return fn()
+            except ApiError as exc:
+                if exc.status not in (None, 503) or time.monotonic() > deadline:
+                    raise
+                log.info("coordinator not available; retrying", error=exc.message)
+                time.sleep(1.0)
