@@ -29,13 +29,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
 from tidemark.broker.embedded import kafka_or_embedded
-from tidemark.changelog import (
-    ChangelogReader,
-    ChangelogStateBackend,
-    ChangelogWriter,
-    changelog_topic,
-    restore_from_changelog,
-)
+from tidemark.changelog import ChangelogReader, ChangelogWriter, changelog_topic
 from tidemark.kafka.admin import ensure_topics
 from tidemark.kafka.clients import producer_config
 from tidemark.kafka.topics import TopicNames
@@ -48,6 +42,7 @@ from tidemark.state import (
     RocksDBStateBackend,
     ValueStateDescriptor,
 )
+from tidemark.state.changelog import ChangelogStateBackend, restore_from_changelog
 from tidemark.storage.filesystem import FilesystemCheckpointStorage
 from tidemark.types import CheckpointId, JobId, TaskId
 
@@ -99,6 +94,7 @@ def run(bootstrap: str, changes: int, keys: int, partitions: int, work: str) -> 
         ("changelog rocksdb", lambda: RocksDBStateBackend(os.path.join(work, "rocks"), ALL, MAX_P)),
     ]
     snapshot = None
+    storage = FilesystemCheckpointStorage(os.path.join(work, "checkpoints"))
     for (label, factory), spec in zip(backends, specs[1:]):
         writer = ChangelogWriter(client, spec.name, partitions=partitions, max_parallelism=MAX_P,
                                  job_id=job, task_id=task)
@@ -106,14 +102,13 @@ def run(bootstrap: str, changes: int, keys: int, partitions: int, work: str) -> 
             def end_to_end(backend: ChangelogStateBackend = backend) -> None:
                 nonlocal snapshot
                 updates(backend, changes, keys)
-                snapshot = backend.snapshot(CheckpointId(1))
+                snapshot = backend.snapshot(CheckpointId(1), storage)
             rows.append(timed(label, changes, end_to_end))
     assert snapshot is not None
-    storage = FilesystemCheckpointStorage(os.path.join(work, "checkpoints"))
     reader = ChangelogReader(client, partitions=partitions, max_parallelism=MAX_P)
     with HashMapStateBackend(ALL, MAX_P) as fresh:
         rows.append(timed("restore from changelog", changes,
-                          lambda: restore_from_changelog(fresh, [snapshot.source()], storage, reader)))
+                          lambda: restore_from_changelog(fresh, [snapshot], storage, reader)))
         if reader.last_stats.applied != changes:
             raise SystemExit(f"restore applied {reader.last_stats.applied}, expected {changes}")
     return rows

@@ -76,9 +76,7 @@ from confluent_kafka.admin import AdminClient
 from tidemark.broker.embedded import kafka_or_embedded
 from tidemark.changelog import (
     ChangelogReader,
-    ChangelogSnapshot,
     ChangelogSource,
-    ChangelogStateBackend,
     ChangelogWriter,
     changelog_topic,
 )
@@ -86,7 +84,8 @@ from tidemark.kafka.admin import ensure_topics
 from tidemark.kafka.topics import TopicNames
 from tidemark.materializer import TaskCheckpoint, TaskReplica, materialize
 from tidemark.protocol.messages import MaterializationRef, StateHandle
-from tidemark.state import KeyGroupRange, RocksDBOptions, RocksDBStateBackend, ValueStateDescriptor
+from tidemark.state import KeyedSnapshot, KeyGroupRange, RocksDBOptions, RocksDBStateBackend, ValueStateDescriptor
+from tidemark.state.changelog import ChangelogStateBackend
 from tidemark.storage.filesystem import FilesystemCheckpointStorage
 from tidemark.storage.scoped import SnapshotStorage
 from tidemark.types import CheckpointId, Epoch, JobId, MaterializationId, OperatorId, TaskId
@@ -274,8 +273,8 @@ def build_base(work_dir: Path, storage: FilesystemCheckpointStorage, work: Workl
         began = time.perf_counter()
         backend.settle(timeout_s=600)
         log(f"[{label}] settled in {time.perf_counter() - began:.1f} s; writing the base snapshot ...")
-        scoped = SnapshotStorage(storage, "base/chk-0", "base/shared")
-        handles = tuple(backend.snapshot(CheckpointId(0), scoped))
+        scoped = SnapshotStorage(storage, "base/chk-0", "base/shared", all_shared=True)  # a materialization
+        handles = backend.snapshot(CheckpointId(0), scoped).handles
     finally:
         backend.close()
         shutil.rmtree(work_dir / "fill", ignore_errors=True)
@@ -290,7 +289,7 @@ def run_off(work_dir: Path, storage: FilesystemCheckpointStorage, base: Sequence
     retention = Retention(storage, "base/")
     backend = RocksDBStateBackend(work_dir / "off-task", ALL, MAX_P, operator_id=OP)
     try:
-        backend.restore(list(base), storage)
+        backend.restore([KeyedSnapshot(ALL, tuple(base))], storage)
         state = backend.get_state(DESCRIPTOR)
         last: tuple[StateHandle, ...] = ()
         recent: list[int] = []
@@ -299,7 +298,7 @@ def run_off(work_dir: Path, storage: FilesystemCheckpointStorage, base: Sequence
             recent = updates(backend, state, work, rng, per_interval)
             scoped = SnapshotStorage(storage, f"{job}/chk-{cp}", f"{job}/shared")
             began = time.perf_counter()
-            last = tuple(backend.snapshot(CheckpointId(cp), scoped))
+            last = backend.snapshot(CheckpointId(cp), scoped).handles
             seconds, written = time.perf_counter() - began, sum(h.checkpointed_size_bytes for h in last)
             result.record(cp <= cfg.warmup, seconds, written)
             retention.add(last)
@@ -314,7 +313,7 @@ def run_off(work_dir: Path, storage: FilesystemCheckpointStorage, base: Sequence
     try:
         began = time.perf_counter()
         fresh = RocksDBStateBackend(work_dir / "off-recovered", ALL, MAX_P, operator_id=OP)
-        fresh.restore(list(last), storage)
+        fresh.restore([KeyedSnapshot(ALL, tuple(last))], storage)
         fresh.get_state(DESCRIPTOR)
         result.recovery_s = time.perf_counter() - began
         result.recovery_detail = f"{handles_bytes(last) / 1e6:,.0f} MB of files"
@@ -345,12 +344,12 @@ def run_on(work_dir: Path, storage: FilesystemCheckpointStorage, base: Sequence[
     base_ref = MaterializationRef(MaterializationId(0), CheckpointId(0))
     base_source = ChangelogSource(ALL, tuple(base), (), base_ref)
     backend = ChangelogStateBackend(RocksDBStateBackend(work_dir / "on-task", ALL, MAX_P, operator_id=OP),
-                                    writer(0))
+                                    writer(0), reader())
     fresh = None
     try:
-        backend.restore([base_source], storage, reader())
+        backend.restore([base_source], storage)
         state = backend.get_state(DESCRIPTOR)
-        last: ChangelogSnapshot | None = None
+        last: KeyedSnapshot | None = None
         recent: list[int] = []
         appended = backend.writer.appended_bytes
         materializations = 0
@@ -358,7 +357,7 @@ def run_on(work_dir: Path, storage: FilesystemCheckpointStorage, base: Sequence[
         for cp in range(1, total + 1):
             recent = updates(backend, state, work, rng, per_interval)
             began = time.perf_counter()
-            last = backend.snapshot(CheckpointId(cp))
+            last = backend.snapshot(CheckpointId(cp), storage)
             backend.notify_checkpoint_complete(CheckpointId(cp))
             seconds, written = time.perf_counter() - began, backend.writer.appended_bytes - appended
             result.record(cp <= cfg.warmup, seconds, written)
@@ -369,7 +368,7 @@ def run_on(work_dir: Path, storage: FilesystemCheckpointStorage, base: Sequence[
                                         last.to_task_snapshot(TASK, OP, 0))
                 mid = MaterializationId(materializations)
                 outcome = materialize(target, replica, storage, reader(), mid, int(time.time() * 1000))
-                if not backend.on_materialization_event(outcome.event):
+                if not backend.notify_materialization(outcome.event):
                     raise SystemExit(f"[{label} on] the task refused materialization {mid}")
                 replica.produced(mid)
                 retention.add(outcome.event.state_handles)
@@ -387,8 +386,10 @@ def run_on(work_dir: Path, storage: FilesystemCheckpointStorage, base: Sequence[
         recovery_writer = writer(1)
         began = time.perf_counter()
         fresh = ChangelogStateBackend(
-            RocksDBStateBackend(work_dir / "on-recovered", ALL, MAX_P, operator_id=OP), recovery_writer)
-        restored = fresh.restore([last.source()], storage, reader())
+            RocksDBStateBackend(work_dir / "on-recovered", ALL, MAX_P, operator_id=OP), recovery_writer, reader())
+        fresh.restore([last], storage)
+        restored = fresh.last_restore
+        assert restored is not None
         fresh.get_state(DESCRIPTOR)
         result.recovery_s = time.perf_counter() - began
         result.recovery_detail = (f"{handles_bytes(last.handles) / 1e6:,.0f} MB of files + "

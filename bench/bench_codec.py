@@ -19,6 +19,7 @@ import avro.io
 
 from tidemark.protocol import codec
 from tidemark.protocol import messages as m
+from tidemark.protocol.datum import to_datum
 from tidemark.protocol.schemas import load_catalog
 from tidemark.types import (
     CheckpointId,
@@ -65,7 +66,7 @@ def rate(fn: Callable[[], object], seconds: float, repeats: int) -> float:
 
 def naive(message: object) -> tuple[Callable[[], bytes], Callable[[], object]]:
     schema = load_catalog().newest(f"tidemark.protocol.{type(message).__name__}").physical
-    datum = codec.to_datum(message)
+    datum = to_datum(message)
 
     def encode() -> bytes:
         out = io.BytesIO()

@@ -14,7 +14,7 @@ from tidemark.kafka.clients import consumer_config, producer_config
 from tidemark.kafka.topics import TopicNames
 from tidemark.local.pipeline import InputFeeder, wait_for
 from tidemark.protocol import codec
-from tidemark.protocol.messages import DeadLetter
+from tidemark.protocol.dead_letters import DeadLetter
 
 pytestmark = pytest.mark.timeout(600)
 

@@ -23,16 +23,17 @@ sys.path.insert(0, str(HERE.parent / "unit" / "protocol"))
 from protocol_samples import SAMPLES, to_jsonable  # noqa: E402
 
 from tidemark.protocol import codec, messages  # noqa: E402
-from tidemark.protocol.registry import IDS_FILE, LocalSchemaIdTable  # noqa: E402
+from tidemark.protocol.datum import to_datum  # noqa: E402
+from tidemark.protocol.schema_ids import IDS_FILE, LocalSchemaIdTable  # noqa: E402
 from tidemark.protocol.schemas import NAMESPACE, SchemaVersion, load_catalog  # noqa: E402
 
 
 def encode_with(version: SchemaVersion, schema_id: int, message: object) -> bytes:
     """The wire encoding of ``message`` written with an older (or the newest) writer schema."""
     out = io.BytesIO()
-    out.write(codec.HEADER.pack(codec.MAGIC_BYTE, schema_id))
+    out.write(codec.wire_header(schema_id))
     # write_data, not write: the datum may carry fields this older schema does not have.
-    avro.io.DatumWriter(version.physical).write_data(version.physical, codec.to_datum(message),
+    avro.io.DatumWriter(version.physical).write_data(version.physical, to_datum(message),
                                                      avro.io.BinaryEncoder(out))
     return out.getvalue()
 

@@ -16,7 +16,8 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from tidemark.kafka.clients import consumer_config, producer_config
 from tidemark.local.cluster import LocalCluster
 from tidemark.protocol import codec
-from tidemark.protocol.messages import DeadLetter, TaskAck, TaskSnapshot, TaskTimings
+from tidemark.protocol.dead_letters import DeadLetter
+from tidemark.protocol.messages import TaskAck, TaskSnapshot, TaskTimings
 from tidemark.types import CheckpointId, JobId, KeyGroup, OperatorId, TaskId
 
 pytestmark = pytest.mark.integration

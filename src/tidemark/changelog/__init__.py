@@ -1,9 +1,9 @@
-"""The changelog state backend's Kafka layer (Flink's DSTL): writer, reader, recovery, wrapper.
+"""The changelog's Kafka layer (Flink's DSTL): writer, reader, partitioning, truncation.
 
-See ``docs/concepts/changelog.md`` for the design.
+The changelog state backend that uses them lives in :mod:`tidemark.state.changelog`. See
+``docs/concepts/changelog.md`` for the design.
 """
 
-from tidemark.changelog.backend import ChangelogSnapshot, ChangelogStateBackend
 from tidemark.changelog.errors import ChangelogReadError, ChangelogWriteError
 from tidemark.changelog.options import ChangelogReaderOptions, ChangelogWriterOptions
 from tidemark.changelog.partitioning import (
@@ -13,9 +13,8 @@ from tidemark.changelog.partitioning import (
     partitions_of,
 )
 from tidemark.changelog.reader import ChangelogReader, ReadStats
-from tidemark.changelog.restore import RestoreResult, restore_from_changelog
 from tidemark.changelog.source import ChangelogSource
-from tidemark.changelog.writer import ORIGIN, ChangelogMark, ChangelogWriter
+from tidemark.changelog.writer import ORIGIN, ChangelogMark, ChangelogWriter, StateChangelogWriter
 
 __all__ = [
     "ORIGIN",
@@ -23,17 +22,14 @@ __all__ = [
     "ChangelogReadError",
     "ChangelogReader",
     "ChangelogReaderOptions",
-    "ChangelogSnapshot",
     "ChangelogSource",
-    "ChangelogStateBackend",
     "ChangelogWriteError",
     "ChangelogWriter",
     "ChangelogWriterOptions",
     "ReadStats",
-    "RestoreResult",
+    "StateChangelogWriter",
     "changelog_topic",
     "key_groups_of",
     "partition_of",
     "partitions_of",
-    "restore_from_changelog",
 ]

@@ -36,10 +36,10 @@ from tidemark.changelog.options import ChangelogReaderOptions
 from tidemark.changelog.partitioning import STATE_META_KEY, key_group_of_record_key, key_groups_of
 from tidemark.protocol.codec import Codec, default_codec
 from tidemark.protocol.errors import DecodeError
-from tidemark.changelog.source import ChangelogSource
 from tidemark.kafka.clients import consumer_config
 from tidemark.protocol.messages import StateChange
 from tidemark.keygroups import KeyGroupRange
+from tidemark.state.backend import KeyedSnapshot
 from tidemark.state.table import KeyedStateChange
 
 _POLL_S = 0.2
@@ -118,7 +118,7 @@ class ChangelogReader:
         self._codec = codec or default_codec()
         self.last_stats = ReadStats()
 
-    def _cursors(self, sources: Sequence[ChangelogSource], target: KeyGroupRange,
+    def _cursors(self, sources: Sequence[KeyedSnapshot], target: KeyGroupRange,
                  resume: Mapping[tuple[str, int], int]) -> list[_Cursor]:
         by_partition: dict[tuple[str, int], list[_Range]] = {}
         for source in sources:
@@ -137,14 +137,19 @@ class ChangelogReader:
                                    resume=resume.get((topic, partition), 0)))
         return cursors
 
-    def read(self, sources: Sequence[ChangelogSource], target: KeyGroupRange, *,
+    def read(self, sources: Sequence[KeyedSnapshot], target: KeyGroupRange, *,
              resume: Mapping[tuple[str, int], int] | None = None,
              on_state_meta: StateMetaCallback | None = None) -> Iterator[KeyedStateChange]:
         """The changes of ``sources`` that a backend owning ``target`` must apply (see module)."""
         self.last_stats = stats = ReadStats()
         cursors = {(c.tp.topic, c.tp.partition): c for c in self._cursors(sources, target, resume or {})}
-        if not cursors:
-            return
+        if cursors:
+            yield from self._read_cursors(cursors, stats, on_state_meta)
+
+    def _read_cursors(self, cursors: dict[tuple[str, int], _Cursor], stats: ReadStats,
+                      on_state_meta: StateMetaCallback | None) -> Iterator[KeyedStateChange]:
+        """Consume the cursors' intervals, each record through ``_accept`` (the transport part:
+        an in-memory reader for tests overrides only this)."""
         consumer = Consumer(self._consumer_config())
         try:
             consumer.assign([c.tp for c in cursors.values()])

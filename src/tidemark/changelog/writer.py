@@ -1,6 +1,8 @@
-"""The changelog writer (Flink's ``StateChangelogWriter``) on a Kafka topic.
+"""The changelog writer (Flink's ``StateChangelogWriter``): the abstract writer and its Kafka form.
 
-Lifecycle, and which call must follow which:
+:class:`StateChangelogWriter` keeps the marks, ranges and checkpoint outcomes; a subclass sends
+the records and reports their offsets (:class:`ChangelogWriter` on a Kafka topic; an in-memory one
+for tests lives in :mod:`tidemark.testing.changelog`). Lifecycle, and which call must follow which:
 
 1. construct (checks that the topic exists with the expected partition count);
 2. ``append(change)`` any number of times, at any point until ``close``; before the first
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import json
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -102,35 +105,22 @@ class _PartitionLog:
         self.wanted = {i for i in self.wanted if i >= index}
 
 
-class ChangelogWriter:
-    """Appends one task attempt's state changes to its operator's changelog topic."""
+class StateChangelogWriter(ABC):
+    """Appends one task attempt's state changes to its operator's changelog (see the module
+    docstring for the lifecycle). A subclass sends records (``_send``), reports each delivered
+    one in order per partition (``_delivered``), waits for deliveries (``_await_delivery``) and
+    releases its transport (``_close_transport``)."""
 
-    def __init__(
-        self,
-        client: dict[str, Any],
-        topic: str,
-        *,
-        partitions: int,
-        max_parallelism: int,
-        job_id: JobId,
-        task_id: TaskId,
-        epoch: Epoch = Epoch(0),
-        options: ChangelogWriterOptions = ChangelogWriterOptions(),
-        codec: Codec | None = None,
-    ) -> None:
+    def __init__(self, topic: str, *, partitions: int, max_parallelism: int, job_id: JobId,
+                 task_id: TaskId, epoch: Epoch = Epoch(0), codec: Codec | None = None) -> None:
         check_partitions(partitions, max_parallelism)
         self.topic = topic
         self.partitions = partitions
         self.max_parallelism = max_parallelism
         self.job_id, self.task_id, self.epoch = job_id, task_id, epoch
-        self.options = options
         self._codec = codec or default_codec()
-        self._producer = Producer(self._config(client, options))
-        self._wait = broker_wait(client)
-        self._check_topic(client)
         self._logs: dict[int, _PartitionLog] = {}
         self._sequence = 0
-        self._since_poll = 0
         self._base = ORIGIN
         self._pending: dict[CheckpointId, ChangelogMark] = {}
         self._confirmed: tuple[CheckpointId, ChangelogMark] | None = None
@@ -138,25 +128,25 @@ class ChangelogWriter:
         self._closed = False
         self.appended_bytes = 0
 
-    @staticmethod
-    def _config(client: dict[str, Any], options: ChangelogWriterOptions) -> dict[str, Any]:
-        config = producer_config(
-            client,
-            **{"linger.ms": options.linger_ms, "batch.size": options.batch_size_bytes,
-               "queue.buffering.max.messages": options.queue_max_messages},
-        )
-        config.update(dict(options.producer_overrides))
-        config.update({"enable.idempotence": True, "acks": "all"})
-        return config
+    # ------------------------------------------------------------------ transport (subclass)
 
-    def _check_topic(self, client: dict[str, Any]) -> None:
-        found = partition_counts(client, [self.topic], self.options.persist_timeout_s)
-        if self.topic not in found:
-            raise ChangelogWriteError(f"changelog topic {self.topic!r} does not exist")
-        if found[self.topic] != self.partitions:
-            raise ChangelogWriteError(
-                f"changelog topic {self.topic!r} has {found[self.topic]} partitions, expected {self.partitions}"
-            )
+    @abstractmethod
+    def _send(self, partition: int, key: bytes, value: bytes) -> None:
+        """Send one record; its delivery is reported later through ``_delivered``."""
+
+    @abstractmethod
+    def _await_delivery(self, up_to: ChangelogMark) -> None:
+        """Return once every record before ``up_to`` is delivered, or raise
+        :class:`ChangelogWriteError`."""
+
+    @abstractmethod
+    def flush(self, timeout_s: float | None = None) -> int:
+        """Wait until every record appended so far is delivered; returns how many are still in
+        flight after ``timeout_s``. Marks nothing durable for a checkpoint (that is ``persist``)."""
+
+    @abstractmethod
+    def _close_transport(self) -> None:
+        """Flush what was appended (best effort) and release the transport."""
 
     # ------------------------------------------------------------------ appending
 
@@ -186,33 +176,17 @@ class ChangelogWriter:
         log = self._logs.get(partition)
         if log is None:
             log = self._logs[partition] = _PartitionLog()
-        self._produce(partition, key, value)
+        self._send(partition, key, value)
         log.appended += 1
         self._sequence += 1
         self.appended_bytes += len(value)
-        self._since_poll += 1
-        if self._since_poll >= self.options.poll_every:
-            self._since_poll = 0
-            self._producer.poll(0)
 
-    def _produce(self, partition: int, key: bytes, value: bytes) -> None:
-        while True:
-            try:
-                self._producer.produce(self.topic, value, key, partition, self._on_delivery)
-                return
-            except BufferError:  # local queue full: serve delivery reports, then retry
-                self._producer.poll(0.05)
-                self._check_usable()
-
-    def _on_delivery(self, error: KafkaError | None, message: Message) -> None:
-        if error is not None:
-            self._failure = self._failure or f"delivery to {self.topic} failed: {error}"
-            return
-        log = self._logs[message.partition()]
-        offset = message.offset()
+    def _delivered(self, partition: int, offset: int | None) -> None:
+        """The next record of ``partition`` is durable at ``offset``."""
+        log = self._logs[partition]
         if offset is None or offset <= log.last_offset:
             self._failure = self._failure or (
-                f"{self.topic}/{message.partition()}: delivery report out of order "
+                f"{self.topic}/{partition}: delivery report out of order "
                 f"({offset} after {log.last_offset})"
             )
             return
@@ -243,29 +217,12 @@ class ChangelogWriter:
         self._check_usable()
         if up_to.sequence < self._base.sequence:
             raise ValueError(f"mark {up_to.sequence} precedes the truncation point {self._base.sequence}")
-        self._flush(up_to)
+        self._await_delivery(up_to)
         self._pending[checkpoint_id] = up_to
         return self.ranges(self._base, up_to)
 
-    def _flush(self, up_to: ChangelogMark) -> None:
-        """Wait until every change before ``up_to`` is delivered. The timeout counts only time in
-        which the broker is known to answer: during an outage (see :mod:`tidemark.kafka.outage`)
-        the producer keeps retrying and this waits, up to the outage patience."""
-        deadline = time.monotonic() + self.options.persist_timeout_s
-        patience = time.monotonic() + PATIENCE_S
-        while True:
-            self._check_usable()
-            if all(self._logs[p].delivered >= n for p, n in up_to.counts):
-                return
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 and self._wait.waiting and time.monotonic() < patience:
-                self._wait.failed(f"persist changes to {self.topic}", "changes not delivered yet")
-                deadline = time.monotonic() + self.options.persist_timeout_s
-                continue
-            if remaining <= 0:
-                raise ChangelogWriteError(f"changes to {self.topic} not durable within "
-                                          f"{self.options.persist_timeout_s}s")
-            self._producer.flush(min(remaining, 1.0))
+    def _all_delivered(self, up_to: ChangelogMark) -> bool:
+        return all(self._logs[p].delivered >= n for p, n in up_to.counts)
 
     def ranges(self, start: ChangelogMark, end: ChangelogMark) -> tuple[ChangelogRange, ...]:
         """The offset ranges of the changes between two marks (all already delivered)."""
@@ -326,24 +283,109 @@ class ChangelogWriter:
 
     def _check_usable(self) -> None:
         if self._closed:
-            raise RuntimeError("ChangelogWriter is closed")
+            raise RuntimeError(f"{type(self).__name__} is closed")
         if self._failure is not None:
             raise ChangelogWriteError(self._failure)
 
-    def flush(self, timeout_s: float | None = None) -> int:
-        """Wait until every record appended so far is delivered; returns how many are still in
-        flight after ``timeout_s``. Marks nothing durable for a checkpoint (that is ``persist``)."""
-        self._check_usable()
-        return self._producer.flush(self.options.persist_timeout_s if timeout_s is None else timeout_s)
-
     def close(self) -> None:
-        """Flush what was appended (best effort) and release the producer; idempotent."""
+        """Flush what was appended (best effort) and release the transport; idempotent."""
         if not self._closed:
             self._closed = True
-            self._producer.flush(self.options.persist_timeout_s)
+            self._close_transport()
 
-    def __enter__(self) -> ChangelogWriter:
+    def __enter__(self) -> StateChangelogWriter:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class ChangelogWriter(StateChangelogWriter):
+    """The writer on a Kafka topic: an idempotent producer, offsets from delivery reports."""
+
+    def __init__(
+        self,
+        client: dict[str, Any],
+        topic: str,
+        *,
+        partitions: int,
+        max_parallelism: int,
+        job_id: JobId,
+        task_id: TaskId,
+        epoch: Epoch = Epoch(0),
+        options: ChangelogWriterOptions = ChangelogWriterOptions(),
+        codec: Codec | None = None,
+    ) -> None:
+        super().__init__(topic, partitions=partitions, max_parallelism=max_parallelism,
+                         job_id=job_id, task_id=task_id, epoch=epoch, codec=codec)
+        self.options = options
+        self._producer = Producer(self._config(client, options))
+        self._wait = broker_wait(client)
+        self._check_topic(client)
+        self._since_poll = 0
+
+    @staticmethod
+    def _config(client: dict[str, Any], options: ChangelogWriterOptions) -> dict[str, Any]:
+        config = producer_config(
+            client,
+            **{"linger.ms": options.linger_ms, "batch.size": options.batch_size_bytes,
+               "queue.buffering.max.messages": options.queue_max_messages},
+        )
+        config.update(dict(options.producer_overrides))
+        config.update({"enable.idempotence": True, "acks": "all"})
+        return config
+
+    def _check_topic(self, client: dict[str, Any]) -> None:
+        found = partition_counts(client, [self.topic], self.options.persist_timeout_s)
+        if self.topic not in found:
+            raise ChangelogWriteError(f"changelog topic {self.topic!r} does not exist")
+        if found[self.topic] != self.partitions:
+            raise ChangelogWriteError(
+                f"changelog topic {self.topic!r} has {found[self.topic]} partitions, expected {self.partitions}"
+            )
+
+    def _send(self, partition: int, key: bytes, value: bytes) -> None:
+        while True:
+            try:
+                self._producer.produce(self.topic, value, key, partition, self._on_delivery)
+                break
+            except BufferError:  # local queue full: serve delivery reports, then retry
+                self._producer.poll(0.05)
+                self._check_usable()
+        self._since_poll += 1
+        if self._since_poll >= self.options.poll_every:
+            self._since_poll = 0
+            self._producer.poll(0)
+
+    def _on_delivery(self, error: KafkaError | None, message: Message) -> None:
+        if error is not None:
+            self._failure = self._failure or f"delivery to {self.topic} failed: {error}"
+            return
+        self._delivered(message.partition(), message.offset())
+
+    def _await_delivery(self, up_to: ChangelogMark) -> None:
+        """Wait until every change before ``up_to`` is delivered. The timeout counts only time in
+        which the broker is known to answer: during an outage (see :mod:`tidemark.kafka.outage`)
+        the producer keeps retrying and this waits, up to the outage patience."""
+        deadline = time.monotonic() + self.options.persist_timeout_s
+        patience = time.monotonic() + PATIENCE_S
+        while True:
+            self._check_usable()
+            if self._all_delivered(up_to):
+                return
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 and self._wait.waiting and time.monotonic() < patience:
+                self._wait.failed(f"persist changes to {self.topic}", "changes not delivered yet")
+                deadline = time.monotonic() + self.options.persist_timeout_s
+                continue
+            if remaining <= 0:
+                raise ChangelogWriteError(f"changes to {self.topic} not durable within "
+                                          f"{self.options.persist_timeout_s}s")
+            self._producer.flush(min(remaining, 1.0))
+
+    def flush(self, timeout_s: float | None = None) -> int:
+        self._check_usable()
+        return self._producer.flush(self.options.persist_timeout_s if timeout_s is None else timeout_s)
+
+    def _close_transport(self) -> None:
+        self._producer.flush(self.options.persist_timeout_s)

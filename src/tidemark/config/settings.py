@@ -2,7 +2,8 @@
 
 Sources, highest precedence first: environment variables (``TIDEMARK_`` prefix, ``__`` between
 nested keys, e.g. ``TIDEMARK_KAFKA__SECURITY_PROTOCOL``; the bootstrap address is the plain
-``KAFKA_BOOTSTRAP_SERVERS``), then the YAML file named by ``TIDEMARK_CONFIG_FILE``, then defaults.
+``KAFKA_BOOTSTRAP_SERVERS``), then the YAML file named by ``TIDEMARK_CONFIG_FILE`` (read by
+pydantic-settings' ``YamlConfigSettingsSource``; unset: no file), then defaults.
 Unknown keys in the file are errors, and so is a ``TIDEMARK_*`` variable that names no setting
 (:mod:`tidemark.config.environment`). :func:`load_settings` turns every validation failure into a
 :class:`ConfigurationError` that names the key and the reason; the value given is quoted unless the
@@ -17,7 +18,12 @@ from typing import Any, Literal, TypeVar
 
 import yaml
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    YamlConfigSettingsSource,
+)
 
 from tidemark.config.environment import unknown_variables
 
@@ -67,25 +73,32 @@ class SparkSettings(BaseModel):
     )
 
 
-class _YamlFileSource(PydanticBaseSettingsSource):
-    """Reads the YAML file named by TIDEMARK_CONFIG_FILE (absent variable: no file)."""
+class _ConfigFileSource(YamlConfigSettingsSource):
+    """pydantic-settings' YAML source, failing with a :class:`ConfigurationError` that names the
+    file when it cannot be read, is not YAML or does not hold a mapping."""
 
-    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
-        return None, field_name, False
-
-    def __call__(self) -> dict[str, Any]:
-        path = os.environ.get(CONFIG_FILE_ENV)
-        if not path:
-            return {}
+    def _read_file(self, file_path: Any) -> dict[str, Any]:
         try:
-            data = yaml.safe_load(Path(path).read_text()) or {}
+            data = super()._read_file(file_path)
         except OSError as exc:
-            raise ConfigurationError([(CONFIG_FILE_ENV, f"cannot read {path}: {exc.strerror}")])
+            raise ConfigurationError([(CONFIG_FILE_ENV, f"cannot read {file_path}: {exc.strerror}")]) from None
         except yaml.YAMLError as exc:
-            raise ConfigurationError([(CONFIG_FILE_ENV, f"{path} is not valid YAML: {exc}")])
+            reason = " ".join(str(exc).split())  # one line: PyYAML's message spans several
+            raise ConfigurationError([(CONFIG_FILE_ENV, f"{file_path} is not valid YAML: {reason}")]) from None
         if not isinstance(data, dict):
-            raise ConfigurationError([(CONFIG_FILE_ENV, f"{path} must hold a mapping")])
+            raise ConfigurationError([(CONFIG_FILE_ENV, f"{file_path} must hold a mapping")])
         return data
+
+
+def _config_file_sources(settings_cls: type[BaseSettings]) -> tuple[PydanticBaseSettingsSource, ...]:
+    """The YAML file named by TIDEMARK_CONFIG_FILE (unset or empty: no file); a named file must exist."""
+    path = os.environ.get(CONFIG_FILE_ENV)
+    if not path:
+        return ()
+    if not Path(path).is_file():
+        reason = "is a directory" if Path(path).is_dir() else "no such file"
+        raise ConfigurationError([(CONFIG_FILE_ENV, f"cannot read {path}: {reason}")])
+    return (_ConfigFileSource(settings_cls, yaml_file=Path(path)),)
 
 
 class TidemarkSettings(BaseSettings):
@@ -135,7 +148,7 @@ class TidemarkSettings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return (init_settings, env_settings, _YamlFileSource(settings_cls))
+        return (init_settings, env_settings, *_config_file_sources(settings_cls))
 
     @field_validator("checkpoint_storage_url")
     @classmethod

@@ -1,11 +1,15 @@
 """Client configuration for confluent-kafka (librdkafka) and Faust (aiokafka).
 
 Group settings keep a consumer-group join at a few seconds (the broker waits on the rebalance
-timeout; see docs/architecture.md), on the embedded broker and on Apache Kafka alike.
+timeout; see docs/architecture.md), on the embedded broker and on Apache Kafka alike. How a client
+authenticates and encrypts is decided once, by :func:`kafka_security`, from the ``kafka`` settings;
+:func:`base_config` turns that into librdkafka keys and :mod:`tidemark.service.app` into Faust's
+credentials, so the two client stacks of a service always connect the same way.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 from tidemark.broker.embedded import EmbeddedBroker
@@ -29,6 +33,50 @@ FAUST_GROUP_SETTINGS: dict[str, float] = {
     "broker_rebalance_timeout": 10.0,
     "broker_max_poll_interval": 10.0,
 }
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaSecurity:
+    """How a client authenticates and encrypts, in no client library's terms.
+
+    ``protocol`` is Kafka's ``security.protocol``; ``tls`` is true for SSL and SASL_SSL, with
+    ``ca_location`` the CA bundle to trust (None: the system's); ``sasl_mechanism`` is set for
+    SASL_PLAINTEXT and SASL_SSL only (PLAIN unless configured), with the username and password.
+    """
+
+    protocol: str
+    tls: bool
+    ca_location: str | None
+    sasl_mechanism: str | None
+    sasl_username: str | None
+    sasl_password: str | None = field(default=None, repr=False)
+
+
+def kafka_security(settings: TidemarkSettings) -> KafkaSecurity:
+    """The one mapping from the ``kafka`` settings to a client's security settings."""
+    kafka = settings.kafka
+    tls = kafka.security_protocol in ("SSL", "SASL_SSL")
+    sasl = kafka.security_protocol.startswith("SASL")
+    return KafkaSecurity(
+        protocol=kafka.security_protocol,
+        tls=tls,
+        ca_location=kafka.ssl_ca_location if tls else None,
+        sasl_mechanism=(kafka.sasl_mechanism or "PLAIN") if sasl else None,
+        sasl_username=kafka.sasl_username if sasl else None,
+        sasl_password=kafka.sasl_password if sasl else None,
+    )
+
+
+def librdkafka_security(security: KafkaSecurity) -> dict[str, Any]:
+    """``security`` as librdkafka configuration keys."""
+    config: dict[str, Any] = {"security.protocol": security.protocol}
+    if security.sasl_mechanism:
+        config["sasl.mechanism"] = security.sasl_mechanism
+        config["sasl.username"] = security.sasl_username or ""
+        config["sasl.password"] = security.sasl_password or ""
+    if security.ca_location:
+        config["ssl.ca.location"] = security.ca_location
+    return config
 
 
 def embedded_broker(settings: TidemarkSettings) -> EmbeddedBroker:
@@ -55,19 +103,11 @@ def resolve_bootstrap(settings: TidemarkSettings) -> str:
 
 def base_config(settings: TidemarkSettings, bootstrap: str | None = None) -> dict[str, Any]:
     """librdkafka settings shared by producers, consumers and admin clients."""
-    kafka = settings.kafka
-    config: dict[str, Any] = {
+    return {
         "bootstrap.servers": bootstrap or resolve_bootstrap(settings),
-        "security.protocol": kafka.security_protocol,
+        **librdkafka_security(kafka_security(settings)),
         "log_level": LIBRDKAFKA_LOG_LEVEL,
     }
-    if kafka.sasl_mechanism:
-        config["sasl.mechanism"] = kafka.sasl_mechanism
-        config["sasl.username"] = kafka.sasl_username or ""
-        config["sasl.password"] = kafka.sasl_password or ""
-    if kafka.ssl_ca_location:
-        config["ssl.ca.location"] = kafka.ssl_ca_location
-    return config
 
 
 def consumer_config(base: dict[str, Any], group_id: str | None, **extra: Any) -> dict[str, Any]:

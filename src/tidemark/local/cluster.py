@@ -13,11 +13,11 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
+
+import requests
 
 from tidemark.processes import die_with_parent, free_port, stop_process
 
@@ -39,11 +39,10 @@ class LocalService:
         return f"http://127.0.0.1:{self.port}"
 
     def get(self, path: str, timeout_s: float = 2.0) -> tuple[int, bytes]:
-        try:
-            with urllib.request.urlopen(self.url + path, timeout=timeout_s) as response:
-                return response.status, response.read()
-        except urllib.error.HTTPError as exc:
-            return exc.code, exc.read()
+        """``GET path``: status and body, errors included; ``OSError`` (``requests``' errors are
+        ones) when the service does not answer."""
+        response = requests.get(self.url + path, timeout=timeout_s, allow_redirects=False)
+        return response.status_code, response.content
 
     def ready(self) -> bool:
         try:

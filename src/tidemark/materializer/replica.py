@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from tidemark.changelog.reader import ChangelogReader, ReadStats
-from tidemark.changelog.restore import restore_from_changelog
+from tidemark.state.changelog.snapshot import restore_from_changelog
 from tidemark.materializer.ledger import TaskCheckpoint
 from tidemark.materializer.planning import Current, Extend, FoldPlan, Rebuild, ReplicaLineage, plan_fold
 from tidemark.protocol.messages import StateHandle
@@ -97,7 +97,7 @@ class TaskReplica:
                  storage: CheckpointStorage) -> tuple[tuple[StateHandle, ...], SnapshotStats]:
         """Write the held state into ``storage`` (a :class:`SharedFilesView`), incrementally."""
         backend = self.backend
-        handles = tuple(backend.snapshot(CheckpointId(materialization_id), storage))
+        handles = backend.snapshot(CheckpointId(materialization_id), storage).handles
         stats = backend.last_snapshot_stats
         assert stats is not None
         return handles, stats

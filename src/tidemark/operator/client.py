@@ -1,21 +1,29 @@
-"""A small blocking client of the coordinator's operator API (what the CLI uses).
+"""A small blocking client of the coordinator's operator API (what the CLI and the supervisor use).
 
-Lifecycle: ``CoordinatorClient(url, token)``; every method is one HTTP request (no connection
-is kept), returns the decoded JSON document, and raises :class:`ApiError` for an HTTP error
-status (with the server's message), an unreachable coordinator, or a response that is not JSON.
+Lifecycle: ``CoordinatorClient(url, token)`` keeps one ``requests`` session (pooled keep-alive
+connections); every method is one API call with a connect and read timeout of ``timeout_s``,
+returns the decoded JSON document, and raises :class:`ApiError` for an HTTP error status (with the
+server's message), an unreachable coordinator (``status`` None), or a response that is not JSON.
+With ``wait_unavailable_s`` the session's urllib3 ``Retry`` waits about that long while the
+coordinator refuses connections or answers 503 (a restart, replaying its log) before it fails;
+a request that reached the coordinator and got no answer is never sent twice.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import time
-import urllib.error
-import urllib.request
 from typing import Any
 from urllib.parse import quote, urlparse
 
+import requests
+from requests.adapters import HTTPAdapter
+from urllib3.util.retry import Retry
+
 DEFAULT_URL = "http://127.0.0.1:9400"
 TERMINAL_SAVEPOINT_STATES = frozenset({"COMPLETED", "FAILED", "UNKNOWN"})
+RETRY_PAUSE_S = 1.0  # the longest pause between two attempts while the coordinator is unavailable
 
 
 class ApiError(Exception):
@@ -31,35 +39,58 @@ def _segment(value: str | int) -> str:
     return quote(str(value), safe="")
 
 
+def availability_retry(wait_s: float) -> Retry:
+    """Retry refused connections and 503 answers for about ``wait_s`` (pauses up to
+    :data:`RETRY_PAUSE_S`, or the server's ``Retry-After``), any method: in both cases the
+    coordinator did nothing. Read errors are not retried (the request may have been acted on)."""
+    attempts = math.ceil(wait_s / RETRY_PAUSE_S) + 1
+    return Retry(total=attempts, connect=attempts, status=attempts, read=0, other=0, redirect=0,
+                 status_forcelist=frozenset({503}), allowed_methods=None, backoff_factor=RETRY_PAUSE_S / 2,
+                 backoff_max=RETRY_PAUSE_S, respect_retry_after_header=True, raise_on_status=False)
+
+
+def _reason(exc: requests.RequestException) -> str:
+    """The innermost cause of a failed connection, e.g. ``Connection refused``."""
+    if isinstance(exc, requests.Timeout):
+        return "timed out"
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, OSError) and cause.strerror:
+            return cause.strerror
+        inner = getattr(cause, "reason", None)
+        cause = inner if isinstance(inner, BaseException) else (cause.__cause__ or cause.__context__)
+    return str(exc)
+
+
 class CoordinatorClient:
     """Calls ``/api/v1/`` of one coordinator."""
 
     def __init__(self, url: str = DEFAULT_URL, token: str | None = None, *,
-                 timeout_s: float = 10.0) -> None:
+                 timeout_s: float = 10.0, wait_unavailable_s: float = 0.0) -> None:
         parsed = urlparse(url)
         if parsed.scheme not in ("http", "https") or not parsed.netloc:
             raise ValueError(f"coordinator URL must be http(s)://host:port, got {url!r}")
         self.url = url.rstrip("/")
         self.token = token or None
         self.timeout_s = timeout_s
+        self.session = requests.Session()
+        self.session.headers["Accept"] = "application/json"
+        if self.token:
+            self.session.headers["Authorization"] = f"Bearer {self.token}"
+        retry = availability_retry(wait_unavailable_s) if wait_unavailable_s > 0 else Retry(0, read=False)
+        for scheme in ("http://", "https://"):
+            self.session.mount(scheme, HTTPAdapter(max_retries=retry))
 
     def request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
         """``method`` ``/api/v1{path}`` with a JSON ``body``; the decoded JSON answer."""
-        data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(f"{self.url}/api/v1{path}", data=data, method=method)
-        req.add_header("Accept", "application/json")
-        if data is not None:
-            req.add_header("Content-Type", "application/json")
-        if self.token:
-            req.add_header("Authorization", f"Bearer {self.token}")
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout_s) as response:
-                return self._decode(response.status, response.read())
-        except urllib.error.HTTPError as exc:
-            raise ApiError(exc.code, self._error_message(exc.code, exc.read())) from None
-        except (urllib.error.URLError, OSError) as exc:
-            reason = getattr(exc, "reason", exc)
-            raise ApiError(None, f"cannot reach the coordinator at {self.url}: {reason}") from None
+            response = self.session.request(method, f"{self.url}/api/v1{path}", json=body,
+                                            timeout=self.timeout_s, allow_redirects=False)
+        except requests.RequestException as exc:
+            raise ApiError(None, f"cannot reach the coordinator at {self.url}: {_reason(exc)}") from None
+        if response.status_code >= 400:
+            raise ApiError(response.status_code, self._error_message(response.status_code, response.content))
+        return self._decode(response.status_code, response.content)
 
     @staticmethod
     def _decode(status: int, raw: bytes) -> Any:

@@ -1,19 +1,25 @@
-"""Operator request bodies and URL parts, parsed strictly into frozen dataclasses.
+"""Operator request bodies and URL parts, parsed strictly into frozen pydantic models.
 
 Contract: a body is a JSON object holding only the documented fields, each of its documented
-type; anything else raises :class:`BadRequest` (HTTP 400) with a message naming the field.
-A storage path given by a request must be a relative POSIX path without empty, ``.`` or ``..``
-parts, backslashes, control characters or percent-encoding, at most :data:`MAX_PATH_LENGTH`
-characters; the storage layer checks the resolved location (symlinks included) again and raises
-``InvalidStoragePath``, which the API also answers with 400.
+type (no coercion: ``"2"`` is not an integer, ``1`` is not ``true``); anything else raises
+:class:`BadRequest` (HTTP 400) with a one-line message naming the field. A storage path given by
+a request must be a relative POSIX path without empty, ``.`` or ``..`` parts, backslashes,
+control characters or percent-encoding, at most :data:`MAX_PATH_LENGTH` characters; the storage
+layer checks the resolved location (symlinks included) again and raises ``InvalidStoragePath``,
+which the API also answers with 400. The models' fields and bounds are those of the request
+schemas in the coordinator's ``openapi.yaml`` (a unit test compares them).
 """
 
 from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any, ClassVar
+
+from annotated_types import Ge, Le
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic.fields import FieldInfo
+from pydantic_core import ErrorDetails
 
 from tidemark.checkpoint_store.layout import METADATA_FILE, validate_job_id
 from tidemark.types import CheckpointId, JobId
@@ -24,6 +30,9 @@ MAX_PARALLELISM = 32768
 MAX_JOB_ARGS_BYTES = 64 * 1024  # passed on the command line of the run (Linux: 128 KiB per argument)
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
 _RUN_ID = re.compile(r"^[0-9a-f]{1,64}$")
+
+Parallelism = Annotated[int, Ge(1), Le(MAX_PARALLELISM)]
+PositiveId = Annotated[CheckpointId, Ge(1)]
 
 
 class BadRequest(ValueError):
@@ -47,36 +56,6 @@ def parse_object(raw: bytes, *, empty_is_object: bool = False) -> dict[str, Any]
         raise BadRequest(f"request body is not valid JSON: {str(exc)[:200]}") from None
     if not isinstance(value, dict):
         raise BadRequest(f"request body must be a JSON object, not {type(value).__name__}")
-    return value
-
-
-def _reject_unknown(body: dict[str, Any], allowed: frozenset[str]) -> None:
-    unknown = sorted(set(body) - allowed)
-    if unknown:
-        raise BadRequest(f"unknown field(s): {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}")
-
-
-def _optional_int(body: dict[str, Any], field: str) -> int | None:
-    value = body.get(field)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise BadRequest(f"{field} must be an integer or null, got {json.dumps(value)}")
-    return value
-
-
-def _optional_str(body: dict[str, Any], field: str) -> str | None:
-    value = body.get(field)
-    if value is not None and not isinstance(value, str):
-        raise BadRequest(f"{field} must be a string or null, got {json.dumps(value)}")
-    return value
-
-
-def _flag(body: dict[str, Any], field: str) -> bool:
-    """``body[field]``, false when absent."""
-    value = body.get(field, False)
-    if not isinstance(value, bool):
-        raise BadRequest(f"{field} must be true or false, got {json.dumps(value)}")
     return value
 
 
@@ -129,50 +108,101 @@ def parse_checkpoint_id(value: str) -> CheckpointId:
     return CheckpointId(int(value))
 
 
-@dataclass(frozen=True, slots=True)
-class SavepointBody:
+# ---------------------------------------------------------------------- bodies
+
+
+class _Body(BaseModel):
+    """A request body: strict types, no unknown fields, immutable; :meth:`parse` reads raw bytes."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    empty_is_object: ClassVar[bool] = False  # an empty body stands for ``{}``
+
+    @classmethod
+    def parse(cls, raw: bytes) -> Any:
+        """The body in ``raw``; ``BadRequest`` naming the first problem otherwise."""
+        body = parse_object(raw, empty_is_object=cls.empty_is_object)
+        try:
+            return cls.model_validate(body)
+        except ValidationError as exc:
+            raise BadRequest(_problem(cls, exc.errors())) from None
+
+
+def _problem(model: type[BaseModel], errors: list[ErrorDetails]) -> str:
+    """One line for the first of ``errors``, unknown fields first (all of them)."""
+    unknown = sorted(str(error["loc"][0]) for error in errors if error["type"] == "extra_forbidden")
+    if unknown:
+        return f"unknown field(s): {', '.join(unknown)}; allowed: {', '.join(sorted(model.model_fields))}"
+    error = errors[0]
+    if error["type"] == "value_error":  # a validator's own message, which names the field
+        return str(error.get("ctx", {}).get("error", error["msg"]))
+    name = str(error["loc"][0])
+    field = model.model_fields[name]
+    if error["type"] == "missing":
+        return f"{name} must be {_expected(field, 'missing')}; it is missing"
+    return f"{name} must be {_expected(field, error['type'])}, got {json.dumps(error['input'])[:100]}"
+
+
+def _expected(field: FieldInfo, kind: str) -> str:
+    """What ``field`` accepts, worded for the check ``kind`` (a pydantic error type) it failed."""
+    if field.description:
+        return field.description
+    nullable = field.default is None and not field.is_required()
+    or_null = " or null" if nullable else ""
+    bounds = _metadata(field)
+    low = next((item.ge for item in bounds if isinstance(item, Ge)), None)
+    high = next((item.le for item in bounds if isinstance(item, Le)), None)
+    if kind in ("greater_than_equal", "less_than_equal", "missing") and low is not None:
+        if high is None:
+            return f">= {low}"
+        return f"{'null or ' if nullable else ''}an integer in {low}..{high}"
+    return {
+        "bool_type": "true or false",
+        "int_type": f"an integer{or_null}",
+        "string_type": f"a string{or_null}",
+        "dict_type": f"a JSON object{or_null}",
+    }.get(kind, "given")
+
+
+def _metadata(field: FieldInfo) -> list[Any]:
+    """The constraints of ``field``, also those declared on the inner type of ``X | None``."""
+    found = list(field.metadata)
+    for arg in getattr(field.annotation, "__args__", ()):
+        found += list(getattr(arg, "__metadata__", ()))
+    return found
+
+
+class SavepointBody(_Body):
     """``POST /jobs/{job}/savepoints``: ``{"stop": bool, "target": relative dir | null}``."""
+
+    empty_is_object: ClassVar[bool] = True
 
     stop: bool = False
     target: str | None = None
 
+    @field_validator("target")
     @classmethod
-    def parse(cls, raw: bytes) -> SavepointBody:
-        body = parse_object(raw, empty_is_object=True)
-        _reject_unknown(body, frozenset({"stop", "target"}))
-        stop = body.get("stop", False)
-        if not isinstance(stop, bool):
-            raise BadRequest(f"stop must be true or false, got {json.dumps(stop)}")
-        target = _optional_str(body, "target")
-        return cls(stop, None if target is None else validate_relative_path(target, "target"))
+    def _safe_target(cls, value: str | None) -> str | None:
+        return None if value is None else validate_relative_path(value, "target")
 
 
-@dataclass(frozen=True, slots=True)
-class RestoreBody:
+class RestoreBody(_Body):
     """``POST /jobs/{job}/restore``: exactly one of ``checkpoint_id`` and ``savepoint_path``,
     and the new ``parallelism`` of every operator."""
 
-    parallelism: int
-    checkpoint_id: CheckpointId | None = None
+    parallelism: Parallelism
+    checkpoint_id: PositiveId | None = None
     savepoint_path: str | None = None
 
+    @field_validator("savepoint_path")
     @classmethod
-    def parse(cls, raw: bytes) -> RestoreBody:
-        body = parse_object(raw)
-        _reject_unknown(body, frozenset({"checkpoint_id", "savepoint_path", "parallelism"}))
-        checkpoint_id = _optional_int(body, "checkpoint_id")
-        savepoint_path = _optional_str(body, "savepoint_path")
-        parallelism = _optional_int(body, "parallelism")
-        if (checkpoint_id is None) == (savepoint_path is None):
-            raise BadRequest("give exactly one of checkpoint_id and savepoint_path")
-        if checkpoint_id is not None and checkpoint_id < 1:
-            raise BadRequest(f"checkpoint_id must be >= 1, got {checkpoint_id}")
-        if parallelism is None or not 1 <= parallelism <= MAX_PARALLELISM:
-            raise BadRequest(f"parallelism must be an integer in 1..{MAX_PARALLELISM}")
-        if savepoint_path is not None:
-            savepoint_path = validate_relative_path(savepoint_path, "savepoint_path")
-        return cls(parallelism, None if checkpoint_id is None else CheckpointId(checkpoint_id),
-                   savepoint_path)
+    def _safe_path(cls, value: str | None) -> str | None:
+        return None if value is None else validate_relative_path(value, "savepoint_path")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> RestoreBody:
+        if (self.checkpoint_id is None) == (self.savepoint_path is None):
+            raise ValueError("give exactly one of checkpoint_id and savepoint_path")
+        return self
 
     @property
     def metadata_path(self) -> str | None:
@@ -180,55 +210,46 @@ class RestoreBody:
         return metadata_file(self.savepoint_path)
 
 
-@dataclass(frozen=True, slots=True)
-class RunBody:
+class RunBody(_Body):
     """``POST /runs``: ``{"job": "<package.module:attribute>", "args": {...}, "parallelism":
     int | null, "from_checkpoint": int | null, "from_savepoint": relative path | null, "fresh":
     bool, "force": bool}``, the start options of ``tidemark jobs run``: at most one of
     ``from_checkpoint`` and ``from_savepoint``, neither with ``fresh``. Whether ``job`` is in
     the coordinator's catalog is checked by the API (403), not here."""
 
-    job: str
-    args: dict[str, Any]
-    parallelism: int | None = None
-    from_checkpoint: CheckpointId | None = None
+    job: str = Field(min_length=1, description="a job reference 'package.module:attribute'")
+    args: dict[str, Any] = Field({}, description="a JSON object or null")  # null stands for {}
+    parallelism: Parallelism | None = None
+    from_checkpoint: PositiveId | None = None
     from_savepoint: str | None = None
     fresh: bool = False
     force: bool = False
 
+    @field_validator("args", mode="before")
     @classmethod
-    def parse(cls, raw: bytes) -> RunBody:
-        body = parse_object(raw)
-        _reject_unknown(body, frozenset({"job", "args", "parallelism", "from_checkpoint", "from_savepoint",
-                                         "fresh", "force"}))
-        job = body.get("job")
-        if not isinstance(job, str) or not job:
-            raise BadRequest(f"job must be a job reference 'package.module:attribute', got {json.dumps(job)}")
-        args = body.get("args")
-        if args is None:
-            args = {}
-        if not isinstance(args, dict):
-            raise BadRequest(f"args must be a JSON object or null, got {json.dumps(args)[:100]}")
-        if len(json.dumps(args).encode()) > MAX_JOB_ARGS_BYTES:
-            raise BadRequest(f"args must be at most {MAX_JOB_ARGS_BYTES} bytes of JSON")
-        parallelism = _optional_int(body, "parallelism")
-        if parallelism is not None and not 1 <= parallelism <= MAX_PARALLELISM:
-            raise BadRequest(f"parallelism must be null or an integer in 1..{MAX_PARALLELISM}")
-        from_checkpoint = _optional_int(body, "from_checkpoint")
-        from_savepoint = _optional_str(body, "from_savepoint")
-        if from_checkpoint is not None and from_savepoint is not None:
-            raise BadRequest("give at most one of from_checkpoint and from_savepoint")
-        if from_checkpoint is not None and from_checkpoint < 1:
-            raise BadRequest(f"from_checkpoint must be >= 1, got {from_checkpoint}")
-        if from_savepoint is not None:
-            from_savepoint = validate_relative_path(from_savepoint, "from_savepoint")
-        fresh, force = _flag(body, "fresh"), _flag(body, "force")
-        if fresh and (from_checkpoint is not None or from_savepoint is not None):
-            raise BadRequest("fresh starts with empty state; it cannot be combined with from_checkpoint "
+    def _null_is_empty(cls, value: Any) -> Any:
+        return {} if value is None else value
+
+    @field_validator("args")
+    @classmethod
+    def _args_fit_a_command_line(cls, value: dict[str, Any]) -> dict[str, Any]:
+        if len(json.dumps(value).encode()) > MAX_JOB_ARGS_BYTES:
+            raise ValueError(f"args must be at most {MAX_JOB_ARGS_BYTES} bytes of JSON")
+        return value
+
+    @field_validator("from_savepoint")
+    @classmethod
+    def _safe_savepoint(cls, value: str | None) -> str | None:
+        return None if value is None else validate_relative_path(value, "from_savepoint")
+
+    @model_validator(mode="after")
+    def _one_start(self) -> RunBody:
+        if self.from_checkpoint is not None and self.from_savepoint is not None:
+            raise ValueError("give at most one of from_checkpoint and from_savepoint")
+        if self.fresh and (self.from_checkpoint is not None or self.from_savepoint is not None):
+            raise ValueError("fresh starts with empty state; it cannot be combined with from_checkpoint "
                              "or from_savepoint")
-        return cls(job, args, parallelism,
-                   None if from_checkpoint is None else CheckpointId(from_checkpoint), from_savepoint,
-                   fresh, force)
+        return self
 
     @property
     def metadata_path(self) -> str | None:

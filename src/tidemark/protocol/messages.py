@@ -1,7 +1,8 @@
 """Every record that crosses a process boundary, as immutable dataclasses.
 
-Each top-level message has one Avro schema in ``schemas/`` (named ``tidemark.protocol.<Name>``)
-and is encoded by :mod:`tidemark.protocol.codec` in the Confluent wire format. Nested records
+Each top-level message (:data:`MESSAGE_TYPES`, which also lists
+:class:`~tidemark.protocol.dead_letters.DeadLetter`) has one Avro schema in ``schemas/`` (named
+``tidemark.protocol.<Name>``) and is encoded by :mod:`tidemark.protocol.codec` in the Confluent wire format. Nested records
 (``StateHandle``, ``SourceOffset``...) are Avro sub-records of the messages that carry them.
 
 Timestamps are ``int`` milliseconds since the epoch (Avro ``timestamp-millis``); byte payloads
@@ -11,8 +12,9 @@ Timestamps are ``int`` milliseconds since the epoch (Avro ``timestamp-millis``);
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+from tidemark.protocol.dead_letters import DeadLetter
 from tidemark.types import (
     CheckpointId,
     CheckpointingMode,
@@ -365,28 +367,6 @@ class MaterializationEvent:
     state_handles: tuple[StateHandle, ...] = ()
     at: int = 0
     error: str | None = None
-
-
-# --------------------------------------------------------------------------- dead letters
-
-
-@dataclass(frozen=True, slots=True)
-class DeadLetter:
-    """A record that could not be decoded or processed, with where it came from."""
-
-    origin_topic: str
-    origin_partition: int
-    origin_offset: int
-    origin_timestamp: int | None
-    key: bytes | None
-    value: bytes | None
-    headers: dict[str, bytes] = field(default_factory=dict)
-    error_type: str = ""
-    error_message: str = ""
-    service: str = ""
-    failed_at: int = 0
-    original_sizes: dict[str, int] = field(default_factory=dict)  # parts cut to fit (v2)
-    original_sha256: dict[str, str] = field(default_factory=dict)  # their digests (v2)
 
 
 MESSAGE_TYPES: tuple[type, ...] = (

@@ -1,12 +1,16 @@
-"""The supervisor's HTTP endpoints: ``/livez``, ``/readyz`` (an attempt is registered and
-running) and ``/metrics`` (Prometheus text), on a daemon thread.
+"""The one HTTP server of a job's processes, the supervisor and each stage worker: ``/livez``,
+``/readyz`` and ``/metrics`` (Prometheus text of the process's registry), on a daemon thread.
 
 Lifecycle: ``serve_health(host, port, ready)`` starts the server and returns it; it lives as long
-as the process (``shutdown()`` stops it). ``ready`` is called per ``/readyz`` request.
+as the process (``shutdown()`` stops it). ``ready`` is called per ``/readyz`` request (supervisor:
+an attempt is registered and running; stage worker: its streaming query has started). Services
+do not use this module: they serve the same paths from their Faust web server
+(:mod:`tidemark.service.app`). The supervisor's job metrics are declared here as well.
 """
 
 from __future__ import annotations
 
+import socket
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -19,15 +23,24 @@ EPOCH = Gauge("tidemark_job_epoch", "Epoch of the job's current attempt", ["job"
 RUNNING = Gauge("tidemark_job_running", "1 while every stage of the job's current attempt runs", ["job"])
 
 
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+
+class _Server6(_Server):
+    address_family = socket.AF_INET6
+
+
 def serve_health(host: str, port: int, ready: Callable[[], bool]) -> ThreadingHTTPServer:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 - http.server's name
-            if self.path == "/livez":
+            path = self.path.partition("?")[0]
+            if path == "/livez":
                 self._send(200, b"ok\n", "text/plain")
-            elif self.path == "/readyz":
+            elif path == "/readyz":
                 ok = ready()
                 self._send(200 if ok else 503, b"ready\n" if ok else b"not ready\n", "text/plain")
-            elif self.path == "/metrics":
+            elif path == "/metrics":
                 self._send(200, generate_latest(), CONTENT_TYPE_LATEST)
             else:
                 self._send(404, b"not found\n", "text/plain")
@@ -42,6 +55,6 @@ def serve_health(host: str, port: int, ready: Callable[[], bool]) -> ThreadingHT
         def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - quiet access log
             return
 
-    server = ThreadingHTTPServer((host, port), Handler)
-    threading.Thread(target=server.serve_forever, name="supervisor-http", daemon=True).start()
+    server = (_Server6 if ":" in host else _Server)((host, port), Handler)
+    threading.Thread(target=server.serve_forever, name="health-http", daemon=True).start()
     return server

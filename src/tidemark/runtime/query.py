@@ -4,7 +4,8 @@ Lifecycle: ``run_attempt(settings, attempt)`` prepares the worker (restore inclu
 local SparkSession and the streaming query (``tidemark-kafka`` source -> ``foreachBatch``), writes
 the attempt's ready file, then loops: the control plane between micro-batches, consumer lag every
 few seconds, until the stage finishes (stop-with-savepoint completed: returns 0) or the query
-fails (raises). Metrics are served on ``settings.http_port`` from the start. A broker outage
+fails (raises). ``/metrics``, ``/livez`` and ``/readyz`` (ready: the query has started) are
+served on ``settings.http_port`` from the start (:mod:`tidemark.runtime.health`). A broker outage
 neither ends the loop nor fails the query: every Kafka call of the stage waits for the broker, and
 a :class:`~tidemark.kafka.outage.BrokerWatch` reports the outage in the log.
 """
@@ -17,10 +18,9 @@ import signal
 import time
 from typing import Any
 
-from prometheus_client import start_http_server
-
 from tidemark.config.settings import TidemarkSettings
 from tidemark.kafka.outage import BrokerWatch
+from tidemark.runtime.health import serve_health
 from tidemark.runtime.records import records_of
 from tidemark.exit_codes import EXIT_REFUSED
 from tidemark.runtime.start_errors import failed_file, not_retryable_reason
@@ -57,7 +57,7 @@ def run_attempt(settings: TidemarkSettings, attempt: Attempt) -> int:
     leaves its reason in the attempt's ``.failed`` file and returns ``EXIT_REFUSED``."""
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     if settings.http_port:
-        start_http_server(settings.http_port, addr=settings.http_host)
+        serve_health(settings.http_host, settings.http_port, attempt.ready_file.exists)
     try:
         return _run_stage(settings, attempt)
     except Exception as exc:

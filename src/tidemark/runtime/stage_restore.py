@@ -3,28 +3,29 @@
 ``restore_stage(...)`` reads nothing but the given ``_metadata`` and the files and changelog
 ranges it names. Every worker plans its own tasks with the same pure planner
 (:func:`tidemark.checkpoint.restore_planner.plan_restore`), so a different parallelism rescales:
-keyed state by key groups, operator state by its mode, source positions dealt to the new tasks.
-What the stage needs besides the tasks' state comes back as a :class:`RestoredStage`: the source
-positions, the pending write-ahead buffers of the sink and the channel cut.
+keyed state by key groups (each task's backend restores from the old tasks' keyed snapshots that
+overlap its key groups, whatever backend or mode wrote them), operator state by its mode, source
+positions dealt to the new tasks. What the stage needs besides the tasks' state comes back as a
+:class:`RestoredStage`: the source positions, the pending write-ahead buffers of the sink and the
+channel cut.
 """
 
 from __future__ import annotations
 
 import json
-import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tidemark.changelog import ChangelogReader, ChangelogSource
 from tidemark.checkpoint.restore_planner import plan_restore
-from tidemark.materializer.storage import SharedFilesView, materialization_prefix
+from tidemark.keygroups import KeyGroupRange
 from tidemark.protocol.messages import CheckpointMetadata, StateHandleKind
 from tidemark.runtime.alignment import Channel
 from tidemark.runtime.stage_tasks import key_group_range
 from tidemark.runtime.task import CUT_STATE, SINK_STATE, StageTask
+from tidemark.state import KeyedSnapshot
 from tidemark.storage.base import CheckpointStorage
-from tidemark.types import Epoch, JobId, OperatorId, TaskId
+from tidemark.types import JobId, OperatorId, TaskId
 
 
 @dataclass
@@ -38,16 +39,15 @@ class RestoredStage:
     rebased: list[TaskId] = field(default_factory=list)
 
 
-@dataclass(frozen=True)
-class ChangelogRestore:
-    """Changelog mode: where the tasks' changes are read back from."""
-
-    reader: ChangelogReader
-    epoch: Epoch
+def keyed_snapshots(metadata: CheckpointMetadata, operator_id: OperatorId,
+                    key_groups: KeyGroupRange) -> list[KeyedSnapshot]:
+    """The keyed snapshots of ``operator_id``'s old tasks whose key groups overlap ``key_groups``."""
+    return [KeyedSnapshot.from_task_snapshot(t) for t in metadata.tasks if t.operator_id == operator_id
+            and len(key_group_range(t).intersection(key_groups))]
 
 
 def restore_stage(metadata: CheckpointMetadata, job: JobId, operator_id: OperatorId, tasks: Sequence[StageTask],
-                  parallelism: int, storage: CheckpointStorage, changelog: ChangelogRestore | None) -> RestoredStage:
+                  parallelism: int, storage: CheckpointStorage) -> RestoredStage:
     if metadata.job_id != job:
         raise ValueError(f"checkpoint {metadata.checkpoint_id} belongs to job {metadata.job_id}, not {job}")
     plan = plan_restore(metadata, parallelism)
@@ -57,15 +57,9 @@ def restore_stage(metadata: CheckpointMetadata, job: JobId, operator_id: Operato
     sink_items: dict[bytes, None] = {}
     for task in tasks:
         part = plan.for_task(task.task_id)
-        if changelog is not None:
-            sources = [ChangelogSource.from_task_snapshot(t) for t in metadata.tasks if t.operator_id == operator_id
-                       and len(key_group_range(t).intersection(task.key_groups))]
-            base = SharedFilesView(storage, materialization_prefix(job, task.task_id),
-                                   f"restored-e{changelog.epoch}-{secrets.token_hex(4)}")
-            if task.restore_changelog(sources, operator_handles, storage, changelog.reader, base):
-                restored.rebased.append(task.task_id)
-        else:
-            task.restore(part.keyed_handles, operator_handles, storage)
+        task.restore(keyed_snapshots(metadata, operator_id, task.key_groups), operator_handles, storage)
+        if task.backend.rebased:
+            restored.rebased.append(task.task_id)
         sink_items.update(dict.fromkeys(task.restored_items(SINK_STATE)))
         for item in task.restored_items(CUT_STATE):
             doc: dict[str, Any] = json.loads(item)

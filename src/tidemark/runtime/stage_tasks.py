@@ -1,49 +1,69 @@
 """Building a stage's tasks: one per key-group range, each with its keyed backend.
 
 ``build_stage_tasks(...)`` is called once per attempt, before the restore: it plans the task
-assignments of the stage's operator (Flink's key-group ranges), creates each task's keyed backend
-(heap or RocksDB on local disk under ``local_dir``) and, in changelog mode, wraps it so every state
-change is also written to the stage's changelog topic.
+assignments of the stage's operator (Flink's key-group ranges) and creates each task's keyed
+backend through the state registry (:func:`tidemark.state.registry.create_backend`: heap, or
+RocksDB on local disk under ``local_dir``); in changelog mode the registry wraps it with the
+changelog backend, so every state change is also written to the stage's changelog topic, and a
+restore reads the changelog ranges back.
 """
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tidemark.changelog import ChangelogStateBackend, ChangelogWriter
+from tidemark.changelog import ChangelogReader, ChangelogWriter
 from tidemark.checkpoint.restore_planner import plan_assignments
 from tidemark.keygroups import KeyGroupRange
+from tidemark.materializer.storage import SharedFilesView, materialization_prefix
 from tidemark.protocol.messages import TaskAssignment, TaskSnapshot
 from tidemark.runtime.api import JobSpec, Stage
-from tidemark.runtime.task import StageTask, create_backend
-from tidemark.types import Epoch
+from tidemark.runtime.task import StageTask
+from tidemark.state.changelog import ChangelogWiring
+from tidemark.state.registry import BackendContext, create_backend
+from tidemark.storage.base import CheckpointStorage
+from tidemark.types import Epoch, JobId, TaskId
 
 
 @dataclass(frozen=True)
 class ChangelogTarget:
-    """Where a changelog-mode stage writes its state changes."""
+    """Where a changelog-mode stage writes its state changes (and reads them back on restore);
+    ``storage`` is the checkpoint storage a restore that must rebase writes the new base into."""
 
     client: dict[str, Any]
     topic: str
     partitions: int
     epoch: Epoch
+    storage: CheckpointStorage
 
 
 def build_stage_tasks(spec: JobSpec, stage: Stage, parallelism: int, local_dir: Path,
                       changelog: ChangelogTarget | None) -> list[StageTask]:
+    reader = (ChangelogReader(changelog.client, partitions=changelog.partitions,
+                              max_parallelism=spec.max_parallelism) if changelog is not None else None)
     tasks = []
     for assignment in plan_assignments((stage.operator_id,), parallelism, spec.max_parallelism):
-        backend: Any = create_backend(spec.state_backend, key_group_range(assignment), spec.max_parallelism,
-                                      stage.name, local_dir / assignment.task_id.replace("#", "-"))
+        context = BackendContext(key_group_range(assignment), spec.max_parallelism, stage.name,
+                                 local_dir / assignment.task_id.replace("#", "-"))
+        wirings: tuple[ChangelogWiring, ...] = ()
         if changelog is not None:
-            writer = ChangelogWriter(changelog.client, changelog.topic, partitions=changelog.partitions,
-                                     max_parallelism=spec.max_parallelism, job_id=spec.job_id,
-                                     task_id=assignment.task_id, epoch=changelog.epoch)
-            backend = ChangelogStateBackend(backend, writer)
+            wirings = (_changelog_wiring(changelog, reader, spec.job_id, assignment.task_id,
+                                         spec.max_parallelism),)
+        backend = create_backend(spec.state_backend.value, context, *wirings)
         tasks.append(StageTask(stage, assignment, parallelism, backend))
     return tasks
+
+
+def _changelog_wiring(target: ChangelogTarget, reader: ChangelogReader | None, job: JobId, task: TaskId,
+                      max_parallelism: int) -> ChangelogWiring:
+    writer = ChangelogWriter(target.client, target.topic, partitions=target.partitions,
+                             max_parallelism=max_parallelism, job_id=job, task_id=task, epoch=target.epoch)
+    rebase_to = SharedFilesView(target.storage, materialization_prefix(job, task),
+                                f"restored-e{target.epoch}-{secrets.token_hex(4)}")
+    return ChangelogWiring(writer, reader, rebase_to)
 
 
 def key_group_range(assignment: TaskAssignment | TaskSnapshot) -> KeyGroupRange:

@@ -38,7 +38,6 @@ from typing import Any
 
 from confluent_kafka.admin import AdminClient
 
-from tidemark.changelog import ChangelogReader
 from tidemark.checkpoint.outcomes import DECLINED_SUBSUMED
 from tidemark.checkpoint.restore_planner import plan_assignments
 from tidemark.checkpoint_store.metadata_codec import MetadataFormatError
@@ -73,7 +72,7 @@ from tidemark.runtime.record_errors import FunctionFailed, MalformedHeaders, Mal
 from tidemark.runtime.records import InputRecord
 from tidemark.runtime.routing import KeyGroupRouter
 from tidemark.runtime.stage_checkpoint import StageCheckpointer
-from tidemark.runtime.stage_restore import ChangelogRestore, RestoredStage, restore_stage
+from tidemark.runtime.stage_restore import RestoredStage, restore_stage
 from tidemark.runtime.stage_tasks import ChangelogTarget, build_stage_tasks
 from tidemark.runtime.task import StageTask
 from tidemark.service.logs import get_logger
@@ -152,8 +151,8 @@ class StageWorker:
                                     materializations=spec.changelog)
         started = time.monotonic()
         shutil.rmtree(self._local, ignore_errors=True)
-        changelog = (ChangelogTarget(self.client, self.changelog_topic, self._changelog_partitions(), self.epoch)
-                     if spec.changelog else None)
+        changelog = (ChangelogTarget(self.client, self.changelog_topic, self._changelog_partitions(), self.epoch,
+                                     self.storage) if spec.changelog else None)
         self.tasks = build_stage_tasks(spec, stage, self.attempt.parallelism, self._local, changelog)
         self.router = KeyGroupRouter(spec.max_parallelism, [t.key_groups for t in self.tasks])
         restored = self._restore() if self.attempt.restore_path else None
@@ -174,11 +173,8 @@ class StageWorker:
             metadata = read_metadata(self.storage, path)
             if metadata.job_id != self.job:
                 raise ValueError(f"{path} belongs to job {metadata.job_id}, not {self.job}")
-            changelog = (ChangelogRestore(ChangelogReader(self.client, partitions=self._changelog_partitions(),
-                                                          max_parallelism=self.spec.max_parallelism), self.epoch)
-                         if self.spec.changelog else None)
             restored = restore_stage(metadata, self.job, self.stage.operator_id, self.tasks,
-                                     self.attempt.parallelism, self.storage, changelog)
+                                     self.attempt.parallelism, self.storage)
         except (CorruptStateFile, MetadataFormatError) as exc:  # the supervisor will not restore it again
             log.error("restore failed: checkpoint corrupted", job=self.job, stage=self.stage.name, checkpoint=path,
                       error=str(exc))
@@ -254,8 +250,7 @@ class StageWorker:
         FAULTS.hit("after-batch")
         if FAULTS.armed("after-changelog-write"):  # make the batch's changes reach the changelog first
             for task in self.tasks:
-                if task.changelog is not None:
-                    task.changelog.writer.flush()
+                task.backend.flush()
             FAULTS.hit("after-changelog-write")
         self.handle_control()
 

@@ -29,7 +29,13 @@ from tidemark import __version__
 from tidemark.exit_codes import EXIT_SHUTDOWN_TIMEOUT, EXIT_UNREACHABLE
 from tidemark.config.settings import TidemarkSettings
 from tidemark.kafka.admin import ensure_topics
-from tidemark.kafka.clients import FAUST_GROUP_SETTINGS, base_config, resolve_bootstrap
+from tidemark.kafka.clients import (
+    FAUST_GROUP_SETTINGS,
+    KafkaSecurity,
+    base_config,
+    kafka_security,
+    resolve_bootstrap,
+)
 from tidemark.kafka.outage import BrokerWatch
 from tidemark.kafka.reachability import BrokerUnreachable, require_broker
 from tidemark.kafka.topics import TopicNames, TopicSpec
@@ -93,7 +99,7 @@ class ServiceApp:
         self.faust = faust.App(
             f"{settings.topic_prefix}-{name}",
             broker=f"kafka://{self.bootstrap}",
-            broker_credentials=_faust_credentials(settings),
+            broker_credentials=_faust_credentials(kafka_security(settings)),
             store="rocksdb://",
             datadir=str(data_dir),
             **web_options(settings),
@@ -258,20 +264,18 @@ class ServiceApp:
         worker.execute_from_commandline()
 
 
-def _faust_credentials(settings: TidemarkSettings) -> Any:
-    kafka = settings.kafka
-    if kafka.security_protocol == "PLAINTEXT":
-        return None
+def _faust_credentials(security: KafkaSecurity) -> Any:
+    """``security`` (:func:`tidemark.kafka.clients.kafka_security`) as Faust's (aiokafka's) broker credentials."""
     ssl_context = None
-    if kafka.security_protocol in ("SSL", "SASL_SSL"):
+    if security.tls:
         import ssl
 
-        ssl_context = ssl.create_default_context(cafile=kafka.ssl_ca_location)
-    if kafka.security_protocol.startswith("SASL"):
+        ssl_context = ssl.create_default_context(cafile=security.ca_location)
+    if security.sasl_mechanism:
         return faust.SASLCredentials(
-            username=kafka.sasl_username,
-            password=kafka.sasl_password,
-            mechanism=kafka.sasl_mechanism or "PLAIN",
+            username=security.sasl_username,
+            password=security.sasl_password,
+            mechanism=security.sasl_mechanism,
             ssl_context=ssl_context,
         )
     return ssl_context

@@ -18,8 +18,8 @@ from dataclasses import dataclass, replace
 
 from tidemark.clock import now_ms
 from tidemark.protocol import codec
+from tidemark.protocol.dead_letters import DeadLetter
 from tidemark.protocol.errors import DecodeError
-from tidemark.protocol.messages import DeadLetter
 from tidemark.service.logs import get_logger
 from tidemark.service.metrics import DEAD_LETTERS
 

@@ -1,6 +1,14 @@
-"""Keyed and operator state, as in Flink: descriptors, handles, backends, key groups."""
+"""Keyed and operator state, as in Flink: descriptors, handles, backends, key groups.
 
-from tidemark.state.backend import KeyedStateBackend, KeyNotInRangeError, StateRegistrationError
+Importing this package registers the heap and RocksDB backends (:mod:`tidemark.state.registry`).
+"""
+
+from tidemark.state.backend import (
+    KeyedSnapshot,
+    KeyedStateBackend,
+    KeyNotInRangeError,
+    StateRegistrationError,
+)
 from tidemark.state.descriptors import (
     AggregateFunction,
     AggregatingStateDescriptor,
@@ -27,6 +35,7 @@ from tidemark.keygroups import (
     compute_operator_index_for_key_group,
     murmur3_x86_32,
 )
+from tidemark.state.local_backend import LocalKeyedStateBackend
 from tidemark.state.operator import (
     BroadcastState,
     BroadcastStateDescriptor,
@@ -35,6 +44,7 @@ from tidemark.state.operator import (
 )
 from tidemark.state.rocksdb.backend import RocksDBStateBackend
 from tidemark.state.rocksdb.options import RocksDBOptions
+from tidemark.state.registry import BackendContext, create_backend
 from tidemark.state.serializers import AvroSerializer, Serializer, TaggedSerializer
 from tidemark.state.table import KeyedStateChange
 from tidemark.state.ttl import ManualClock, StateTtlConfig, SystemClock
@@ -44,16 +54,19 @@ __all__ = [
     "AggregatingState",
     "AggregatingStateDescriptor",
     "AvroSerializer",
+    "BackendContext",
     "BroadcastState",
     "BroadcastStateDescriptor",
     "DEFAULT_MAX_PARALLELISM",
     "HashMapStateBackend",
     "KeyGroupRange",
     "KeyNotInRangeError",
+    "KeyedSnapshot",
     "KeyedStateBackend",
     "KeyedStateChange",
     "ListState",
     "ListStateDescriptor",
+    "LocalKeyedStateBackend",
     "ManualClock",
     "MapState",
     "MapStateDescriptor",
@@ -75,5 +88,6 @@ __all__ = [
     "assign_to_key_group",
     "compute_key_group_range",
     "compute_operator_index_for_key_group",
+    "create_backend",
     "murmur3_x86_32",
 ]

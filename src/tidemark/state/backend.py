@@ -1,49 +1,39 @@
-"""The keyed state backend template shared by the heap and RocksDB backends.
+"""The one keyed-state backend interface (heap, RocksDB and changelog) and its snapshot type.
 
 Lifecycle: construct with the key-group range this subtask owns -> optionally ``restore``
 (once, before any state is registered) -> ``set_current_key`` / ``get_state`` and the handles
--> ``snapshot`` any number of times -> ``close`` (afterwards nothing may be called).
-Change listeners may be added at any time; they see every mutation made through the handles,
-serialized (``KeyedStateChange``); ``apply_change`` replays such a change without notifying them.
+-> ``snapshot`` any number of times, each followed by ``notify_checkpoint_complete`` or
+``notify_checkpoint_aborted`` (at most once, possibly never) -> ``notify_materialization``
+whenever a materialization of this task's state is announced -> ``close`` (afterwards nothing
+may be called). Change listeners may be added at any time; they see every mutation made through
+the handles, serialized (``KeyedStateChange``); ``apply_change`` replays such a change without
+notifying them.
+
+Every backend takes and returns the same :class:`KeyedSnapshot`; an argument a backend does not
+need is accepted and ignored, as each implementation documents. The implementations are
+registered by name in :mod:`tidemark.state.registry`.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
-from tidemark.protocol.messages import StateHandle
-from tidemark.state.descriptors import StateDescriptor, StateKind
-from tidemark.state.handles import (
-    AggregatingState,
-    ListState,
-    MapState,
-    ReducingState,
-    State,
-    ValueState,
+from tidemark.keygroups import KeyGroupRange
+from tidemark.protocol.messages import (
+    ChangelogRange,
+    MaterializationEvent,
+    MaterializationRef,
+    StateHandle,
+    StateHandleKind,
+    TaskSnapshot,
 )
-from tidemark.keygroups import (
-    KeyGroupRange,
-    KEY_TAGS,
-    check_max_parallelism,
-    hash_key_bytes,
-    key_to_bytes,
-)
-from tidemark.state.snapshot import state_meta
-from tidemark.state.table import ChangeListener, KeyedStateChange, StateTable
-from tidemark.state.ttl import Clock, SystemClock
+from tidemark.state.descriptors import StateDescriptor
+from tidemark.state.table import ChangeListener, KeyedStateChange
 from tidemark.storage.base import CheckpointStorage
-from tidemark.types import CheckpointId, OperatorId
-
-HANDLE_TYPES: dict[StateKind, type[State]] = {
-    StateKind.VALUE: ValueState,
-    StateKind.LIST: ListState,
-    StateKind.MAP: MapState,
-    StateKind.REDUCING: ReducingState,
-    StateKind.AGGREGATING: AggregatingState,
-}
-
-_KEY_CACHE_SIZE = 1 << 16
+from tidemark.types import CheckpointId, KeyGroup, OperatorId, TaskId
 
 
 class KeyNotInRangeError(ValueError):
@@ -54,194 +44,144 @@ class StateRegistrationError(ValueError):
     """A descriptor conflicts with an already registered or restored state of the same name."""
 
 
+@dataclass(frozen=True, slots=True)
+class KeyedSnapshot:
+    """One task's keyed state at a checkpoint, as every backend writes and restores it.
+
+    ``handles`` are state files (a full canonical or incremental snapshot; in changelog mode the
+    materialized snapshot the state starts from), ``ranges`` the changelog ranges applied on top
+    and ``materialization`` the materialization the ranges start after (both empty outside
+    changelog mode). Everything counts only for ``key_groups``: a task restored after rescaling
+    may carry handles and ranges that also cover other tasks' key groups.
+    """
+
+    key_groups: KeyGroupRange
+    handles: tuple[StateHandle, ...] = ()
+    ranges: tuple[ChangelogRange, ...] = ()
+    materialization: MaterializationRef | None = None
+
+    @classmethod
+    def from_task_snapshot(cls, task: TaskSnapshot) -> KeyedSnapshot:
+        """The keyed part of a task snapshot (operator-state handles restore separately)."""
+        keyed = tuple(h for h in task.state_handles if h.kind is not StateHandleKind.OPERATOR)
+        return cls(KeyGroupRange(task.key_group_start, task.key_group_end),
+                   keyed, tuple(task.changelog_ranges), task.materialization)
+
+    def to_task_snapshot(self, task_id: TaskId, operator_id: OperatorId, subtask_index: int,
+                         **fields: Any) -> TaskSnapshot:
+        """The wire form (``fields``: operator-state handles are not added; source offsets,
+        sink transactions...)."""
+        return TaskSnapshot(task_id, operator_id, subtask_index, KeyGroup(self.key_groups.start),
+                            KeyGroup(self.key_groups.end), state_handles=self.handles,
+                            changelog_ranges=self.ranges, materialization=self.materialization,
+                            **fields)
+
+
 class KeyedStateBackend(ABC):
-    """Current-key bookkeeping, state registration and listeners; storage is the subclass's."""
+    """Keyed state of one subtask's key groups; see the module docstring for the lifecycle."""
 
-    def __init__(
-        self,
-        key_group_range: KeyGroupRange,
-        max_parallelism: int,
-        *,
-        operator_id: str = "operator",
-        clock: Clock | None = None,
-    ) -> None:
-        check_max_parallelism(max_parallelism)
-        if key_group_range.end >= max_parallelism:
-            raise ValueError(f"{key_group_range} exceeds max_parallelism {max_parallelism}")
-        self.key_group_range = key_group_range
-        self.max_parallelism = max_parallelism
-        self.operator_id = OperatorId(operator_id)
-        self.clock: Clock = clock or SystemClock()
-        self._start = key_group_range.start
-        self._key: Any = None
-        self._key_group = -1
-        self._kgi = -1
-        self._stored_key = b""
-        self._key_cache: dict[Any, tuple[Any, ...]] = {}
-        self._states: dict[str, State] = {}
-        self._restored_meta: dict[str, dict[str, Any]] = {}
-        self._listeners: list[ChangeListener] = []
-        self._closed = False
-
-    # ------------------------------------------------------------------ current key
-
-    def _merge_metas(self, metas: list[dict[str, Any]], source: str) -> None:
-        """Record restored state definitions; the same name with another definition is refused."""
-        for meta in metas:
-            known = self._restored_meta.setdefault(meta["name"], meta)
-            if known != meta:
-                raise StateRegistrationError(
-                    f"{source}: state {meta['name']!r} was written with a different definition"
-                )
-
-    def set_current_key(self, key: Any) -> None:
-        """Make ``key`` current; ``KeyNotInRangeError`` if its key group is not ours."""
-        ctx = self._key_cache.get(key)
-        if ctx is None or ctx[0] is not type(key):
-            ctx = self._key_context(key)
-        self._key = key
-        self._key_group = ctx[1]
-        self._kgi = ctx[2]
-        self._stored_key = ctx[3]
-        self._on_key_context(ctx)
-
-    def _key_context(self, key: Any) -> tuple[Any, ...]:
-        key_bytes = key_to_bytes(key)
-        key_group = hash_key_bytes(key_bytes) % self.max_parallelism
-        if key_group not in self.key_group_range:
-            raise KeyNotInRangeError(
-                f"key {key!r} is in key group {key_group}, outside {self.key_group_range}"
-            )
-        ctx = (type(key), key_group, key_group - self._start, KEY_TAGS[type(key)] + key_bytes)
-        ctx = ctx + self._extra_key_context(ctx)
-        if len(self._key_cache) >= _KEY_CACHE_SIZE:
-            self._key_cache.clear()
-        self._key_cache[key] = ctx
-        return ctx
-
-    def _extra_key_context(self, ctx: tuple[Any, ...]) -> tuple[Any, ...]:
-        """Backend-specific values derived once per key (e.g. a RocksDB key prefix)."""
-        return ()
-
-    def _on_key_context(self, ctx: tuple[Any, ...]) -> None:
-        """Hook called on every ``set_current_key`` with the cached context."""
-
-    def get_current_key(self) -> Any:
-        return self._key
+    # ------------------------------------------------------------------ identity
 
     @property
-    def current_key_group(self) -> int:
-        return self._key_group
+    @abstractmethod
+    def key_group_range(self) -> KeyGroupRange: ...
 
-    # ------------------------------------------------------------------ registration
+    @property
+    @abstractmethod
+    def max_parallelism(self) -> int: ...
 
+    @property
+    @abstractmethod
+    def operator_id(self) -> OperatorId: ...
+
+    # ------------------------------------------------------------------ keyed-state API
+
+    @abstractmethod
+    def set_current_key(self, key: Any) -> None:
+        """Make ``key`` current; ``KeyNotInRangeError`` if its key group is not ours."""
+
+    @abstractmethod
+    def get_current_key(self) -> Any: ...
+
+    @property
+    @abstractmethod
+    def current_key_group(self) -> int: ...
+
+    @abstractmethod
     def get_state(self, descriptor: StateDescriptor) -> Any:
         """The handle of ``descriptor``'s state, registering it on first use."""
-        self._check_open()
-        existing = self._states.get(descriptor.name)
-        if existing is not None:
-            if existing.descriptor.kind is not descriptor.kind:
-                raise StateRegistrationError(
-                    f"state {descriptor.name!r} is a {existing.descriptor.kind.value} state"
-                )
-            return existing
-        self._check_restored(descriptor)
-        table = self._create_table(descriptor)
-        handle = HANDLE_TYPES[descriptor.kind](table, descriptor, self.clock)
-        self._states[descriptor.name] = handle
-        return handle
 
-    def _check_restored(self, descriptor: StateDescriptor) -> None:
-        restored = self._restored_meta.get(descriptor.name)
-        if restored is None:
-            return
-        wanted = state_meta(descriptor)
-        for field in ("kind", "value_serializer", "user_key_serializer"):
-            if restored[field] != wanted[field]:
-                raise StateRegistrationError(
-                    f"state {descriptor.name!r}: {field} {wanted[field]} differs from the "
-                    f"restored {restored[field]} (state migration is not supported)"
-                )
-        if (restored["ttl_ms"] is None) != (wanted["ttl_ms"] is None):
-            raise StateRegistrationError(
-                f"state {descriptor.name!r}: enabling or disabling TTL on restore is not supported"
-            )
+    @abstractmethod
+    def registered_states(self) -> list[str]: ...
 
-    def registered_states(self) -> list[str]:
-        return sorted(self._states)
-
+    @abstractmethod
     def restore_state_metas(self, metas: list[dict[str, Any]], source: str) -> None:
         """Record state definitions read outside a snapshot (a changelog's state-metadata
-        records), as restored snapshot headers are; the same name with another definition
-        raises :class:`StateRegistrationError`. Registering such a state later is checked
-        against them."""
-        self._check_open()
-        self._merge_metas(metas, source)
+        records); the same name with another definition raises :class:`StateRegistrationError`."""
 
-    def _state_metas(self) -> list[dict[str, Any]]:
-        """Metas of registered states plus restored ones not registered yet."""
-        metas = {name: state_meta(h.descriptor) for name, h in self._states.items()}
-        for name, meta in self._restored_meta.items():
-            metas.setdefault(name, meta)
-        return [metas[name] for name in sorted(metas)]
+    @abstractmethod
+    def cleanup_expired_state(self) -> int:
+        """Remove every expired TTL value now; returns how many stored items changed."""
 
     # ------------------------------------------------------------------ changes
 
+    @abstractmethod
     def add_change_listener(self, listener: ChangeListener) -> None:
         """Call ``listener`` with every later mutation made through the handles."""
-        self._listeners.append(listener)
 
-    def remove_change_listener(self, listener: ChangeListener) -> None:
-        self._listeners.remove(listener)
+    @abstractmethod
+    def remove_change_listener(self, listener: ChangeListener) -> None: ...
 
+    @abstractmethod
     def apply_change(self, change: KeyedStateChange) -> None:
         """Replay a recorded change (recovery); listeners are not notified."""
-        self._check_open()
-        if change.key_group not in self.key_group_range:
-            raise KeyNotInRangeError(f"change for key group {change.key_group} outside range")
-        self._apply_change(change)
+
+    # ------------------------------------------------------------------ snapshots
+
+    @abstractmethod
+    def snapshot(self, checkpoint_id: CheckpointId, storage: CheckpointStorage, *,
+                 canonical: bool = False) -> KeyedSnapshot:
+        """This backend's state at ``checkpoint_id``, files written into ``storage``.
+        ``canonical=True`` (savepoints) asks for a self-contained full snapshot in the canonical
+        format, which every backend can restore."""
+
+    @abstractmethod
+    def restore(self, snapshots: Sequence[KeyedSnapshot], storage: CheckpointStorage) -> None:
+        """Load the key groups this backend owns from the snapshots of one checkpoint (one per
+        old task; several, overlapping this range, after rescaling). Once, before any state is
+        registered."""
+
+    @property
+    def rebased(self) -> bool:
+        """True when ``restore`` had to write the restored state again as a base of this
+        backend's own (changelog mode restoring from files it may not reference)."""
+        return False
+
+    def notify_checkpoint_complete(self, checkpoint_id: CheckpointId) -> bool:
+        """The checkpoint of an earlier ``snapshot`` completed; True if that changed anything."""
+        return False
+
+    def notify_checkpoint_aborted(self, checkpoint_id: CheckpointId) -> bool:
+        """The checkpoint of an earlier ``snapshot`` was aborted; True if that changed anything."""
+        return False
+
+    def notify_materialization(self, event: MaterializationEvent) -> bool:
+        """A materialization of some task's state was announced; True if later snapshots of
+        this backend now start from it."""
+        return False
+
+    def flush(self) -> None:
+        """Make what was written so far durable outside a checkpoint where the backend writes
+        anywhere but local memory or disk (the changelog); a checkpoint does this anyway."""
 
     # ------------------------------------------------------------------ lifecycle
 
-    def _check_open(self) -> None:
-        if self._closed:
-            raise RuntimeError(f"{type(self).__name__} is closed")
-
+    @abstractmethod
     def close(self) -> None:
         """Release every resource; idempotent."""
-        if not self._closed:
-            self._closed = True
-            self._close()
 
     def __enter__(self) -> KeyedStateBackend:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    def _snapshot_path(self, checkpoint_id: int, suffix: str) -> str:
-        kgr = self.key_group_range
-        return f"{self.operator_id}/chk-{checkpoint_id}/kg-{kgr.start}-{kgr.end}{suffix}"
-
-    # ------------------------------------------------------------------ subclass contract
-
-    @abstractmethod
-    def _create_table(self, descriptor: StateDescriptor) -> StateTable: ...
-
-    @abstractmethod
-    def _apply_change(self, change: KeyedStateChange) -> None: ...
-
-    @abstractmethod
-    def snapshot(self, checkpoint_id: CheckpointId, storage: CheckpointStorage) -> list[StateHandle]:
-        """Write this backend's state into ``storage``; return the handles that restore it."""
-
-    @abstractmethod
-    def restore(self, handles: Sequence[StateHandle], storage: CheckpointStorage) -> None:
-        """Load the key groups of ``handles`` that this backend owns (handles may overlap it)."""
-
-    @abstractmethod
-    def cleanup_expired_state(self) -> int:
-        """Remove every expired TTL value now; returns how many stored items changed."""
-
-    @abstractmethod
-    def _close(self) -> None: ...

@@ -1,23 +1,29 @@
-"""Reading keyed state handles of any kind as canonical entries, filtered by key group."""
+"""Reading keyed state handles of any kind as canonical entries, filtered by key group.
+
+The canonical format's kinds (``KEYED_FULL``, ``MATERIALIZED``) are read here; a backend with a
+native format registers the reader of its kind (RocksDB: ``KEYED_INCREMENTAL``) in
+:mod:`tidemark.state.registry`.
+"""
 
 from __future__ import annotations
 
 from typing import Iterator, Sequence
 
-from tidemark.protocol.messages import StateHandle, StateHandleKind
 from tidemark.keygroups import KeyGroupRange
-from tidemark.state.rocksdb.snapshot import read_incremental
+from tidemark.protocol.messages import StateHandle, StateHandleKind
+from tidemark.state.registry import handle_reader, register_handle_reader
 from tidemark.state.snapshot import RestoredPart, SnapshotReader
 from tidemark.storage.base import CheckpointStorage
+
+KEYED_KINDS = (StateHandleKind.KEYED_FULL, StateHandleKind.KEYED_INCREMENTAL,
+               StateHandleKind.MATERIALIZED)
 
 
 def overlapping(handles: Sequence[StateHandle], key_groups: KeyGroupRange) -> list[StateHandle]:
     """Keyed handles whose key-group range intersects ``key_groups``."""
-    keyed = (StateHandleKind.KEYED_FULL, StateHandleKind.KEYED_INCREMENTAL,
-             StateHandleKind.MATERIALIZED)
     result = []
     for handle in handles:
-        if handle.kind not in keyed:
+        if handle.kind not in KEYED_KINDS:
             raise ValueError(f"not a keyed state handle: {handle.kind.value}")
         their = KeyGroupRange(handle.key_group_start, handle.key_group_end)
         if len(their.intersection(key_groups)):
@@ -28,14 +34,23 @@ def overlapping(handles: Sequence[StateHandle], key_groups: KeyGroupRange) -> li
 def read_handle(
     handle: StateHandle, storage: CheckpointStorage, key_groups: KeyGroupRange
 ) -> Iterator[RestoredPart]:
-    """Every part of ``handle`` as canonical entries inside ``key_groups``.
+    """Every part of ``handle`` as canonical entries inside ``key_groups``, by the reader
+    registered for its kind.
 
     Files are read with ``read_verified``: a corrupted file raises ``CorruptStateFile``
     naming it.
     """
-    if handle.kind is StateHandleKind.KEYED_INCREMENTAL:
-        yield from read_incremental(handle, storage, key_groups)
-        return
+    yield from handle_reader(handle.kind)(handle, storage, key_groups)
+
+
+def read_canonical(
+    handle: StateHandle, storage: CheckpointStorage, key_groups: KeyGroupRange
+) -> Iterator[RestoredPart]:
+    """The parts of a handle whose files are canonical snapshots (one part per file)."""
     for ref in handle.files:
         reader = SnapshotReader.parse(storage.read_verified(ref), ref.path)
         yield RestoredPart(ref.path, reader.states, reader.entries(key_groups))
+
+
+register_handle_reader(StateHandleKind.KEYED_FULL, read_canonical)
+register_handle_reader(StateHandleKind.MATERIALIZED, read_canonical)

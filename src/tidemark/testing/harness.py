@@ -32,15 +32,17 @@ from types import TracebackType
 from typing import Any
 
 from tidemark.clock import now_ms
-from tidemark.checkpoint.restore_planner import plan_assignments, plan_restore
+from tidemark.checkpoint.restore_planner import plan_assignments
 from tidemark.checkpoint_store.layout import checkpoint_dir, metadata_path, shared_dir
 from tidemark.checkpoint_store.metadata_codec import encode_metadata
 from tidemark.checkpoint_store.persistent_store import read_metadata
 from tidemark.protocol.messages import CheckpointMetadata, StateHandleKind, TaskSnapshot
 from tidemark.runtime.api import JobSpec, KeyedProcessFunction, Stage, StateBackendKind
 from tidemark.runtime.routing import KeyGroupRouter
-from tidemark.runtime.task import StageTask, create_backend
+from tidemark.runtime.stage_restore import keyed_snapshots
+from tidemark.runtime.task import StageTask
 from tidemark.keygroups import DEFAULT_MAX_PARALLELISM, KeyGroupRange, check_max_parallelism
+from tidemark.state.registry import BackendContext, create_backend
 from tidemark.state.ttl import ManualClock
 from tidemark.storage.base import CheckpointStorage
 from tidemark.storage.filesystem import FilesystemCheckpointStorage
@@ -102,8 +104,8 @@ class KeyedProcessFunctionHarness:
         for assignment in plan_assignments((stage.operator_id,), parallelism, max_parallelism):
             key_groups = KeyGroupRange(assignment.key_group_start, assignment.key_group_end)
             local_dir = Path(self._local.name) / assignment.task_id.replace("#", "-")
-            backend = create_backend(self.state_backend, key_groups, max_parallelism, stage.name, local_dir,
-                                     clock=self.clock)
+            context = BackendContext(key_groups, max_parallelism, stage.name, local_dir, clock=self.clock)
+            backend = create_backend(self.state_backend.value, context)
             self.tasks.append(StageTask(stage, assignment, parallelism, backend))
         self.router = KeyGroupRouter(max_parallelism, [t.key_groups for t in self.tasks])
         self.output: list[Emitted] = []
@@ -143,7 +145,6 @@ class KeyedProcessFunctionHarness:
         if metadata.max_parallelism != self.max_parallelism:
             raise ValueError(f"{path} has max parallelism {metadata.max_parallelism}, "
                              f"the harness {self.max_parallelism}: key groups cannot be mapped")
-        plan = plan_restore(metadata, self.parallelism)
         operator = self.stage.operator_id
         if not any(t.operator_id == operator for t in metadata.tasks):
             raise ValueError(f"{path} holds no state of stage {operator!r}; "
@@ -151,7 +152,7 @@ class KeyedProcessFunctionHarness:
         operator_handles = [h for t in metadata.tasks if t.operator_id == operator
                             for h in t.state_handles if h.kind is StateHandleKind.OPERATOR]
         for task in self.tasks:
-            task.restore(plan.for_task(task.task_id).keyed_handles, operator_handles, storage)
+            task.restore(keyed_snapshots(metadata, operator, task.key_groups), operator_handles, storage)
         self.restored_from = metadata
         return self
 

@@ -13,7 +13,6 @@ from confluent_kafka.admin import AdminClient
 from tidemark.changelog import (
     ChangelogReader,
     ChangelogReaderOptions,
-    ChangelogStateBackend,
     ChangelogWriter,
     ChangelogWriterOptions,
     changelog_topic,
@@ -22,6 +21,8 @@ from tidemark.kafka.admin import ensure_topics
 from tidemark.kafka.topics import TopicNames
 from tidemark.state import HashMapStateBackend, KeyedStateBackend, KeyGroupRange, RocksDBOptions
 from tidemark.state import RocksDBStateBackend
+from tidemark.state.changelog import ChangelogStateBackend
+from tidemark.storage.base import CheckpointStorage
 from tidemark.storage.filesystem import FilesystemCheckpointStorage
 from tidemark.types import Epoch, JobId, TaskId
 
@@ -100,12 +101,14 @@ def make_backend(tmp_path: Path) -> Iterator[Callable[[str, KeyGroupRange], Keye
 
 
 @pytest.fixture
-def make_changelog_backend(make_backend: Any, make_writer: Any) -> Callable[..., ChangelogStateBackend]:
-    """``make_changelog_backend(kind, key_groups, topic, partitions, task=..., epoch=...)``."""
+def make_changelog_backend(make_backend: Any, make_writer: Any, make_reader: Any) -> Callable[..., ChangelogStateBackend]:
+    """``make_changelog_backend(kind, key_groups, topic, partitions, task=..., epoch=...,
+    rebase_to=...)``; a restore reads the ranges with a reader of ``partitions``."""
 
     def make(kind: str, key_groups: KeyGroupRange, topic: str, partitions: int, *,
-             task: str = "op#0", epoch: int = 0) -> ChangelogStateBackend:
+             task: str = "op#0", epoch: int = 0, rebase_to: CheckpointStorage | None = None) -> ChangelogStateBackend:
         return ChangelogStateBackend(make_backend(kind, key_groups),
-                                     make_writer(topic, partitions, task=task, epoch=epoch))
+                                     make_writer(topic, partitions, task=task, epoch=epoch),
+                                     make_reader(partitions), rebase_to)
 
     return make

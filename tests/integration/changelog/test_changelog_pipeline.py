@@ -26,13 +26,7 @@ from service_helpers import (
     registration,
 )
 from tidemark.local.pipeline import wait_for
-from tidemark.changelog import (
-    ChangelogReader,
-    ChangelogSource,
-    ChangelogStateBackend,
-    ChangelogWriter,
-    restore_from_changelog,
-)
+from tidemark.changelog import ChangelogReader, ChangelogWriter
 from tidemark.checkpoint_store import read_metadata
 from tidemark.kafka.clients import consumer_config
 from tidemark.kafka.topics import TopicNames
@@ -49,7 +43,8 @@ from tidemark.protocol.messages import (
     TaskAck,
     TaskTimings,
 )
-from tidemark.state import HashMapStateBackend
+from tidemark.state import HashMapStateBackend, KeyedSnapshot
+from tidemark.state.changelog import ChangelogStateBackend, restore_from_changelog
 from tidemark.storage import open_storage
 from tidemark.types import CheckpointType, Epoch, JobId
 
@@ -80,8 +75,9 @@ class ChangelogJob:
     materializations announced for its tasks. ``expected[checkpoint][task]`` is what each task
     held at that checkpoint."""
 
-    def __init__(self, bus: Bus, topics: TopicNames, job: JobId) -> None:
+    def __init__(self, bus: Bus, topics: TopicNames, job: JobId, storage) -> None:
         self.bus, self.topics, self.job = bus, topics, job
+        self.storage = storage  # a changelog checkpoint writes no files
         self.topic = topics.changelog(job, OPERATOR)
         self.consumer = Consumer(consumer_config(bus.client, None))
         self.consumer.assign([TopicPartition(topics.control, 0, 0),
@@ -124,7 +120,7 @@ class ChangelogJob:
                 task.notify_checkpoint_aborted(message.checkpoint_id)
         elif isinstance(message, MaterializationEvent) and message.status is MaterializationStatus.COMPLETED:
             self.events.append(message)
-            if self.tasks[message.task_id].on_materialization_event(message):
+            if self.tasks[message.task_id].notify_materialization(message):
                 self.accepted.append(message)
                 self.accepted_by = max(self.expected, default=0)
 
@@ -132,7 +128,7 @@ class ChangelogJob:
         self.expected[trigger.checkpoint_id] = {}
         for assignment in TASKS:
             task = self.tasks[assignment.task_id]
-            snapshot = task.snapshot(trigger.checkpoint_id)
+            snapshot = task.snapshot(trigger.checkpoint_id, self.storage)
             self.expected[trigger.checkpoint_id][assignment.task_id] = visible(task)
             ack = TaskAck(self.job, trigger.checkpoint_id,
                           snapshot.to_task_snapshot(assignment.task_id, OPERATOR, assignment.subtask_index),
@@ -162,7 +158,7 @@ def restore_and_check(job: ChangelogJob, storage, metadata_path: str, tmp_path) 
     stats = {}
     for snapshot in metadata.tasks:
         fresh = HashMapStateBackend(key_groups(snapshot), MAX_P, operator_id=OPERATOR)
-        result = restore_from_changelog(fresh, [ChangelogSource.from_task_snapshot(snapshot)], storage, reader)
+        result = restore_from_changelog(fresh, [KeyedSnapshot.from_task_snapshot(snapshot)], storage, reader)
         assert visible(fresh) == job.expected[metadata.checkpoint_id][snapshot.task_id], snapshot.task_id
         stats[snapshot.task_id] = (snapshot, result.changelog)
         fresh.close()
@@ -194,7 +190,7 @@ def no_rejections(bus: Bus, topics: TopicNames, job: JobId) -> bool:
 def test_materializations_truncate_behind_them_and_a_savepoint_keeps_its_ranges(deployment, tmp_path) -> None:
     cluster, topics, storage = deployment
     root = storage.root
-    job = ChangelogJob(Bus(cluster.bootstrap), topics, JobId(f"job-{uuid.uuid4().hex[:6]}"))
+    job = ChangelogJob(Bus(cluster.bootstrap), topics, JobId(f"job-{uuid.uuid4().hex[:6]}"), storage)
     try:
         job.run(lambda: job.referenced(1), what="a first materialization referenced")
         job.bus.send(topics.control, SavepointRequest(job.job, uuid.uuid4().hex, False, int(time.time() * 1000)))
@@ -241,7 +237,7 @@ def test_materializations_truncate_behind_them_and_a_savepoint_keeps_its_ranges(
 
 def test_killing_the_materializer_or_the_changelog_service_loses_nothing(deployment, tmp_path) -> None:
     cluster, topics, storage = deployment
-    job = ChangelogJob(Bus(cluster.bootstrap), topics, JobId(f"job-{uuid.uuid4().hex[:6]}"))
+    job = ChangelogJob(Bus(cluster.bootstrap), topics, JobId(f"job-{uuid.uuid4().hex[:6]}"), storage)
     try:
         job.run(lambda: job.referenced(1), what="a first materialization referenced")
         assert cluster.stop_one("materializer", sig=signal.SIGKILL) == -signal.SIGKILL

@@ -28,10 +28,12 @@ from service_helpers import (
     truncation_points,
 )
 from tidemark.local.pipeline import wait_for
-from tidemark.changelog import ChangelogStateBackend, ChangelogWriter
+from tidemark.changelog import ChangelogWriter
 from tidemark.local.cluster import LocalCluster
 from tidemark.protocol.messages import MaterializationRef
 from tidemark.state import HashMapStateBackend
+from tidemark.state.changelog import ChangelogStateBackend
+from tidemark.storage.filesystem import FilesystemCheckpointStorage
 from tidemark.types import CheckpointId, CheckpointType, Epoch, JobId, MaterializationId, OperatorId
 
 pytestmark = pytest.mark.integration
@@ -53,8 +55,8 @@ def service(kafka_bootstrap, topic_names, tmp_path):
 class Job:
     """Two changelog tasks and the records a job's checkpoints put on the bus."""
 
-    def __init__(self, bus: Bus, topics) -> None:
-        self.bus, self.topics = bus, topics
+    def __init__(self, bus: Bus, topics, storage: FilesystemCheckpointStorage) -> None:
+        self.bus, self.topics, self.storage = bus, topics, storage  # checkpoints write no files there
         self.topic = topics.changelog(JOB, "counts")
         bus.send(topics.control, registration(JOB, TASKS, PARTITIONS))
         wait_for(lambda: bus.partitions(self.topic) == PARTITIONS, what="changelog topic created")
@@ -70,7 +72,7 @@ class Job:
         snapshots = []
         for assignment, task in zip(TASKS, self.tasks):
             apply_ops(task, random_ops(self.rng, keys_in(task.key_group_range), 60))
-            snapshot = task.snapshot(CheckpointId(checkpoint_id))
+            snapshot = task.snapshot(CheckpointId(checkpoint_id), self.storage)
             task.notify_checkpoint_complete(CheckpointId(checkpoint_id))
             snapshots.append(snapshot.to_task_snapshot(assignment.task_id, OperatorId("counts"),
                                                        assignment.subtask_index))
@@ -93,8 +95,8 @@ class Job:
 
 
 @pytest.fixture
-def job(kafka_bootstrap, topic_names, service):
-    made = Job(Bus(kafka_bootstrap), topic_names)
+def job(kafka_bootstrap, topic_names, service, tmp_path):
+    made = Job(Bus(kafka_bootstrap), topic_names, FilesystemCheckpointStorage(tmp_path / "checkpoints"))
     yield made
     made.close()
 
@@ -195,7 +197,7 @@ def test_delete_records_moves_the_log_start_offset(kafka_bootstrap, topic_names,
     with LocalCluster(tmp_path, kafka_bootstrap, topic_prefix=topic_names.prefix, env=env) as cluster:
         cluster.start(["changelog"])
         cluster.wait_ready(timeout_s=60)
-        job = Job(Bus(kafka_bootstrap), topic_names)
+        job = Job(Bus(kafka_bootstrap), topic_names, FilesystemCheckpointStorage(tmp_path / "checkpoints"))
         try:
             first = job.checkpoint(1)
             job.materialize(first, 1)

@@ -8,7 +8,8 @@ import random
 import pytest
 
 from changelog_helpers import MAX_P, apply_ops, keys_in, random_ops, visible
-from tidemark.changelog import ChangelogSource, restore_from_changelog
+from tidemark.changelog import ChangelogSource
+from tidemark.state.changelog import restore_from_changelog
 from tidemark.materializer import (
     Current,
     Extend,
@@ -52,7 +53,7 @@ def test_folds_extend_across_materializations_and_snapshots_share_files(
     topic, rng = make_topic(4), random.Random(21)
     task = make_changelog_backend("heap", ALL, topic, 4)
     apply_ops(task, random_ops(rng, keys_in(ALL), 300))
-    cp1 = task.snapshot(CheckpointId(1))
+    cp1 = task.snapshot(CheckpointId(1), storage)
     task.notify_checkpoint_complete(CheckpointId(1))
     at_cp1 = visible(task)
     apply_ops(task, random_ops(rng, keys_in(ALL), 100))  # after the barrier: not in checkpoint 1
@@ -65,7 +66,7 @@ def test_folds_extend_across_materializations_and_snapshots_share_files(
     assert files and all(f.shared and f.path.startswith(prefix + "/") for f in files)
     replica.produced(MaterializationId(1))
 
-    cp2 = task.snapshot(CheckpointId(2))  # same base: ranges extend those of checkpoint 1
+    cp2 = task.snapshot(CheckpointId(2), storage)  # same base: ranges extend those of checkpoint 1
     task.notify_checkpoint_complete(CheckpointId(2))
     at_cp2 = visible(task)
     second = materialize(task_checkpoint(cp2, 2), replica, storage, make_reader(4), MaterializationId(2), 0)
@@ -78,7 +79,7 @@ def test_folds_extend_across_materializations_and_snapshots_share_files(
     assert task.notify_materialized(ref, first.event.state_handles)  # the task rebases on M1
     replica.produced(MaterializationId(2))
     apply_ops(task, random_ops(rng, keys_in(ALL), 80))
-    cp3 = task.snapshot(CheckpointId(3))
+    cp3 = task.snapshot(CheckpointId(3), storage)
     task.notify_checkpoint_complete(CheckpointId(3))
     ends_1 = {r.partition: r.end_offset for r in cp1.ranges}
     assert all(r.start_offset >= ends_1[r.partition] for r in cp3.ranges)
@@ -92,20 +93,20 @@ def test_a_new_attempt_rebuilds_and_the_failed_attempts_late_changes_are_never_a
     topic, rng = make_topic(2), random.Random(5)
     old = make_changelog_backend("heap", ALL, topic, 2, epoch=0)
     apply_ops(old, random_ops(rng, keys_in(ALL), 150))
-    cp1 = old.snapshot(CheckpointId(1))
+    cp1 = old.snapshot(CheckpointId(1), storage)
     old.notify_checkpoint_complete(CheckpointId(1))
     materialize(task_checkpoint(cp1, 1), replica, storage, make_reader(2), MaterializationId(1), 0)
     apply_ops(old, random_ops(rng, keys_in(ALL), 150))  # the failed attempt writes on
-    old.snapshot(CheckpointId(2))  # durable, but checkpoint 2 never completes
+    old.snapshot(CheckpointId(2), storage)  # durable, but checkpoint 2 never completes
 
     new = make_changelog_backend("heap", ALL, topic, 2, epoch=1)
-    new.restore([cp1.source()], storage, make_reader(2))
+    new.restore([cp1], storage)
     for round_ in range(3):  # the zombie keeps writing between the new attempt's records
         apply_ops(new, random_ops(rng, keys_in(ALL), 40))
-        new.snapshot(CheckpointId(10 + round_))  # flushes: the records interleave in the topic
+        new.snapshot(CheckpointId(10 + round_), storage)  # flushes: the records interleave in the topic
         apply_ops(old, random_ops(rng, keys_in(ALL), 40))
-        old.snapshot(CheckpointId(20 + round_))
-    cp3 = new.snapshot(CheckpointId(3))
+        old.snapshot(CheckpointId(20 + round_), storage)
+    cp3 = new.snapshot(CheckpointId(3), storage)
     new.notify_checkpoint_complete(CheckpointId(3))
     outcome = materialize(task_checkpoint(cp3, 3, epoch=1), replica, storage, make_reader(2),
                           MaterializationId(2), 0)
@@ -118,18 +119,18 @@ def test_after_a_materialization_a_restore_reads_nothing_before_its_covered_offs
     topic, rng = make_topic(3), random.Random(8)
     task = make_changelog_backend("rocksdb", ALL, topic, 3)
     apply_ops(task, random_ops(rng, keys_in(ALL), 200))
-    cp1 = task.snapshot(CheckpointId(1))
+    cp1 = task.snapshot(CheckpointId(1), storage)
     task.notify_checkpoint_complete(CheckpointId(1))
     outcome = materialize(task_checkpoint(cp1, 1), replica, storage, make_reader(3), MaterializationId(7), 0)
     ref = MaterializationRef(MaterializationId(7), CheckpointId(1))
-    assert task.on_materialization_event(outcome.event)
+    assert task.notify_materialization(outcome.event)
     apply_ops(task, random_ops(rng, keys_in(ALL), 60))
-    cp2 = task.snapshot(CheckpointId(2))
+    cp2 = task.snapshot(CheckpointId(2), storage)
     assert cp2.materialization == ref and cp2.handles == outcome.event.state_handles
 
     covered = {(r.topic, r.partition): r.end_offset for r in outcome.event.covered_ranges}
     fresh = make_backend("rocksdb", ALL)
-    result = restore_from_changelog(fresh, [cp2.source()], storage, make_reader(3))
+    result = restore_from_changelog(fresh, [cp2], storage, make_reader(3))
     assert visible(fresh) == visible(task)
     assert result.native_handles == outcome.event.state_handles
     assert result.changelog.lowest_offsets  # something was read, all of it after the covered part
@@ -143,7 +144,7 @@ def test_a_state_defined_only_in_the_changelog_is_materialized_with_its_definiti
     topic = make_topic(1)
     task = make_changelog_backend("heap", ALL, topic, 1)
     apply_ops(task, random_ops(random.Random(3), keys_in(ALL), 50))
-    cp1 = task.snapshot(CheckpointId(1))
+    cp1 = task.snapshot(CheckpointId(1), storage)
     task.notify_checkpoint_complete(CheckpointId(1))
     outcome = materialize(task_checkpoint(cp1, 1), replica, storage, make_reader(1), MaterializationId(1), 0)
     assert outcome.read.metas == 4  # one definition per state, in the one partition
@@ -155,9 +156,9 @@ def test_a_checkpoint_that_is_not_newer_rebuilds(make_topic, make_changelog_back
     topic = make_topic(1)
     task = make_changelog_backend("heap", ALL, topic, 1)
     apply_ops(task, random_ops(random.Random(4), keys_in(ALL), 20))
-    cp1 = task.snapshot(CheckpointId(1))
+    cp1 = task.snapshot(CheckpointId(1), storage)
     apply_ops(task, random_ops(random.Random(5), keys_in(ALL), 20))
-    cp2 = task.snapshot(CheckpointId(2))
+    cp2 = task.snapshot(CheckpointId(2), storage)
     assert isinstance(replica.fold(task_checkpoint(cp2, 2), storage, make_reader(1)).plan, Rebuild)
     assert isinstance(replica.fold(task_checkpoint(cp2, 2), storage, make_reader(1)).plan, Current)
     assert isinstance(replica.fold(task_checkpoint(cp1, 1), storage, make_reader(1)).plan, Rebuild)

@@ -10,6 +10,7 @@ from tidemark.operator.requests import (
     MAX_PATH_LENGTH,
     BadRequest,
     RestoreBody,
+    RunBody,
     SavepointBody,
     parse_job_id,
     parse_request_id,
@@ -46,7 +47,7 @@ def test_safe_relative_paths_are_kept(path: str) -> None:
 def test_savepoint_body_defaults_and_fields() -> None:
     assert SavepointBody.parse(b"") == SavepointBody(stop=False, target=None)
     assert SavepointBody.parse(b"{}") == SavepointBody()
-    assert SavepointBody.parse(b'{"stop": true, "target": "sp/here"}') == SavepointBody(True, "sp/here")
+    assert SavepointBody.parse(b'{"stop": true, "target": "sp/here"}') == SavepointBody(stop=True, target="sp/here")
     assert SavepointBody.parse(b'{"stop": false, "target": null}') == SavepointBody()
 
 
@@ -107,3 +108,23 @@ def test_job_and_request_ids_accepted() -> None:
     for bad in ("", "a b", "../x", "x" * 129):
         with pytest.raises(BadRequest):
             parse_request_id(bad)
+
+
+@pytest.mark.parametrize("model", [SavepointBody, RestoreBody, RunBody])
+def test_body_models_match_the_openapi_request_schemas(model) -> None:
+    """The published schema and the parser agree: fields, required ones, no others, bounds."""
+    from annotated_types import Ge, Le
+
+    from tidemark.operator.requests import _metadata
+    from tidemark.services.coordinator.api import openapi_document
+
+    schema = openapi_document()["components"]["schemas"][model.__name__]
+    assert schema["additionalProperties"] is False
+    assert set(schema["properties"]) == set(model.model_fields)
+    assert set(schema.get("required", ())) == {name for name, field in model.model_fields.items()
+                                               if field.is_required()}
+    for name, field in model.model_fields.items():
+        published = schema["properties"][name]
+        bounds = _metadata(field)
+        assert published.get("minimum") == next((b.ge for b in bounds if isinstance(b, Ge)), None), name
+        assert published.get("maximum") == next((b.le for b in bounds if isinstance(b, Le)), None), name

@@ -27,12 +27,13 @@ REF = "tidemark.examples.access_log:url_counts"
 
 
 def test_run_body_fields_and_defaults() -> None:
-    assert RunBody.parse(json.dumps({"job": REF}).encode()) == RunBody(REF, {})
+    assert RunBody.parse(json.dumps({"job": REF}).encode()) == RunBody(job=REF)
     assert RunBody.parse(json.dumps({"job": REF, "args": None, "parallelism": None, "from_checkpoint": None,
-                                     "from_savepoint": None}).encode()) == RunBody(REF, {})
+                                     "from_savepoint": None}).encode()) == RunBody(job=REF)
     full = RunBody.parse(json.dumps({"job": REF, "args": {"job_id": "a", "parallelism": 3}, "parallelism": 4,
                                      "from_checkpoint": 12}).encode())
-    assert full == RunBody(REF, {"job_id": "a", "parallelism": 3}, 4, CheckpointId(12), None)
+    assert full == RunBody(job=REF, args={"job_id": "a", "parallelism": 3}, parallelism=4,
+                           from_checkpoint=CheckpointId(12))
     assert full.metadata_path is None
     savepoint = RunBody.parse(json.dumps({"job": REF, "from_savepoint": "a/savepoints/sp-3"}).encode())
     assert savepoint.from_savepoint == "a/savepoints/sp-3"

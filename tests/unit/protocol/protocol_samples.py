@@ -14,6 +14,7 @@ from typing import Any
 from hypothesis import strategies as st
 
 from tidemark.protocol import messages as m
+from tidemark.protocol.dead_letters import DeadLetter
 from tidemark.types import (
     CheckpointId,
     CheckpointingMode,
@@ -115,12 +116,12 @@ SAMPLES: dict[type, tuple[Any, ...]] = {
         m.MaterializationEvent(JOB, TaskId("op-a#0"), OperatorId("op-a"), MaterializationId(7),
                                m.MaterializationStatus.FAILED, CheckpointId(43), (), at=T0, error="upload failed"),
     ),
-    m.DeadLetter: (
-        m.DeadLetter("tidemark.clicks.acks", 2, 77_001, T0, b"k", b"\x00\x00\x00\x00\x99garbage",
+    DeadLetter: (
+        DeadLetter("tidemark.clicks.acks", 2, 77_001, T0, b"k", b"\x00\x00\x00\x00\x99garbage",
                      {"tidemark-barrier": b"\x01"}, "unknown-schema-id", "schema id 153 is not known",
                      "coordinator", T0 + 1),
-        m.DeadLetter("tidemark.clicks.control", 0, 5, None, None, None),
-        m.DeadLetter("access-log", 3, 12, T0, b"k", b"{\"url\":", {}, "malformed-input", "JSONDecodeError",
+        DeadLetter("tidemark.clicks.control", 0, 5, None, None, None),
+        DeadLetter("access-log", 3, 12, T0, b"k", b"{\"url\":", {}, "malformed-input", "JSONDecodeError",
                      "worker", T0 + 2, {"value": 999_000}, {"value": "ab" * 32}),
     ),
 }

@@ -20,7 +20,7 @@ from tidemark.protocol.errors import (
     UnexpectedMessageType,
     UnknownSchemaId,
 )
-from tidemark.protocol.registry import LocalSchemaIds
+from tidemark.protocol.schema_ids import LocalSchemaIds
 from tidemark.protocol.schemas import NAMESPACE
 
 ALL_SAMPLES = [s for samples in SAMPLES.values() for s in samples]

@@ -11,7 +11,7 @@ import pytest
 
 from protocol_samples import to_jsonable
 from tidemark.protocol import codec, messages
-from tidemark.protocol.registry import IDS_FILE, LocalSchemaIdTable
+from tidemark.protocol.schema_ids import IDS_FILE, LocalSchemaIdTable
 from tidemark.protocol.schemas import NAMESPACE, load_catalog
 
 GOLDEN = Path(__file__).resolve().parents[2] / "golden"

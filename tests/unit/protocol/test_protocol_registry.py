@@ -1,4 +1,4 @@
-"""The Schema Registry client and the registry-backed codec, against an in-test HTTP server.
+"""The registry-backed codec (confluent-kafka's SchemaRegistryClient), against an in-test HTTP server.
 
 No Confluent-compatible registry can be installed here (Karapace is not on the reachable package
 indexes), so :class:`FakeConfluentRegistry` implements the documented REST endpoints the client
@@ -16,18 +16,20 @@ import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import unquote
+from urllib.parse import unquote, urlsplit
 
 import avro.io
 import avro.schema
 import pytest
 from avro.compatibility import ReaderWriterCompatibilityChecker, SchemaCompatibilityType
+from confluent_kafka.schema_registry import Schema
 
 from protocol_samples import SAMPLES
 from tidemark.protocol import codec
 from tidemark.protocol import messages as m
 from tidemark.protocol.errors import SchemaRegistryError, SchemaRegistryUnavailable, UnknownSchemaId
-from tidemark.protocol.registry import SchemaRegistryClient
+from tidemark.protocol.datum import to_datum
+from tidemark.protocol.schema_ids import registry_call, registry_client, without_credentials
 from tidemark.protocol.schemas import load_catalog, parse_version, strip_logical_types
 
 FIRST_ID = 100_001
@@ -45,6 +47,9 @@ class FakeConfluentRegistry(ThreadingHTTPServer):
         self.authorizations: list[str | None] = []
         self.delay_s = 0.0
         self.fail_with: int | None = None
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass  # a client that timed out closed its end: nothing to report
 
     @property
     def url(self) -> str:
@@ -94,14 +99,14 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _route(self, method: str) -> None:
         server = self.server
-        server.requests.append(f"{method} {self.path}")
+        server.requests.append(f"{method} {urlsplit(self.path).path}")
         server.authorizations.append(self.headers.get("Authorization"))
         time.sleep(server.delay_s)
         if server.fail_with:
             return self._reply(server.fail_with, {"error_code": server.fail_with * 100, "message": "boom"})
         length = int(self.headers.get("Content-Length", 0))
         body = json.loads(self.rfile.read(length) or b"{}")
-        parts = [unquote(p) for p in self.path.strip("/").split("/")]
+        parts = [unquote(p) for p in urlsplit(self.path).path.strip("/").split("/")]
         if method == "POST" and len(parts) == 3 and parts[0] == "subjects" and parts[2] == "versions":
             return self._reply(*server.register(parts[1], body["schema"]))
         if method == "GET" and parts[:2] == ["schemas", "ids"] and len(parts) == 3:
@@ -165,14 +170,14 @@ def test_a_newer_writer_schema_is_fetched_by_id_and_resolved(registry: FakeConfl
     reader_codec = codec.Codec.with_registry(registry.url)
     newer = json.loads(json.dumps(load_catalog().newest("tidemark.protocol.TaskDecline").schema_json))
     newer["fields"].append({"name": "retryable", "type": "boolean", "default": False, "doc": "may be retried"})
-    client = SchemaRegistryClient(registry.url)
-    assert client.is_compatible("tidemark.protocol.TaskDecline-value", json.dumps(newer))
-    new_id = client.register("tidemark.protocol.TaskDecline-value", json.dumps(newer))
+    client = registry_client(registry.url)
+    assert client.test_compatibility("tidemark.protocol.TaskDecline-value", Schema(json.dumps(newer), "AVRO"))
+    new_id = client.register_schema("tidemark.protocol.TaskDecline-value", Schema(json.dumps(newer), "AVRO"))
     decline = SAMPLES[m.TaskDecline][0]
     out = io.BytesIO()
     out.write(b"\x00" + struct.pack(">I", new_id))
     physical = parse_version(newer, None).physical
-    avro.io.DatumWriter(physical).write({**codec.to_datum(decline), "retryable": True}, avro.io.BinaryEncoder(out))
+    avro.io.DatumWriter(physical).write({**to_datum(decline), "retryable": True}, avro.io.BinaryEncoder(out))
     fetches = len(registry.requests)
     assert reader_codec.decode(out.getvalue()) == decline
     assert registry.requests[fetches:] == [f"GET /schemas/ids/{new_id}"]
@@ -199,10 +204,11 @@ def test_an_incompatible_schema_is_refused_with_the_registry_error(registry: Fak
     codec.Codec.with_registry(registry.url)
     breaking = json.loads(json.dumps(load_catalog().newest("tidemark.protocol.TaskDecline").schema_json))
     breaking["fields"].append({"name": "attempt", "type": "long", "doc": "required, no default"})
-    client = SchemaRegistryClient(registry.url)
-    assert not client.is_compatible("tidemark.protocol.TaskDecline-value", json.dumps(breaking))
+    client = registry_client(registry.url)
+    schema = Schema(json.dumps(breaking), "AVRO")
+    assert not client.test_compatibility("tidemark.protocol.TaskDecline-value", schema)
     with pytest.raises(SchemaRegistryError) as caught:
-        client.register("tidemark.protocol.TaskDecline-value", json.dumps(breaking))
+        registry_call("register", lambda: client.register_schema("tidemark.protocol.TaskDecline-value", schema))
     assert caught.value.status == 409 and caught.value.error_code == 409
     assert not isinstance(caught.value, SchemaRegistryUnavailable)
 
@@ -219,7 +225,7 @@ def test_a_slow_registry_times_out(registry: FakeConfluentRegistry) -> None:
     registry.delay_s = 0.6
     started = time.perf_counter()
     with pytest.raises(SchemaRegistryUnavailable, match="unreachable"):
-        SchemaRegistryClient(registry.url, timeout_s=0.2).schema_by_id(1)
+        registry_call("get schema 1", lambda: registry_client(registry.url, timeout_s=0.2).get_schema(1))
     assert time.perf_counter() - started < 0.55
 
 
@@ -242,7 +248,9 @@ def test_default_codec_uses_the_configured_registry(registry: FakeConfluentRegis
 
 
 def test_credentials_in_the_url_are_sent_as_basic_auth(registry: FakeConfluentRegistry) -> None:
-    client = SchemaRegistryClient(registry.url.replace("http://", "http://api-key:s%40cret@"))
-    assert client.url == registry.url
-    assert client.schema_by_id(424_242) is None
+    url = registry.url.replace("http://", "http://api-key:s%40cret@")
+    assert without_credentials(url) == registry.url
+    with pytest.raises(SchemaRegistryError) as caught:
+        registry_call("get schema", lambda: registry_client(url).get_schema(424_242))
+    assert caught.value.status == 404 and caught.value.error_code == 40403
     assert registry.authorizations == ["Basic YXBpLWtleTpzQGNyZXQ="]  # base64("api-key:s@cret")

@@ -17,7 +17,7 @@ from avro.compatibility import ReaderWriterCompatibilityChecker, SchemaCompatibi
 
 from tidemark.protocol import messages
 from tidemark.protocol.errors import SchemaCatalogError
-from tidemark.protocol.registry import IDS_FILE, LocalSchemaIds, LocalSchemaIdTable
+from tidemark.protocol.schema_ids import IDS_FILE, LocalSchemaIds, LocalSchemaIdTable
 from tidemark.protocol.schemas import NAMESPACE, SchemaCatalog, load_catalog, parse_version
 
 CATALOG = load_catalog()

@@ -8,7 +8,8 @@ import pyarrow as pa
 import pytest
 
 from tidemark.protocol import codec
-from tidemark.protocol.messages import Barrier, DeadLetter
+from tidemark.protocol.dead_letters import DeadLetter
+from tidemark.protocol.messages import Barrier
 from tidemark.runtime.api import ErrorPolicy
 from tidemark.runtime.metrics import RECORDS_SKIPPED
 from tidemark.runtime.records import BARRIER_HEADER, EPOCH_HEADER, TASK_HEADER, InputRecord, records_of

@@ -1,4 +1,9 @@
-"""Fixtures shared by the state tests: both keyed backends, storage and a manual clock."""
+"""Fixtures shared by the state tests: the three keyed backends, storage and a manual clock.
+
+``"changelog"`` is the changelog backend over a heap backend, built through the state registry
+with an in-memory changelog (a writer that subclasses the real abstract writer, and the real
+reader over the same records); a restore that must rebase writes into the test's storage.
+"""
 
 from __future__ import annotations
 
@@ -9,31 +14,55 @@ from typing import Callable
 import pytest
 
 from tidemark.state import (
-    HashMapStateBackend,
+    BackendContext,
+    KeyedSnapshot,
     KeyedStateBackend,
     KeyGroupRange,
     ManualClock,
     RocksDBOptions,
     RocksDBStateBackend,
+    create_backend,
 )
+from tidemark.state.changelog import ChangelogWiring
+from tidemark.materializer.storage import SharedFilesView
+from tidemark.storage.base import CheckpointStorage
 from tidemark.storage.filesystem import FilesystemCheckpointStorage
+from tidemark.testing.changelog import (
+    InMemoryChangelogReader,
+    InMemoryChangelogTopic,
+    InMemoryChangelogWriter,
+)
 
-BACKENDS = ["heap", "rocksdb"]
+BACKENDS = ["heap", "rocksdb", "changelog"]
 BackendFactory = Callable[..., KeyedStateBackend]
 
 _counter = itertools.count()
 
 
 def make_backend(kind: str, base: Path, key_groups: KeyGroupRange, max_parallelism: int,
+                 changelog: InMemoryChangelogTopic | None = None, storage: CheckpointStorage | None = None,
                  **kwargs: object) -> KeyedStateBackend:
+    options = kwargs.pop("options", None)
+    if kind == "rocksdb":
+        options = options or RocksDBOptions(block_cache_bytes=8 << 20, write_buffer_total_bytes=8 << 20,
+                                            write_buffer_bytes=4 << 20)
+        path = base / f"rocks-{next(_counter)}"
+        return RocksDBStateBackend(path, key_groups, max_parallelism, options=options, **kwargs)  # type: ignore[arg-type]
+    context = BackendContext(key_groups, max_parallelism, **kwargs)  # type: ignore[arg-type]
     if kind == "heap":
-        kwargs.pop("options", None)
-        return HashMapStateBackend(key_groups, max_parallelism, **kwargs)  # type: ignore[arg-type]
-    kwargs.setdefault("options", RocksDBOptions(block_cache_bytes=8 << 20,
-                                                write_buffer_total_bytes=8 << 20,
-                                                write_buffer_bytes=4 << 20))
-    path = base / f"rocks-{next(_counter)}"
-    return RocksDBStateBackend(path, key_groups, max_parallelism, **kwargs)  # type: ignore[arg-type]
+        return create_backend("heap", context)
+    assert kind == "changelog" and changelog is not None
+    attempt = next(_counter)  # every backend is a new writer (task attempt) on the shared topic
+    writer = InMemoryChangelogWriter(changelog, max_parallelism=max_parallelism,
+                                     task_id=f"{context.operator_id}#{key_groups.start}", epoch=attempt)
+    reader = InMemoryChangelogReader(changelog, max_parallelism=max_parallelism)
+    rebase_to = None if storage is None else SharedFilesView(storage, f"rebased/{writer.task_id}", f"e{attempt}")
+    return create_backend("heap", context, ChangelogWiring(writer, reader, rebase_to))
+
+
+def snapshots_for(snapshots: list[KeyedSnapshot], key_groups: KeyGroupRange) -> list[KeyedSnapshot]:
+    """The snapshots a backend owning ``key_groups`` restores from (as the stage restore picks)."""
+    return [s for s in snapshots if len(s.key_groups.intersection(key_groups))]
 
 
 @pytest.fixture
@@ -47,7 +76,13 @@ def storage(tmp_path: Path) -> FilesystemCheckpointStorage:
 
 
 @pytest.fixture
-def new_backend(request: pytest.FixtureRequest, tmp_path: Path, clock: ManualClock):
+def changelog_topic() -> InMemoryChangelogTopic:
+    return InMemoryChangelogTopic("tidemark.test.changelog", partitions=4)
+
+
+@pytest.fixture
+def new_backend(request: pytest.FixtureRequest, tmp_path: Path, clock: ManualClock,
+                changelog_topic: InMemoryChangelogTopic, storage: FilesystemCheckpointStorage):
     """``new_backend(key_groups=..., max_parallelism=..., kind=...)``; closed after the test."""
     created: list[KeyedStateBackend] = []
     default_kind = getattr(request, "param", "heap")
@@ -57,7 +92,7 @@ def new_backend(request: pytest.FixtureRequest, tmp_path: Path, clock: ManualClo
         kwargs.setdefault("clock", clock)
         backend = make_backend(kind or default_kind, tmp_path,
                                key_groups or KeyGroupRange(0, max_parallelism - 1),
-                               max_parallelism, **kwargs)
+                               max_parallelism, changelog_topic, storage, **kwargs)
         created.append(backend)
         return backend
 

@@ -26,12 +26,12 @@ def snapshot_some_state(backend, storage, checkpoint_id=1):
 @pytest.mark.parametrize("kind", ["heap", "rocksdb"])
 @pytest.mark.parametrize("which", ["first", "last"])
 def test_flipped_byte_is_refused_with_the_file_name(new_backend, storage, kind, which) -> None:
-    handles = snapshot_some_state(new_backend(kind=kind), storage)
-    victim = handles[0].files[0 if which == "first" else -1].path
+    snapshot = snapshot_some_state(new_backend(kind=kind), storage)
+    victim = snapshot.handles[0].files[0 if which == "first" else -1].path
     flip_one_byte(storage, victim)
-    for target_kind in ("heap", "rocksdb"):
+    for target_kind in ("heap", "rocksdb", "changelog"):
         with pytest.raises(CorruptStateFile, match=victim):
-            new_backend(kind=target_kind).restore(handles, storage)
+            new_backend(kind=target_kind).restore([snapshot], storage)
 
 
 def test_flipped_byte_in_operator_state_is_refused(storage) -> None:

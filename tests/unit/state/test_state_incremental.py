@@ -18,14 +18,14 @@ def test_incremental_snapshot_uploads_only_new_files(new_backend, storage) -> No
     backend = new_backend(kind="rocksdb")
     fill(backend, range(5000), lambda k: k)
     assert backend.settle()
-    first = backend.snapshot(1, storage)[0]
+    first = backend.snapshot(1, storage).handles[0]
     assert first.kind is StateHandleKind.KEYED_INCREMENTAL
     first_shared = {f.path for f in first.files if f.shared}
     assert first_shared and all(p.startswith("shared/operator/") for p in first_shared)
     assert backend.last_snapshot_stats.reused == ()
 
     fill(backend, range(10), lambda k: -k)  # a small change
-    second = backend.snapshot(2, storage)[0]
+    second = backend.snapshot(2, storage).handles[0]
     stats = backend.last_snapshot_stats
     second_shared = {f.path for f in second.files if f.shared}
     assert first_shared <= second_shared  # every old SST is referenced again...
@@ -40,17 +40,17 @@ def test_incremental_snapshot_uploads_only_new_files(new_backend, storage) -> No
 def test_restore_from_incremental_then_reuse_its_files(new_backend, storage) -> None:
     source = new_backend(kind="rocksdb")
     fill(source, range(3000), lambda k: str(k))
-    handles = source.snapshot(1, storage)
+    snapshot = source.snapshot(1, storage)
     restored = new_backend(kind="rocksdb")
-    restored.restore(handles, storage)
+    restored.restore([snapshot], storage)
     state = restored.get_state(ValueStateDescriptor("v"))
     for key in (0, 1234, 2999):
         restored.set_current_key(key)
         assert state.value() == str(key)
     restored.set_current_key(5)
     state.update("changed")
-    again = restored.snapshot(2, storage)[0]
-    assert set(restored.last_snapshot_stats.reused) == {f.path for f in handles[0].files if f.shared}
+    again = restored.snapshot(2, storage)
+    assert set(restored.last_snapshot_stats.reused) == {f.path for f in snapshot.handles[0].files if f.shared}
     heap = new_backend(kind="heap")
     heap.restore([again], storage)
     heap.set_current_key(5)
@@ -60,9 +60,9 @@ def test_restore_from_incremental_then_reuse_its_files(new_backend, storage) -> 
 def test_incremental_restore_clips_to_the_new_range(new_backend, storage) -> None:
     source = new_backend(kind="rocksdb")
     fill(source, range(2000), lambda k: k)
-    handles = source.snapshot(1, storage)
+    snapshot = source.snapshot(1, storage)
     half = new_backend(KeyGroupRange(0, 63), kind="rocksdb")
-    half.restore(handles, storage)
+    half.restore([snapshot], storage)
     half.get_state(ValueStateDescriptor("v"))
     groups = {int.from_bytes(k[:2], "big") for k in half._cfs["v"].keys()}
     assert groups and max(groups) <= 63
@@ -75,10 +75,10 @@ def test_a_defined_state_without_data_restores_into_every_backend(new_backend, s
     fill(source, range(100), lambda k: k)
     source.get_state(ValueStateDescriptor("registered-only"))
     source.restore_state_metas([state_meta(ValueStateDescriptor("logged-only"))], "changelog")
-    handles = source.snapshot(1, storage)
+    snapshot = source.snapshot(1, storage)
     for kind in ("heap", "rocksdb"):
         restored = new_backend(kind=kind)
-        restored.restore(handles, storage)
+        restored.restore([snapshot], storage)
         restored.set_current_key(7)
         assert restored.get_state(ValueStateDescriptor("v")).value() == 7
         assert restored.get_state(ValueStateDescriptor("registered-only")).value() is None

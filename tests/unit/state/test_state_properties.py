@@ -127,16 +127,16 @@ def test_snapshot_restore_rescale_preserves_visible_state(ops, old_p, new_p, kin
         apply(reference, ops)
         expected = visible(reference, keys, namespaces)
         reference.close()
-        handles, after = [], {}
+        snapshots, after = [], {}
         for index in range(old_p):
             backend = make(kinds[0], base, compute_key_group_range(MAX_P, old_p, index))
             mine = [op for op in ops if _owns(backend, op[1])]
             apply(backend, mine)
-            handles += backend.snapshot(1, storage)
+            snapshots.append(backend.snapshot(1, storage))
             backend.close()
         for index in range(new_p):
             backend = make(kinds[1], base, compute_key_group_range(MAX_P, new_p, index))
-            backend.restore(handles, storage)
+            backend.restore(snapshots, storage)
             part = visible(backend, keys, namespaces)
             assert not set(part) & set(after)  # each key restored by exactly one subtask
             after.update(part)

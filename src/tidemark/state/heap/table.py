@@ -1,11 +1,12 @@
-"""Heap state table: live Python objects per key group, serialized only when observed."""
+"""Heap state tables: live Python objects per key group, serialized only when observed; and
+the bytes of restored states not registered yet."""
 
 from __future__ import annotations
 
 from typing import Any, Iterator
 
 from tidemark.protocol.messages import StateChangeOp
-from tidemark.state.backend import KeyedStateBackend
+from tidemark.state.local_backend import LocalKeyedStateBackend
 from tidemark.state.descriptors import (
     StateDescriptor,
     StateKind,
@@ -31,7 +32,7 @@ class HeapStateTable:
 
     __slots__ = ("_b", "name", "kind", "_maps", "_ser", "_uks", "_is_map", "_is_list", "_ttl_ms")
 
-    def __init__(self, backend: KeyedStateBackend, descriptor: StateDescriptor) -> None:
+    def __init__(self, backend: LocalKeyedStateBackend, descriptor: StateDescriptor) -> None:
         self._b = backend
         self.name = descriptor.name
         self.kind = descriptor.kind
@@ -187,3 +188,34 @@ class HeapStateTable:
                 yield Entry(*prefix, None, b"".join(frame_element(d) for d in data))
         elif ttl is None or not is_expired(stored[1], ttl, now):
             yield Entry(*prefix, None, ser.serialize(stored))
+
+
+_Slot = tuple[int, bytes, bytes]  # key group, stored key, namespace
+
+
+class RawStateStore:
+    """Byte-level state of one not-yet-registered state: slot -> user key (or None) -> bytes."""
+
+    def __init__(self) -> None:
+        self.slots: dict[_Slot, dict[bytes | None, bytes]] = {}
+
+    def apply(self, change: KeyedStateChange) -> None:
+        slot = (change.key_group, change.key, change.namespace)
+        op = change.op
+        if op is PUT:
+            self.slots.setdefault(slot, {})[change.user_key] = change.value or b""
+        elif op is ADD:
+            values = self.slots.setdefault(slot, {})
+            values[None] = values.get(None, b"") + frame_element(change.value or b"")
+        elif op is CLEAR or change.user_key is None:
+            self.slots.pop(slot, None)
+        else:
+            values = self.slots.get(slot, {})
+            values.pop(change.user_key, None)
+            if not values:
+                self.slots.pop(slot, None)
+
+    def changes(self, name: str) -> Iterator[KeyedStateChange]:
+        for (key_group, key, ns), values in self.slots.items():
+            for user_key, value in values.items():
+                yield KeyedStateChange(name, key_group, key, ns, PUT, user_key, value)

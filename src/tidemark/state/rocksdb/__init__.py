@@ -1,0 +1,19 @@
+"""The RocksDB backend (``"rocksdb"``) and the reader of its incremental handles, registered
+in the backend registry."""
+
+from tidemark.protocol.messages import StateHandleKind
+from tidemark.state.registry import BackendContext, register_backend, register_handle_reader
+from tidemark.state.rocksdb.backend import RocksDBStateBackend
+from tidemark.state.rocksdb.snapshot import read_incremental
+
+
+def _create(context: BackendContext) -> RocksDBStateBackend:
+    """A RocksDB working copy under ``context.local_dir`` (required), default options."""
+    if context.local_dir is None:
+        raise ValueError("the rocksdb backend needs a local directory")
+    return RocksDBStateBackend(context.local_dir, context.key_groups, context.max_parallelism,
+                               operator_id=context.operator_id, clock=context.clock)
+
+
+register_backend("rocksdb", _create)
+register_handle_reader(StateHandleKind.KEYED_INCREMENTAL, read_incremental)

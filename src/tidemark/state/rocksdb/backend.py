@@ -10,15 +10,17 @@ from __future__ import annotations
 import shutil
 import time
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import rocksdict
 
-from tidemark.protocol.messages import StateChangeOp, StateFile, StateHandle, StateHandleKind
-from tidemark.state.backend import KeyedStateBackend, StateRegistrationError
-from tidemark.state.descriptors import StateDescriptor, StateKind
 from tidemark.keygroups import KeyGroupRange
-from tidemark.state.restore import overlapping, read_handle
+from tidemark.protocol.messages import StateChangeOp, StateFile, StateHandle, StateHandleKind
+from tidemark.state.backend import KeyedSnapshot, StateRegistrationError
+from tidemark.state.descriptors import StateDescriptor, StateKind
+from tidemark.state.local_backend import LocalKeyedStateBackend
+from tidemark.state.restore import read_handle
 from tidemark.state.rocksdb.options import RocksDBOptions, RocksDBResources
 from tidemark.state.rocksdb.snapshot import (
     CF_PREFIX,
@@ -39,17 +41,17 @@ from tidemark.state.rocksdb.table import (
     successor,
 )
 from tidemark.state.serializers import frame_element, frame_elements, unframe_elements
-from tidemark.state.snapshot import Entry, write_snapshot
+from tidemark.state.snapshot import Entry
 from tidemark.state.table import KeyedStateChange
 from tidemark.state.ttl import Clock, is_expired, timestamp_of
 from tidemark.storage.base import CheckpointStorage
-from tidemark.types import CheckpointId, KeyGroup
+from tidemark.types import CheckpointId
 
 _MARKER = ".tidemark-rocksdb"
 _BATCH = 10_000
 
 
-class RocksDBStateBackend(KeyedStateBackend):
+class RocksDBStateBackend(LocalKeyedStateBackend):
     """Keyed state in RocksDB; see :class:`KeyedStateBackend` for the lifecycle."""
 
     def __init__(
@@ -171,15 +173,6 @@ class RocksDBStateBackend(KeyedStateBackend):
 
     # ------------------------------------------------------------------ snapshots
 
-    def _header(self, checkpoint_id: int) -> dict[str, Any]:
-        return {
-            "checkpoint_id": checkpoint_id,
-            "max_parallelism": self.max_parallelism,
-            "key_group_start": self.key_group_range.start,
-            "key_group_end": self.key_group_range.end,
-            "backend": "rocksdb",
-        }
-
     def _checked_metas(self) -> list[dict[str, Any]]:
         metas = self._state_metas()
         unknown = set(self._cfs) - {m["name"] for m in metas}
@@ -187,19 +180,18 @@ class RocksDBStateBackend(KeyedStateBackend):
             raise StateRegistrationError(f"states {sorted(unknown)} have data but no definition")
         return metas
 
-    def snapshot(
-        self, checkpoint_id: CheckpointId, storage: CheckpointStorage, *, canonical: bool = False
-    ) -> list[StateHandle]:
+    def snapshot(self, checkpoint_id: CheckpointId, storage: CheckpointStorage, *,
+                 canonical: bool = False) -> KeyedSnapshot:
         """Incremental native snapshot (if enabled in options) or, with ``canonical=True`` or
         incremental disabled, a full snapshot in the canonical format (savepoints)."""
         self._check_open()
         metas = self._checked_metas()
-        header = {**self._header(int(checkpoint_id)), "states": metas}
+        header = {**self._header(checkpoint_id, "rocksdb"), "states": metas}
         if canonical or not self.options.incremental:
-            data = write_snapshot(header, metas, self._full_entries(metas))
-            ref = storage.write_bytes(self._snapshot_path(int(checkpoint_id), ".tmks"), data)
+            full = self._full_snapshot(checkpoint_id, storage, header, metas, self._full_entries(metas))
+            (ref,) = full.handles[0].files
             self.last_snapshot_stats = SnapshotStats((ref.path,), (), ref.size_bytes, ref.size_bytes)
-            return [self._handle(StateHandleKind.KEYED_FULL, (ref,), ref.size_bytes, ref.size_bytes)]
+            return full
         for meta in metas:  # a defined state without data still gets its (empty) column family
             self._cf(meta["name"])
         files, stats = write_incremental(
@@ -208,13 +200,8 @@ class RocksDBStateBackend(KeyedStateBackend):
             header, self._uploaded,
         )
         self.last_snapshot_stats = stats
-        return [self._handle(StateHandleKind.KEYED_INCREMENTAL, files, stats.state_size,
-                             stats.bytes_written)]
-
-    def _handle(self, kind: StateHandleKind, files: tuple[StateFile, ...], size: int,
-                written: int) -> StateHandle:
-        return StateHandle(kind, self.operator_id, KeyGroup(self.key_group_range.start),
-                           KeyGroup(self.key_group_range.end), files, size, written)
+        return self._keyed_snapshot(StateHandleKind.KEYED_INCREMENTAL, files, stats.state_size,
+                                    stats.bytes_written)
 
     def _full_entries(self, metas: list[dict[str, Any]]) -> Iterator[Entry]:
         now = self.clock.now_ms()
@@ -233,13 +220,11 @@ class RocksDBStateBackend(KeyedStateBackend):
 
     # ------------------------------------------------------------------ restore
 
-    def restore(self, handles: Sequence[StateHandle], storage: CheckpointStorage) -> None:
+    def restore(self, snapshots: Sequence[KeyedSnapshot], storage: CheckpointStorage) -> None:
         """Load our key groups; the incremental handle overlapping most becomes the base
-        database (clipped to our range), every other handle is merged entry by entry."""
-        self._check_open()
-        if self._states:
-            raise StateRegistrationError("restore must happen before any state is registered")
-        relevant = overlapping(handles, self.key_group_range)
+        database (clipped to our range), every other handle is merged entry by entry.
+        Changelog ranges are ignored (the changelog backend replays them)."""
+        relevant = self._handles_to_restore(snapshots)
         incremental = [h for h in relevant if h.kind is StateHandleKind.KEYED_INCREMENTAL]
         base = max(incremental, key=self._overlap, default=None)
         if base is not None:

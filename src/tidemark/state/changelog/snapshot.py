@@ -1,4 +1,10 @@
-"""Recovery in changelog mode: materialized snapshots, then exactly the changelog ranges.
+"""The changelog backend's snapshots and their restore: materialized snapshots, then exactly the
+changelog ranges.
+
+A changelog snapshot (:class:`~tidemark.state.backend.KeyedSnapshot`) holds no state files of its
+own: the handles of the latest materialization (shared files), the changelog ranges applied on top
+and the materialization they start after. The ranges are written by the changelog writer
+(:mod:`tidemark.changelog.writer`) and read back by :mod:`tidemark.changelog.reader`.
 
 ``restore_from_changelog(backend, sources, storage, reader)`` fills a fresh keyed backend (no
 state registered, nothing applied yet) with the state of its key groups at the checkpoint the
@@ -21,10 +27,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from tidemark.changelog.reader import ChangelogReader, ReadStats
-from tidemark.changelog.source import ChangelogSource
-from tidemark.protocol.messages import StateChangeOp, StateHandle
-from tidemark.state.backend import KeyedStateBackend
 from tidemark.keygroups import KeyGroupRange
+from tidemark.protocol.messages import StateChangeOp, StateHandle
+from tidemark.state.backend import KeyedSnapshot, KeyedStateBackend
 from tidemark.state.restore import read_handle
 from tidemark.state.table import KeyedStateChange
 from tidemark.storage.base import CheckpointStorage
@@ -38,12 +43,17 @@ class RestoreResult:
     changelog: ReadStats
 
 
+def is_shareable(handles: Sequence[StateHandle]) -> bool:
+    """True when every file of ``handles`` is shared, so any number of checkpoints may reference it."""
+    return all(f.shared for h in handles for f in h.files)
+
+
 def _handle_range(handle: StateHandle) -> KeyGroupRange:
     return KeyGroupRange(handle.key_group_start, handle.key_group_end)
 
 
 def plan_handles(
-    sources: Sequence[ChangelogSource], target: KeyGroupRange
+    sources: Sequence[KeyedSnapshot], target: KeyGroupRange
 ) -> tuple[list[StateHandle], list[tuple[StateHandle, KeyGroupRange]]]:
     """(handles the backend restores natively, (handle, clip) pairs to read entry by entry)."""
     native: list[StateHandle] = []
@@ -64,7 +74,7 @@ def plan_handles(
 
 def restore_from_changelog(
     backend: KeyedStateBackend,
-    sources: Sequence[ChangelogSource],
+    sources: Sequence[KeyedSnapshot],
     storage: CheckpointStorage,
     reader: ChangelogReader,
 ) -> RestoreResult:
@@ -72,7 +82,7 @@ def restore_from_changelog(
     target = backend.key_group_range
     native, clipped = plan_handles(sources, target)
     if native:
-        backend.restore(native, storage)
+        backend.restore([KeyedSnapshot(target, tuple(native))], storage)
     entries = 0
     for handle, clip in clipped:
         for part in read_handle(handle, storage, clip):

@@ -1,10 +1,10 @@
-"""One contract suite for every keyed state backend (heap and RocksDB)."""
+"""The keyed-state contract: state kinds, key-group scoping, change listeners, snapshot and restore."""
 
 from __future__ import annotations
 
 import pytest
 
-from tidemark.protocol.messages import StateChangeOp
+from tidemark.protocol.messages import StateChangeOp, StateHandleKind
 from tidemark.state import (
     AggregatingStateDescriptor,
     AvroSerializer,
@@ -18,10 +18,9 @@ from tidemark.state import (
     assign_to_key_group,
 )
 from tidemark.state.table import KeyedStateChange
+from tidemark.types import CheckpointId
 
-BACKENDS = ["heap", "rocksdb"]
-
-pytestmark = pytest.mark.parametrize("new_backend", BACKENDS, indirect=True)
+ALL_KINDS = ("heap", "rocksdb", "changelog")
 
 
 class Average:
@@ -185,23 +184,60 @@ def test_changes_are_observed_and_replayable(new_backend) -> None:
     assert (mv.value(), ml.get(), dict(mm.items())) == ("aa", [1, 2, 3], {"y": 2})
 
 
-def test_snapshot_restore_round_trip_into_both_backends(new_backend, storage) -> None:
-    source = new_backend()
+def _fill(source) -> None:
     v = source.get_state(ValueStateDescriptor("v", default=-1))
     m = source.get_state(MapStateDescriptor("m"))
     for key in range(200):
         source.set_current_key(key)
         v.update(key * 10)
         m.put(key % 7, str(key))
-    handles = source.snapshot(1, storage)
-    for kind in ("heap", "rocksdb"):
+
+
+def _check(target) -> None:
+    tv = target.get_state(ValueStateDescriptor("v", default=-1))
+    tm = target.get_state(MapStateDescriptor("m"))
+    for key in range(200):
+        target.set_current_key(key)
+        assert tv.value() == key * 10 and dict(tm.items()) == {key % 7: str(key)}
+
+
+def test_checkpoint_snapshot_restores_into_the_same_backend(new_backend, storage) -> None:
+    source = new_backend()
+    _fill(source)
+    snapshot = source.snapshot(CheckpointId(1), storage)
+    assert snapshot.key_groups == source.key_group_range
+    target = new_backend()
+    target.restore([snapshot], storage)
+    _check(target)
+
+
+def test_canonical_snapshot_restores_into_every_backend(new_backend, storage) -> None:
+    source = new_backend()
+    _fill(source)
+    snapshot = source.snapshot(CheckpointId(1), storage, canonical=True)
+    assert snapshot.ranges == () and snapshot.materialization is None
+    assert [h.kind for h in snapshot.handles] == [StateHandleKind.KEYED_FULL]
+    for kind in ALL_KINDS:
         target = new_backend(kind=kind)
-        target.restore(handles, storage)
-        tv = target.get_state(ValueStateDescriptor("v", default=-1))
-        tm = target.get_state(MapStateDescriptor("m"))
-        for key in range(200):
-            target.set_current_key(key)
-            assert tv.value() == key * 10 and dict(tm.items()) == {key % 7: str(key)}
+        target.restore([snapshot], storage)
+        _check(target)
+        assert target.rebased is (kind == "changelog")  # a savepoint's files are not the changelog's
+
+
+def test_snapshots_repeat_and_the_latest_restores(new_backend, storage) -> None:
+    source = new_backend()
+    state = source.get_state(ValueStateDescriptor("v"))
+    source.set_current_key("k")
+    state.update(1)
+    first = source.snapshot(CheckpointId(1), storage)
+    assert source.notify_checkpoint_complete(CheckpointId(1)) in (True, False)
+    state.update(2)
+    second = source.snapshot(CheckpointId(2), storage)
+    for snapshot, expected in ((first, 1), (second, 2)):
+        target = new_backend()
+        target.restore([snapshot], storage)
+        target.set_current_key("k")
+        assert target.get_state(ValueStateDescriptor("v")).value() == expected
 
 
 def test_restore_refuses_a_different_definition(new_backend, storage) -> None:
@@ -209,9 +245,9 @@ def test_restore_refuses_a_different_definition(new_backend, storage) -> None:
     source.get_state(ValueStateDescriptor("v"))
     source.set_current_key("k")
     source.get_state(ValueStateDescriptor("v")).update(1)
-    handles = source.snapshot(1, storage)
+    snapshot = source.snapshot(CheckpointId(1), storage)
     target = new_backend()
-    target.restore(handles, storage)
+    target.restore([snapshot], storage)
     with pytest.raises(StateRegistrationError):
         target.get_state(ListStateDescriptor("v"))
 
@@ -221,12 +257,21 @@ def test_unregistered_restored_state_survives_the_next_snapshot(new_backend, sto
     source.set_current_key("k")
     source.get_state(ListStateDescriptor("l")).add_all([1, 2])
     middle = new_backend()
-    middle.restore(source.snapshot(1, storage), storage)
-    handles = middle.snapshot(2, storage)  # "l" never registered on middle
+    middle.restore([source.snapshot(CheckpointId(1), storage)], storage)
+    snapshot = middle.snapshot(CheckpointId(2), storage)  # "l" never registered on middle
     final = new_backend()
-    final.restore(handles, storage)
+    final.restore([snapshot], storage)
     final.set_current_key("k")
     assert final.get_state(ListStateDescriptor("l")).get() == [1, 2]
+
+
+def test_restore_after_registration_is_refused(new_backend, storage) -> None:
+    source = new_backend()
+    snapshot = source.snapshot(CheckpointId(1), storage)
+    target = new_backend()
+    target.get_state(ValueStateDescriptor("v"))
+    with pytest.raises(StateRegistrationError):
+        target.restore([snapshot], storage)
 
 
 def test_closed_backend_refuses_use(new_backend) -> None:

@@ -1,19 +1,19 @@
 """ChangelogStateBackend: a keyed backend whose every mutation is also appended to a changelog.
 
-Lifecycle: construct over a *fresh* keyed backend (heap or RocksDB) and a
-:class:`~tidemark.changelog.writer.ChangelogWriter` of the same task attempt -> optionally
-``restore`` (once, before any state is registered) -> the keyed-state API (``set_current_key``,
-``get_state`` and the handles) -> at each barrier ``snapshot(checkpoint_id)`` -> for each
-snapshot, ``notify_checkpoint_complete`` or ``notify_checkpoint_aborted`` -> whenever a
-materialization of a completed checkpoint of this task is announced, ``notify_materialized`` ->
-``close`` (closes the writer and the wrapped backend).
+Lifecycle (:class:`~tidemark.state.backend.KeyedStateBackend`'s): construct over a *fresh* keyed
+backend (heap or RocksDB) and a changelog writer of the same task attempt (plus the reader a
+restore reads ranges with and the storage a rebase writes to, see ``restore``) -> optionally
+``restore`` (once, before any state is used) -> the keyed-state API -> at each barrier
+``snapshot`` -> for each snapshot, ``notify_checkpoint_complete`` or ``notify_checkpoint_aborted``
+-> whenever a materialization of a completed checkpoint of this task is announced,
+``notify_materialization`` -> ``close`` (closes the writer and the wrapped backend).
 
 The wrapped backend's change listener hands each mutation, already serialized, to the writer;
 nothing is serialized twice. The first ``get_state`` of a state in this attempt also logs the
 state's definition (``writer.append_state_meta``), so whoever rebuilds the state from the
-changelog alone (a restore, the materializer) knows its serializers. A snapshot runs no state
+changelog alone (a restore, the materializer) knows its serializers. A checkpoint runs no state
 snapshot: it persists pending changes and returns ranges plus the handles of the latest
-materialization.
+materialization (see :mod:`tidemark.state.changelog.snapshot`).
 """
 
 from __future__ import annotations
@@ -24,77 +24,67 @@ from typing import Any
 
 from tidemark.changelog.partitioning import partitions_of
 from tidemark.changelog.reader import ChangelogReader
-from tidemark.changelog.restore import RestoreResult, plan_handles, restore_from_changelog
-from tidemark.changelog.source import ChangelogSource
-from tidemark.changelog.writer import ChangelogMark, ChangelogWriter
+from tidemark.changelog.writer import ChangelogMark, StateChangelogWriter
+from tidemark.keygroups import KeyGroupRange
 from tidemark.protocol.messages import (
     ChangelogRange,
     MaterializationEvent,
     MaterializationRef,
     MaterializationStatus,
     StateHandle,
-    TaskSnapshot,
 )
-from tidemark.state.backend import KeyedStateBackend, StateRegistrationError
+from tidemark.state.backend import KeyedSnapshot, KeyedStateBackend, StateRegistrationError
+from tidemark.state.changelog.snapshot import (
+    RestoreResult,
+    is_shareable,
+    plan_handles,
+    restore_from_changelog,
+)
 from tidemark.state.descriptors import StateDescriptor
-from tidemark.keygroups import KeyGroupRange
 from tidemark.state.snapshot import state_meta
-from tidemark.state.table import ChangeListener
+from tidemark.state.table import ChangeListener, KeyedStateChange
 from tidemark.storage.base import CheckpointStorage
-from tidemark.types import CheckpointId, KeyGroup, OperatorId, TaskId
+from tidemark.types import CheckpointId, OperatorId
 
 
-@dataclass(frozen=True, slots=True)
-class ChangelogSnapshot:
-    """A task's part of a checkpoint in changelog mode: no state files of its own.
+@dataclass(frozen=True)
+class ChangelogWiring:
+    """What the registry's changelog wrapper needs besides the backend it wraps: the task
+    attempt's writer, the reader a restore reads ranges with, and where a restore that must
+    rebase writes the new base (``None``: such a restore raises)."""
 
-    ``handles`` are the materialized snapshot the state starts from (or, until the first
-    materialization after a restore, the handles restored from), ``ranges`` the changelog
-    ranges applied on top, ``materialization`` the latest materialization of this task.
-    """
-
-    checkpoint_id: CheckpointId
-    key_groups: KeyGroupRange
-    materialization: MaterializationRef | None
-    handles: tuple[StateHandle, ...]
-    ranges: tuple[ChangelogRange, ...]
-
-    def source(self) -> ChangelogSource:
-        """What a restore reads from this snapshot."""
-        return ChangelogSource(self.key_groups, self.handles, self.ranges, self.materialization)
-
-    def to_task_snapshot(self, task_id: TaskId, operator_id: OperatorId, subtask_index: int,
-                         **fields: Any) -> TaskSnapshot:
-        """The wire form (``fields``: source offsets, sink transactions...)."""
-        return TaskSnapshot(task_id, operator_id, subtask_index, KeyGroup(self.key_groups.start),
-                            KeyGroup(self.key_groups.end), state_handles=self.handles,
-                            changelog_ranges=self.ranges, materialization=self.materialization,
-                            **fields)
+    writer: StateChangelogWriter
+    reader: ChangelogReader | None = None
+    rebase_to: CheckpointStorage | None = None
 
 
-def is_shareable(handles: Sequence[StateHandle]) -> bool:
-    """True when every file of ``handles`` is shared, so any number of checkpoints may reference it."""
-    return all(f.shared for h in handles for f in h.files)
-
-
-class ChangelogStateBackend:
+class ChangelogStateBackend(KeyedStateBackend):
     """Keyed state with a changelog; see the module docstring for the lifecycle."""
 
-    def __init__(self, backend: KeyedStateBackend, writer: ChangelogWriter) -> None:
+    def __init__(self, backend: KeyedStateBackend, writer: StateChangelogWriter,
+                 reader: ChangelogReader | None = None, rebase_to: CheckpointStorage | None = None) -> None:
         if writer.max_parallelism != backend.max_parallelism:
             raise ValueError("writer and backend disagree on max_parallelism")
         self.backend = backend
         self.writer = writer
+        self.reader = reader
+        self.rebase_to = rebase_to
+        self.last_restore: RestoreResult | None = None
         self._materialization: MaterializationRef | None = None
         self._handles: tuple[StateHandle, ...] = ()
         self._carried: tuple[ChangelogRange, ...] = ()  # restored ranges, until materialized
         self._marks: dict[CheckpointId, ChangelogMark] = {}
         self._logged_states: set[str] = set()
         self._started = False
-        self.rebased = False  # restore wrote the restored state as a new shared base
+        self._rebased = False
         backend.add_change_listener(self._on_change)
 
-    def _on_change(self, change: Any) -> None:
+    @classmethod
+    def wrap(cls, backend: KeyedStateBackend, wiring: ChangelogWiring) -> ChangelogStateBackend:
+        """The registry's wrapper (see :mod:`tidemark.state.registry`)."""
+        return cls(backend, wiring.writer, wiring.reader, wiring.rebase_to)
+
+    def _on_change(self, change: KeyedStateChange) -> None:
         self._started = True
         self.writer.append(change)
 
@@ -134,11 +124,20 @@ class ChangelogStateBackend:
     def registered_states(self) -> list[str]:
         return self.backend.registered_states()
 
+    def restore_state_metas(self, metas: list[dict[str, Any]], source: str) -> None:
+        self.backend.restore_state_metas(metas, source)
+
     def add_change_listener(self, listener: ChangeListener) -> None:
         self.backend.add_change_listener(listener)
 
     def remove_change_listener(self, listener: ChangeListener) -> None:
         self.backend.remove_change_listener(listener)
+
+    def apply_change(self, change: KeyedStateChange) -> None:
+        """Replay ``change`` into the wrapped backend and append it to the changelog, so that
+        the state stays what the changelog rebuilds; other listeners are not notified."""
+        self.backend.apply_change(change)
+        self._on_change(change)
 
     def cleanup_expired_state(self) -> int:
         """TTL cleanup of the wrapped backend; not logged (expired values stay invisible)."""
@@ -146,10 +145,11 @@ class ChangelogStateBackend:
 
     # ------------------------------------------------------------------ restore
 
-    def restore(self, sources: Sequence[ChangelogSource], storage: CheckpointStorage,
-                reader: ChangelogReader, *, rebase_to: CheckpointStorage | None = None) -> RestoreResult:
-        """Restore this task's key groups from the sources of one checkpoint; later snapshots
-        carry what was restored until this task's first materialization.
+    def restore(self, snapshots: Sequence[KeyedSnapshot], storage: CheckpointStorage) -> None:
+        """Restore this task's key groups from the snapshots of one checkpoint (materialized
+        handles, then exactly the recorded ranges, read with ``reader``); later snapshots carry
+        what was restored until this task's first materialization. The result's statistics are
+        kept in ``last_restore``.
 
         Checkpoints may only reference snapshot files that are *shared* (reference-counted by the
         checkpoint-store, as materialized snapshots are). When the restored state rests on files
@@ -158,46 +158,57 @@ class ChangelogStateBackend:
         restored state is written once more, as shared files, into ``rebase_to`` (a
         :class:`~tidemark.materializer.storage.SharedFilesView` of a folder of its own), and
         later snapshots start from that base with no ranges carried (Flink's NO_CLAIM restore,
-        whose first checkpoint is a full one). Without ``rebase_to`` such a restore raises."""
+        whose first checkpoint is a full one; ``rebased`` is then True). Without ``rebase_to``
+        such a restore raises ``ValueError``."""
         if self._started:
             raise StateRegistrationError("restore must happen before any state is used")
+        if self.reader is None:
+            raise ValueError("a changelog backend restores only with a changelog reader")
         self._started = True
-        result = restore_from_changelog(self.backend, sources, storage, reader)
+        self.last_restore = restore_from_changelog(self.backend, snapshots, storage, self.reader)
         target = self.key_group_range
-        native, clipped = plan_handles(sources, target)
+        native, clipped = plan_handles(snapshots, target)
         self._handles = tuple(native) + tuple(dict.fromkeys(h for h, _ in clipped))
-        self._carried = self._relevant_ranges(sources, target)
-        covering = [s for s in sources if len(s.key_groups.intersection(target))]
+        self._carried = self._relevant_ranges(snapshots, target)
+        covering = [s for s in snapshots if len(s.key_groups.intersection(target))]
         if len(covering) == 1 and covering[0].key_groups == target:
             self._materialization = covering[0].materialization
         if not is_shareable(self._handles):
-            if rebase_to is None:
+            if self.rebase_to is None:
                 raise ValueError("the restored state rests on files private to another checkpoint or "
                                  "savepoint; restore needs rebase_to storage to write a base of its own")
-            self.rebased = True
-            self._handles = tuple(self.backend.snapshot(CheckpointId(0), rebase_to))  # its folder is its own
-            self._carried, self._materialization = (), None
-        return result
+            self._rebased = True
+            base = self.backend.snapshot(CheckpointId(0), self.rebase_to)  # its folder is its own
+            self._handles, self._carried, self._materialization = base.handles, (), None
 
-    def _relevant_ranges(self, sources: Sequence[ChangelogSource],
+    @property
+    def rebased(self) -> bool:
+        return self._rebased
+
+    def _relevant_ranges(self, snapshots: Sequence[KeyedSnapshot],
                          target: KeyGroupRange) -> tuple[ChangelogRange, ...]:
         w = self.writer
         ranges: dict[ChangelogRange, None] = {}
-        for source in sources:
-            wanted = set(partitions_of(source.key_groups.intersection(target), w.partitions,
+        for snapshot in snapshots:
+            wanted = set(partitions_of(snapshot.key_groups.intersection(target), w.partitions,
                                        w.max_parallelism))
-            ranges.update((r, None) for r in source.ranges if r.partition in wanted)
+            ranges.update((r, None) for r in snapshot.ranges if r.partition in wanted)
         return tuple(ranges)
 
     # ------------------------------------------------------------------ checkpoints
 
-    def snapshot(self, checkpoint_id: CheckpointId) -> ChangelogSnapshot:
-        """Persist every pending change (blocking until durable); no state snapshot runs."""
+    def snapshot(self, checkpoint_id: CheckpointId, storage: CheckpointStorage, *,
+                 canonical: bool = False) -> KeyedSnapshot:
+        """A checkpoint persists every pending change (blocking until durable) and writes nothing
+        into ``storage``; a savepoint (``canonical``) is a full canonical snapshot of the wrapped
+        backend, self-contained, with no ranges."""
+        if canonical:
+            return self.backend.snapshot(checkpoint_id, storage, canonical=True)
         mark = self.writer.next_sequence_number()
         own = self.writer.persist(mark, checkpoint_id)
         self._marks[checkpoint_id] = mark
-        return ChangelogSnapshot(checkpoint_id, self.key_group_range, self._materialization,
-                                 self._handles, self._carried + own)
+        return KeyedSnapshot(self.key_group_range, self._handles, self._carried + own,
+                             self._materialization)
 
     def notify_checkpoint_complete(self, checkpoint_id: CheckpointId) -> bool:
         return self.writer.confirm(checkpoint_id)
@@ -223,7 +234,7 @@ class ChangelogStateBackend:
             del self._marks[older]
         return True
 
-    def on_materialization_event(self, event: MaterializationEvent) -> bool:
+    def notify_materialization(self, event: MaterializationEvent) -> bool:
         """:meth:`notify_materialized` for a COMPLETED event about this task.
 
         The event proves its checkpoint completed (the materializer folds only checkpoints the
@@ -238,6 +249,10 @@ class ChangelogStateBackend:
         return self.notify_materialized(
             MaterializationRef(event.materialization_id, event.checkpoint_id), event.state_handles)
 
+    def flush(self) -> None:
+        """Wait until every change appended so far is delivered to the changelog."""
+        self.writer.flush()
+
     # ------------------------------------------------------------------ lifecycle
 
     def close(self) -> None:
@@ -246,9 +261,3 @@ class ChangelogStateBackend:
             self.writer.close()
         finally:
             self.backend.close()
-
-    def __enter__(self) -> ChangelogStateBackend:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

@@ -1,4 +1,4 @@
-"""Schema ids: the deterministic local id table and the Confluent Schema Registry client.
+"""Schema ids: the deterministic local id table, or the ids of a Confluent Schema Registry.
 
 The codec asks a :class:`SchemaIdResolver` two questions: which id to write for a record
 (the id of its newest schema version) and which writer schema an id read from the wire names.
@@ -8,31 +8,36 @@ Two implementations:
   which maps (subject, version) to an id and records each version's fingerprint. Ids are never
   reused; a version file that changes without a new version fails to load.
 * :class:`RegistrySchemaIds`: when a registry URL is configured, every version of every subject
-  is registered (in order, under BACKWARD_TRANSITIVE) and the registry's ids are used; ids not
-  seen yet are fetched from ``GET /schemas/ids/{id}``.
+  is registered (in order, under BACKWARD_TRANSITIVE) through confluent-kafka's
+  ``SchemaRegistryClient`` (:func:`registry_client`) and the registry's ids are used; ids not
+  seen yet are fetched by id. Registry failures surface as :class:`SchemaRegistryError`, or
+  :class:`SchemaRegistryUnavailable` when the registry cannot be reached or answers 5xx.
 
-Run ``python -m tidemark.protocol.registry`` after adding a version file to append its id.
+Run ``python -m tidemark.protocol.schema_ids`` after adding a version file to append its id.
 """
 
 from __future__ import annotations
 
-import base64
 import json
 import threading
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol, TypeVar
+
+import httpx2
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from confluent_kafka.schema_registry.error import SchemaRegistryError as ConfluentRegistryError
 
 from tidemark.protocol.errors import SchemaCatalogError, SchemaRegistryError, SchemaRegistryUnavailable
 from tidemark.protocol.schemas import SchemaCatalog, SchemaVersion, load_catalog, parse_version, subject_for
 
 IDS_FILE = "ids.json"
 COMPATIBILITY = "BACKWARD_TRANSITIVE"
-_CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
+
+T = TypeVar("T")
 
 
 class SchemaIdResolver(Protocol):
@@ -131,7 +136,7 @@ class LocalSchemaIds:
 
     @classmethod
     def from_dir(cls, root: Path | None = None) -> LocalSchemaIds:
-        catalog = load_catalog(root)
+        catalog = load_catalog() if root is None else load_catalog(root)  # one cache entry for the default
         assert catalog.root is not None
         return cls(catalog, LocalSchemaIdTable.load(catalog.root / IDS_FILE))
 
@@ -155,82 +160,31 @@ class LocalSchemaIds:
 # --------------------------------------------------------------------------- registry
 
 
-class SchemaRegistryClient:
-    """Minimal client for the Confluent Schema Registry REST API (Avro subjects only).
-
-    Stateless apart from its options; every call is one HTTP request with ``timeout_s``.
-    Credentials in the URL (``https://key:secret@host``) are sent as HTTP basic auth.
-    """
-
-    def __init__(self, url: str, timeout_s: float = 5.0) -> None:
-        parts = urllib.parse.urlsplit(url)
-        self._headers = {"Content-Type": _CONTENT_TYPE, "Accept": _CONTENT_TYPE}
-        if parts.username is not None:
-            secret = f"{urllib.parse.unquote(parts.username)}:{urllib.parse.unquote(parts.password or '')}"
-            self._headers["Authorization"] = "Basic " + base64.b64encode(secret.encode()).decode("ascii")
-            parts = parts._replace(netloc=parts.netloc.rpartition("@")[2])
-        self.url = urllib.parse.urlunsplit(parts).rstrip("/")
-        self.timeout_s = timeout_s
-
-    def register(self, subject: str, schema_text: str) -> int:
-        """``POST /subjects/{subject}/versions``: the id (existing one if already registered)."""
-        body = self._request("POST", f"/subjects/{_quote(subject)}/versions", {"schema": schema_text})
-        return int(body["id"])
-
-    def schema_by_id(self, schema_id: int) -> str | None:
-        """``GET /schemas/ids/{id}``: the schema text, or ``None`` if the registry does not know it."""
-        try:
-            body = self._request("GET", f"/schemas/ids/{int(schema_id)}")
-        except SchemaRegistryError as exc:
-            if exc.status == 404 and not isinstance(exc, SchemaRegistryUnavailable):
-                return None
-            raise
-        return str(body["schema"])
-
-    def set_compatibility(self, subject: str, level: str) -> None:
-        """``PUT /config/{subject}``."""
-        self._request("PUT", f"/config/{_quote(subject)}", {"compatibility": level})
-
-    def is_compatible(self, subject: str, schema_text: str) -> bool:
-        """``POST /compatibility/subjects/{subject}/versions/latest``."""
-        path = f"/compatibility/subjects/{_quote(subject)}/versions/latest"
-        return bool(self._request("POST", path, {"schema": schema_text})["is_compatible"])
-
-    def _request(self, method: str, path: str, payload: dict[str, Any] | None = None) -> dict[str, Any]:
-        data = None if payload is None else json.dumps(payload).encode("utf-8")
-        request = urllib.request.Request(self.url + path, data=data, method=method, headers=self._headers)
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-                return _json_body(response.read(), method, path)
-        except urllib.error.HTTPError as exc:
-            raise _registry_error(exc, method, path) from exc
-        except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as exc:
-            raise SchemaRegistryUnavailable(f"schema registry {self.url} unreachable ({method} {path}): {exc}") from exc
+def registry_client(url: str, timeout_s: float = 5.0) -> SchemaRegistryClient:
+    """confluent-kafka's client for ``url``; credentials in the URL (``https://key:secret@host``)
+    are sent as HTTP basic auth. Every call is one HTTP request of at most ``timeout_s``: no
+    retries, so a codec that cannot reach its registry fails at once and clearly."""
+    return SchemaRegistryClient({"url": url, "timeout": timeout_s, "max.retries": 0})
 
 
-def _quote(subject: str) -> str:
-    return urllib.parse.quote(subject, safe="")
+def without_credentials(url: str) -> str:
+    """``url`` without the ``user:password@`` part, for messages and logs."""
+    parts = urllib.parse.urlsplit(url)
+    return urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
 
 
-def _json_body(raw: bytes, method: str, path: str) -> dict[str, Any]:
+def registry_call(what: str, call: Callable[[], T]) -> T:
+    """``call()``, with the client's failures as :class:`SchemaRegistryError` (the registry
+    refused) or :class:`SchemaRegistryUnavailable` (unreachable, timed out, or HTTP 5xx)."""
     try:
-        body = json.loads(raw or b"{}")
-    except ValueError as exc:
-        raise SchemaRegistryError(f"{method} {path}: response is not JSON") from exc
-    if not isinstance(body, dict):
-        raise SchemaRegistryError(f"{method} {path}: unexpected response {body!r}")
-    return body
-
-
-def _registry_error(exc: urllib.error.HTTPError, method: str, path: str) -> SchemaRegistryError:
-    try:
-        body = json.loads(exc.read() or b"{}")
-    except (ValueError, OSError):
-        body = {}
-    code = body.get("error_code") if isinstance(body, dict) else None
-    message = body.get("message", exc.reason) if isinstance(body, dict) else exc.reason
-    kind = SchemaRegistryUnavailable if exc.code >= 500 else SchemaRegistryError
-    return kind(f"{method} {path}: HTTP {exc.code} {message}", status=exc.code, error_code=code)
+        return call()
+    except ConfluentRegistryError as exc:
+        status, code = exc.http_status_code, exc.error_code
+        kind = SchemaRegistryUnavailable if status >= 500 else SchemaRegistryError
+        raise kind(f"{what}: HTTP {status} {exc.error_message}", status=status,
+                   error_code=None if code == ConfluentRegistryError.UNKNOWN else code) from exc
+    except httpx2.TransportError as exc:
+        raise SchemaRegistryUnavailable(f"schema registry unreachable ({what}): {exc!r}") from exc
 
 
 class RegistrySchemaIds:
@@ -244,8 +198,9 @@ class RegistrySchemaIds:
 
     _MAX_UNKNOWN = 1024
 
-    def __init__(self, client: SchemaRegistryClient, catalog: SchemaCatalog) -> None:
+    def __init__(self, client: SchemaRegistryClient, catalog: SchemaCatalog, where: str = "schema registry") -> None:
         self.client = client
+        self._where = where
         self._catalog = catalog
         self._lock = threading.Lock()
         self._by_id: dict[int, SchemaVersion] = {}
@@ -253,9 +208,11 @@ class RegistrySchemaIds:
         self._writer_ids: dict[str, int] = {}
         for name in catalog.names():
             subject = subject_for(name)
-            client.set_compatibility(subject, COMPATIBILITY)
+            registry_call(f"{where} PUT config {subject}", lambda s=subject: client.set_compatibility(s, COMPATIBILITY))
             for version in catalog.versions(name):
-                schema_id = client.register(subject, version.text)
+                schema = Schema(version.text, "AVRO")
+                schema_id = registry_call(f"{where} register {subject} v{version.version}",
+                                          lambda s=subject, v=schema: client.register_schema(s, v))
                 self._by_id.setdefault(schema_id, version)
                 self._writer_ids[name] = schema_id
 
@@ -286,11 +243,14 @@ class RegistrySchemaIds:
         return version
 
     def _fetch(self, schema_id: int) -> SchemaVersion | None:
-        text = self.client.schema_by_id(schema_id)
-        if text is None:
-            return None
         try:
-            fetched = parse_version(json.loads(text), None)
+            schema = registry_call(f"{self._where} GET schema {schema_id}", lambda: self.client.get_schema(schema_id))
+        except SchemaRegistryError as exc:
+            if exc.status == 404:  # the registry does not know the id
+                return None
+            raise
+        try:
+            fetched = parse_version(json.loads(schema.schema_str or ""), None)
         except (ValueError, SchemaCatalogError):
             return None
         if fetched.full_name not in self._catalog.names():

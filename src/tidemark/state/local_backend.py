@@ -1,0 +1,272 @@
+"""The template of the backends that keep state in this process: heap and RocksDB.
+
+:class:`LocalKeyedStateBackend` does the current-key bookkeeping (key group, stored key, a cache
+of both), state registration checked against restored definitions, change listeners and the
+canonical full snapshot; a subclass stores the tables (``_create_table``), replays changes
+(``_apply_change``), snapshots, restores and closes. The lifecycle is
+:class:`~tidemark.state.backend.KeyedStateBackend`'s.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from typing import Any, Iterable, Sequence
+
+from tidemark.keygroups import (
+    KEY_TAGS,
+    KeyGroupRange,
+    check_max_parallelism,
+    hash_key_bytes,
+    key_to_bytes,
+)
+from tidemark.protocol.messages import StateFile, StateHandle, StateHandleKind
+from tidemark.state.backend import (
+    KeyedSnapshot,
+    KeyedStateBackend,
+    KeyNotInRangeError,
+    StateRegistrationError,
+)
+from tidemark.state.descriptors import StateDescriptor, StateKind
+from tidemark.state.handles import (
+    AggregatingState,
+    ListState,
+    MapState,
+    ReducingState,
+    State,
+    ValueState,
+)
+from tidemark.state.restore import overlapping
+from tidemark.state.snapshot import Entry, state_meta, write_snapshot
+from tidemark.state.table import ChangeListener, KeyedStateChange, StateTable
+from tidemark.state.ttl import Clock, SystemClock
+from tidemark.storage.base import CheckpointStorage
+from tidemark.types import CheckpointId, KeyGroup, OperatorId
+
+HANDLE_TYPES: dict[StateKind, type[State]] = {
+    StateKind.VALUE: ValueState,
+    StateKind.LIST: ListState,
+    StateKind.MAP: MapState,
+    StateKind.REDUCING: ReducingState,
+    StateKind.AGGREGATING: AggregatingState,
+}
+
+_KEY_CACHE_SIZE = 1 << 16
+
+
+class LocalKeyedStateBackend(KeyedStateBackend):
+    """Current-key bookkeeping, state registration and listeners; storage is the subclass's."""
+
+    def __init__(
+        self,
+        key_group_range: KeyGroupRange,
+        max_parallelism: int,
+        *,
+        operator_id: str = "operator",
+        clock: Clock | None = None,
+    ) -> None:
+        check_max_parallelism(max_parallelism)
+        if key_group_range.end >= max_parallelism:
+            raise ValueError(f"{key_group_range} exceeds max_parallelism {max_parallelism}")
+        self._key_group_range = key_group_range
+        self._max_parallelism = max_parallelism
+        self._operator_id = OperatorId(operator_id)
+        self.clock: Clock = clock or SystemClock()
+        self._start = key_group_range.start
+        self._key: Any = None
+        self._key_group = -1
+        self._kgi = -1
+        self._stored_key = b""
+        self._key_cache: dict[Any, tuple[Any, ...]] = {}
+        self._states: dict[str, State] = {}
+        self._restored_meta: dict[str, dict[str, Any]] = {}
+        self._listeners: list[ChangeListener] = []
+        self._closed = False
+
+    @property
+    def key_group_range(self) -> KeyGroupRange:
+        return self._key_group_range
+
+    @property
+    def max_parallelism(self) -> int:
+        return self._max_parallelism
+
+    @property
+    def operator_id(self) -> OperatorId:
+        return self._operator_id
+
+    # ------------------------------------------------------------------ current key
+
+    def _merge_metas(self, metas: list[dict[str, Any]], source: str) -> None:
+        """Record restored state definitions; the same name with another definition is refused."""
+        for meta in metas:
+            known = self._restored_meta.setdefault(meta["name"], meta)
+            if known != meta:
+                raise StateRegistrationError(
+                    f"{source}: state {meta['name']!r} was written with a different definition"
+                )
+
+    def set_current_key(self, key: Any) -> None:
+        """Make ``key`` current; ``KeyNotInRangeError`` if its key group is not ours."""
+        ctx = self._key_cache.get(key)
+        if ctx is None or ctx[0] is not type(key):
+            ctx = self._key_context(key)
+        self._key = key
+        self._key_group = ctx[1]
+        self._kgi = ctx[2]
+        self._stored_key = ctx[3]
+        self._on_key_context(ctx)
+
+    def _key_context(self, key: Any) -> tuple[Any, ...]:
+        key_bytes = key_to_bytes(key)
+        key_group = hash_key_bytes(key_bytes) % self.max_parallelism
+        if key_group not in self.key_group_range:
+            raise KeyNotInRangeError(
+                f"key {key!r} is in key group {key_group}, outside {self.key_group_range}"
+            )
+        ctx = (type(key), key_group, key_group - self._start, KEY_TAGS[type(key)] + key_bytes)
+        ctx = ctx + self._extra_key_context(ctx)
+        if len(self._key_cache) >= _KEY_CACHE_SIZE:
+            self._key_cache.clear()
+        self._key_cache[key] = ctx
+        return ctx
+
+    def _extra_key_context(self, ctx: tuple[Any, ...]) -> tuple[Any, ...]:
+        """Backend-specific values derived once per key (e.g. a RocksDB key prefix)."""
+        return ()
+
+    def _on_key_context(self, ctx: tuple[Any, ...]) -> None:
+        """Hook called on every ``set_current_key`` with the cached context."""
+
+    def get_current_key(self) -> Any:
+        return self._key
+
+    @property
+    def current_key_group(self) -> int:
+        return self._key_group
+
+    # ------------------------------------------------------------------ registration
+
+    def get_state(self, descriptor: StateDescriptor) -> Any:
+        """The handle of ``descriptor``'s state, registering it on first use."""
+        self._check_open()
+        existing = self._states.get(descriptor.name)
+        if existing is not None:
+            if existing.descriptor.kind is not descriptor.kind:
+                raise StateRegistrationError(
+                    f"state {descriptor.name!r} is a {existing.descriptor.kind.value} state"
+                )
+            return existing
+        self._check_restored(descriptor)
+        table = self._create_table(descriptor)
+        handle = HANDLE_TYPES[descriptor.kind](table, descriptor, self.clock)
+        self._states[descriptor.name] = handle
+        return handle
+
+    def _check_restored(self, descriptor: StateDescriptor) -> None:
+        restored = self._restored_meta.get(descriptor.name)
+        if restored is None:
+            return
+        wanted = state_meta(descriptor)
+        for field in ("kind", "value_serializer", "user_key_serializer"):
+            if restored[field] != wanted[field]:
+                raise StateRegistrationError(
+                    f"state {descriptor.name!r}: {field} {wanted[field]} differs from the "
+                    f"restored {restored[field]} (state migration is not supported)"
+                )
+        if (restored["ttl_ms"] is None) != (wanted["ttl_ms"] is None):
+            raise StateRegistrationError(
+                f"state {descriptor.name!r}: enabling or disabling TTL on restore is not supported"
+            )
+
+    def registered_states(self) -> list[str]:
+        return sorted(self._states)
+
+    def restore_state_metas(self, metas: list[dict[str, Any]], source: str) -> None:
+        """Record state definitions read outside a snapshot (a changelog's state-metadata
+        records), as restored snapshot headers are; the same name with another definition
+        raises :class:`StateRegistrationError`. Registering such a state later is checked
+        against them."""
+        self._check_open()
+        self._merge_metas(metas, source)
+
+    def _state_metas(self) -> list[dict[str, Any]]:
+        """Metas of registered states plus restored ones not registered yet."""
+        metas = {name: state_meta(h.descriptor) for name, h in self._states.items()}
+        for name, meta in self._restored_meta.items():
+            metas.setdefault(name, meta)
+        return [metas[name] for name in sorted(metas)]
+
+    # ------------------------------------------------------------------ changes
+
+    def add_change_listener(self, listener: ChangeListener) -> None:
+        """Call ``listener`` with every later mutation made through the handles."""
+        self._listeners.append(listener)
+
+    def remove_change_listener(self, listener: ChangeListener) -> None:
+        self._listeners.remove(listener)
+
+    def apply_change(self, change: KeyedStateChange) -> None:
+        """Replay a recorded change (recovery); listeners are not notified."""
+        self._check_open()
+        if change.key_group not in self.key_group_range:
+            raise KeyNotInRangeError(f"change for key group {change.key_group} outside range")
+        self._apply_change(change)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError(f"{type(self).__name__} is closed")
+
+    def close(self) -> None:
+        """Release every resource; idempotent."""
+        if not self._closed:
+            self._closed = True
+            self._close()
+
+    def _snapshot_path(self, checkpoint_id: int, suffix: str) -> str:
+        kgr = self.key_group_range
+        return f"{self.operator_id}/chk-{checkpoint_id}/kg-{kgr.start}-{kgr.end}{suffix}"
+
+    def _keyed_snapshot(self, kind: StateHandleKind, files: tuple[StateFile, ...], size: int,
+                        written: int) -> KeyedSnapshot:
+        kgr = self.key_group_range
+        return KeyedSnapshot(kgr, (StateHandle(kind, self.operator_id, KeyGroup(kgr.start),
+                                               KeyGroup(kgr.end), files, size, written),))
+
+    def _full_snapshot(self, checkpoint_id: CheckpointId, storage: CheckpointStorage,
+                       header: dict[str, Any], metas: list[dict[str, Any]],
+                       entries: Iterable[Entry]) -> KeyedSnapshot:
+        """Write a full snapshot in the canonical format (one file)."""
+        data = write_snapshot(header, metas, entries)
+        ref = storage.write_bytes(self._snapshot_path(int(checkpoint_id), ".tmks"), data)
+        return self._keyed_snapshot(StateHandleKind.KEYED_FULL, (ref,), ref.size_bytes, ref.size_bytes)
+
+    def _header(self, checkpoint_id: CheckpointId, backend: str) -> dict[str, Any]:
+        return {
+            "checkpoint_id": int(checkpoint_id),
+            "max_parallelism": self.max_parallelism,
+            "key_group_start": self.key_group_range.start,
+            "key_group_end": self.key_group_range.end,
+            "backend": backend,
+        }
+
+    def _handles_to_restore(self, snapshots: Sequence[KeyedSnapshot]) -> list[StateHandle]:
+        """The handles of ``snapshots`` overlapping our key groups (each once). Changelog ranges
+        are the changelog backend's to replay; a local backend restores the files only."""
+        self._check_open()
+        if self._states:
+            raise StateRegistrationError("restore must happen before any state is registered")
+        handles = dict.fromkeys(h for s in snapshots for h in s.handles)
+        return overlapping(list(handles), self.key_group_range)
+
+    # ------------------------------------------------------------------ subclass contract
+
+    @abstractmethod
+    def _create_table(self, descriptor: StateDescriptor) -> StateTable: ...
+
+    @abstractmethod
+    def _apply_change(self, change: KeyedStateChange) -> None: ...
+
+    @abstractmethod
+    def _close(self) -> None: ...
