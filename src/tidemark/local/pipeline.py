@@ -206,7 +206,7 @@ class LocalPipeline:
     def start_job(self, reference: str, job_args: dict[str, Any] | None = None, *,
                   faults: tuple[str, ...] = (), parallelism: int | None = None,
                   from_savepoint: str | None = None, from_checkpoint: int | None = None,
-                  fresh: bool = False, force: bool = False,
+                  fresh: bool = False, force: bool = False, standby: bool = True,
                   max_restarts: int = 10, env: dict[str, str] | None = None) -> JobRun:
         """Start ``tidemark jobs run``; ``env`` is applied last (e.g. ``TIDEMARK_HTTP_PORT`` to serve the
         supervisor's and the stages' metrics on fixed ports, which the job does not get otherwise)."""
@@ -222,6 +222,7 @@ class LocalPipeline:
             command += ["--from-checkpoint", str(from_checkpoint)]
         command += ["--fresh"] if fresh else []
         command += ["--force"] if force else []
+        command += [] if standby else ["--no-standby"]
         child_env = {**os.environ, **self.cluster.services["coordinator"].env, **self.env,
                      "TIDEMARK_COORDINATOR_URL": self.coordinator_url}
         child_env.pop("TIDEMARK_HTTP_PORT", None)  # a service's port: the job's processes take free ones

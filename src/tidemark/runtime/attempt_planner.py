@@ -82,6 +82,7 @@ class RunOptions:
     fresh: bool = False
     force: bool = False
     start_id: str | None = None
+    standby: bool = True  # a warm standby worker per stage takes over the next attempt (runtime.standby)
 
 
 @dataclass

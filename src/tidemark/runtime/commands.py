@@ -1,4 +1,5 @@
-"""``tidemark jobs run`` (the supervisor) and ``tidemark jobs worker`` (one stage; started by it)."""
+"""``tidemark jobs run`` (the supervisor), ``tidemark jobs worker`` (one stage) and ``tidemark jobs standby``
+(a warm stage worker waiting for the next attempt), both started by the supervisor."""
 
 from __future__ import annotations
 
@@ -84,6 +85,9 @@ def run(
                                            "empty and records it in checkpoint storage; a start with the recorded "
                                            "start id (a restart) resumes the state retained since."),
     max_restarts: int = typer.Option(10, "--max-restarts", min=0, help="Failovers before giving up."),
+    standby: bool = typer.Option(True, "--standby/--no-standby", help="Keep one warm worker per stage (its Spark "
+                                 "session started) to take over the next attempt: recovery in seconds, for one "
+                                 "more JVM per stage."),
     fault: list[str] = typer.Option([], "--fault", help="Testing: 'attempt@stage@point[:n]' kills a worker "
                                     f"with SIGKILL; points: {', '.join(sorted(POINTS))}."),
     url: str = typer.Option(DEFAULT_URL, "--url", envvar="TIDEMARK_COORDINATOR_URL", help="Coordinator HTTP address."),
@@ -114,7 +118,7 @@ def run(
         _usage_error("jobs run", f"--fault: {exc}")
     settings = _settings("supervisor")
     options = RunOptions(job, args, parallelism, from_checkpoint, from_savepoint, max_restarts, faults,
-                         fresh=fresh, force=force, start_id=start_id)
+                         fresh=fresh, force=force, start_id=start_id, standby=standby)
     _require_kafka(settings, "jobs run")
     try:
         supervisor = JobSupervisor(settings, options, CoordinatorClient(url, token))
@@ -138,13 +142,23 @@ def worker(
 ) -> None:
     """Run one stage of a job (the supervisor starts these)."""
     from tidemark.runtime.query import run_attempt
-    from tidemark.runtime.worker import Attempt
+    from tidemark.runtime.stage_attempt import Attempt
 
     settings = _settings("worker")
     attempt = Attempt(job, stage, Epoch(epoch), parallelism, run_dir, _job_args(job_args, "jobs worker"), restore)
     raise typer.Exit(run_attempt(settings, attempt))
 
 
+def standby(
+    stage: str = typer.Option(..., "--stage"),
+) -> None:
+    """Wait, warm, to take over a stage's next attempt (the supervisor starts these)."""
+    from tidemark.runtime.standby import run_standby
+
+    raise typer.Exit(run_standby(_settings("worker"), stage))
+
+
 def install(jobs_app: typer.Typer) -> None:
     jobs_app.command("run")(run)
     jobs_app.command("worker", hidden=True)(worker)
+    jobs_app.command("standby", hidden=True)(standby)

@@ -26,6 +26,10 @@ POINTS = frozenset({
 
 class FaultInjector:
     def __init__(self, spec: str | None) -> None:
+        self.configure(spec)
+
+    def configure(self, spec: str | None) -> None:
+        """Arm (or, with None, disarm) the injector; a warm standby learns its fault this way."""
         self.point: str | None = None
         self.remaining = 0
         if spec:

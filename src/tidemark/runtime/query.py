@@ -1,7 +1,8 @@
 """Run one stage worker as a PySpark Structured Streaming query (the worker process's main).
 
-Lifecycle: ``run_attempt(settings, attempt)`` prepares the worker (restore included), starts a
-local SparkSession and the streaming query (``tidemark-kafka`` source -> ``foreachBatch``), writes
+Lifecycle: ``run_attempt(settings, attempt)`` prepares the worker (restore included) while a
+local SparkSession starts in the background (or takes the warm session of a standby,
+:mod:`tidemark.runtime.standby`), starts the streaming query (``tidemark-kafka`` source -> ``foreachBatch``), writes
 the attempt's ready file, then loops: the control plane between micro-batches, consumer lag every
 few seconds, until the stage finishes (stop-with-savepoint completed: returns 0) or the query
 fails (raises). ``/metrics``, ``/livez`` and ``/readyz`` (ready: the query has started) are
@@ -15,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import threading
 import time
 from typing import Any
 
@@ -24,7 +26,8 @@ from tidemark.runtime.health import serve_health
 from tidemark.runtime.records import records_of
 from tidemark.exit_codes import EXIT_REFUSED
 from tidemark.runtime.start_errors import failed_file, not_retryable_reason
-from tidemark.runtime.worker import Attempt, StageWorker
+from tidemark.runtime.stage_attempt import Attempt
+from tidemark.runtime.worker import StageWorker
 from tidemark.service.logs import get_logger
 from tidemark.spark.session import LocalSessionOptions, local_session, query_checkpoint_location
 
@@ -37,29 +40,60 @@ class QueryFailed(RuntimeError):
     """The streaming query stopped with an error."""
 
 
-def _source_options(worker: StageWorker) -> dict[str, str]:
-    options = {f"kafka.{k}": str(v) for k, v in worker.client.items()}
+def source_options(client: dict[str, Any], topics: list[str], starting_offsets: str,
+                   max_records: int) -> dict[str, str]:
+    """The ``tidemark-kafka`` options of a stage's query (see ``kafka-io.md``)."""
+    options = {f"kafka.{k}": str(v) for k, v in client.items()}
     options.update({
-        "subscribe": ",".join(worker.stage.inputs),
-        "startingOffsets": worker.starting_offsets(),
-        "maxRecordsPerTrigger": str(worker.stage.max_records_per_batch),
+        "subscribe": ",".join(topics),
+        "startingOffsets": starting_offsets,
+        "maxRecordsPerTrigger": str(max_records),
         "isolationLevel": "read_committed",
     })
     return options
+
+
+def _source_options(worker: StageWorker) -> dict[str, str]:
+    return source_options(worker.client, list(worker.stage.inputs), worker.starting_offsets(),
+                          worker.stage.max_records_per_batch)
+
+
+class _SessionStart(threading.Thread):
+    """Starts the SparkSession (JVM, SparkContext, data-source registration) while the worker
+    restores its state; :meth:`session` joins it."""
+
+    def __init__(self, options: LocalSessionOptions) -> None:
+        super().__init__(name="spark-session-start", daemon=True)
+        self.options = options
+        self._session: Any = None
+        self._error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self._session = local_session(self.options)
+        except BaseException as exc:
+            self._error = exc
+
+    def session(self) -> Any:
+        self.join()
+        if self._error is not None:
+            raise self._error
+        return self._session
 
 
 def _exit_on_sigterm(signum: int, frame: Any) -> None:
     raise SystemExit(128 + signum)  # unwinds run_attempt, so its temp directory is removed
 
 
-def run_attempt(settings: TidemarkSettings, attempt: Attempt) -> int:
-    """Run the stage; a failure a restart will not fix (:mod:`tidemark.runtime.start_errors`)
-    leaves its reason in the attempt's ``.failed`` file and returns ``EXIT_REFUSED``."""
+def run_attempt(settings: TidemarkSettings, attempt: Attempt, spark: Any = None) -> int:
+    """Run the stage, in ``spark`` (a warm standby's session) or a session started meanwhile; a
+    failure a restart will not fix (:mod:`tidemark.runtime.start_errors`) leaves its reason in
+    the attempt's ``.failed`` file and returns ``EXIT_REFUSED``."""
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     if settings.http_port:
         serve_health(settings.http_host, settings.http_port, attempt.ready_file.exists)
     try:
-        return _run_stage(settings, attempt)
+        return _run_stage(settings, attempt, spark)
     except Exception as exc:
         reason = not_retryable_reason(exc)
         if reason is None:
@@ -72,12 +106,17 @@ def run_attempt(settings: TidemarkSettings, attempt: Attempt) -> int:
         return EXIT_REFUSED
 
 
-def _run_stage(settings: TidemarkSettings, attempt: Attempt) -> int:
+def _run_stage(settings: TidemarkSettings, attempt: Attempt, spark: Any) -> int:
+    starting = None
+    if spark is None:  # the JVM starts while the worker restores
+        starting = _SessionStart(LocalSessionOptions(app_name=f"tidemark-{attempt.stage}",
+                                                     java_options=settings.spark.java_options))
+        starting.start()
     worker = StageWorker(settings, attempt)
     watch = BrokerWatch(worker.client).start()
     worker.prepare()
-    spark = local_session(LocalSessionOptions(app_name=f"tidemark-{worker.job}-{worker.stage.name}",
-                                              java_options=settings.spark.java_options))
+    if starting is not None:
+        spark = starting.session()
 
     def on_batch(frame: Any, batch_id: int) -> None:
         table = frame.toArrow()

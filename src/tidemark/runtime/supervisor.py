@@ -4,7 +4,8 @@ Lifecycle: ``JobSupervisor(settings, options).run()`` blocks until the job finis
 
 1. choose the first attempt's restore source (Flink's operator's upgrade modes;
    :mod:`tidemark.runtime.attempt_planner`, which also chooses every later attempt's);
-2. start one worker process per stage, wait until each has restored and started its query;
+2. start one worker process per stage (or hand the attempt to the stage's warm standby,
+   :mod:`tidemark.runtime.standby`), wait until each has restored and started its query;
 3. register the attempt (``JobRegistration``: every task, the source tasks, the mode) on the
    control topic, so the coordinator starts triggering checkpoints (in changelog mode the
    attempt is first announced without tasks, so the changelog service creates the operators'
@@ -15,7 +16,8 @@ Lifecycle: ``JobSupervisor(settings, options).run()`` blocks until the job finis
    the newest retained checkpoint or savepoint *of this run* via the coordinator (up to
    ``max_restarts``). A ``RestoreCommand`` of a newer epoch (the restore API called by an
    operator) replaces the attempt the same way with the attempt it names (not counted as a
-   restart);
+   restart). Once every stage of the attempt processes records (or 30 s after it registered),
+   one warm standby per stage is started for the next attempt (``RunOptions.standby``);
 5. when every worker exits 0 (a stop-with-savepoint completed) the attempt is registered as
    finished and ``run`` returns 0. SIGTERM/SIGINT stop the workers and return 143/130.
 
@@ -50,12 +52,14 @@ from tidemark.runtime.api import JobSpec, load_job
 from tidemark.runtime.attempt_planner import AttemptPlanner, AttemptState, RunOptions, StartRefused
 from tidemark.runtime.control import AttemptSignals, ControlPublisher
 from tidemark.runtime.health import EPOCH, RESTARTS, RUNNING, serve_health
+from tidemark.runtime.stage_attempt import Assignment, Attempt
 from tidemark.runtime.start_errors import failed_file, missing_topics_reason
 from tidemark.service.logs import get_logger
 from tidemark.storage import open_storage
 from tidemark.types import Epoch
 
 log = get_logger(__name__)
+STANDBY_LATEST_S = 30.0  # standbys start when every stage processes records, or this long after registering
 REPORT_PATIENCE_S = 10.0  # how long telling the coordinator how the job ended may wait for the broker
 
 
@@ -78,6 +82,7 @@ class JobSupervisor:
         self._control: ControlPublisher | None = None  # created at the first registration
         self._signals: AttemptSignals | None = None  # created before the first attempt
         self._restored_by_operator: RestoreCommand | None = None
+        self._standbys: dict[str, subprocess.Popen[bytes]] = {}  # stage -> a warm worker (runtime.standby)
         self.planner = AttemptPlanner(settings, options, coordinator, self.spec, self.storage)
         self._failure: str | None = None  # why the current attempt failed, one line
         self.gave_up: str | None = None  # set when ``run`` returns 1: why, one line
@@ -98,6 +103,8 @@ class JobSupervisor:
         except StartRefused as exc:  # a restart will not fix it: the job is FAILED, with the reason
             self._report_ended(self.attempts[-1] if self.attempts else None, AttemptOutcome.FAILED, str(exc))
             raise
+        finally:
+            self._stop_standbys()
 
     def _run_attempts(self) -> int:
         """The attempt loop; each ending is registered with its outcome (checkpoint.job_state)."""
@@ -207,9 +214,14 @@ class JobSupervisor:
 
     def _watch(self, attempt: AttemptState) -> str:
         finished: set[str] = set()
+        standbys_due = time.monotonic() + STANDBY_LATEST_S
         while True:
             if self._stop_signal is not None:
                 return "stopped"
+            if standbys_due and (time.monotonic() > standbys_due or all(
+                    (self.run_dir / f"{s.name}.epoch-{attempt.epoch}.processing").exists() for s in self.spec.stages)):
+                standbys_due = 0.0  # after the attempt's first records: their JVMs must not slow a recovery
+                self._start_standbys()
             signalled = self._control_signal(attempt)
             if signalled is not None:
                 return signalled
@@ -261,21 +273,56 @@ class JobSupervisor:
     # ------------------------------------------------------------------ processes
 
     def _spawn(self, attempt: AttemptState, stage: str, port: int) -> subprocess.Popen[bytes]:
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        """The stage's warm standby takes the attempt when there is one; else a new worker."""
+        fault = next((f.point for f in self.options.faults if f.attempt == attempt.index and f.stage == stage), None)
+        worker_attempt = Attempt(self.options.job_ref, stage, attempt.epoch, self.planner.parallelism, self.run_dir,
+                                 self.options.job_args, attempt.restore_path)
+        standby = self._standbys.pop(stage, None)
+        if standby is not None and standby.poll() is None:
+            try:
+                assert standby.stdin is not None
+                standby.stdin.write(Assignment(worker_attempt, fault, port).to_line())
+                standby.stdin.flush()
+                log.info("a warm standby takes the attempt", job=self.spec.job_id, stage=stage, epoch=attempt.epoch,
+                         pid=standby.pid)
+                return standby
+            except (BrokenPipeError, OSError) as exc:  # it died meanwhile: start a worker instead
+                log.warning("standby gone; starting a worker", stage=stage, error=str(exc))
         env = {**os.environ, "TIDEMARK_HTTP_PORT": str(port)}  # the worker's metrics
         env.pop("TIDEMARK_FAULT", None)
-        for fault in self.options.faults:
-            if fault.attempt == attempt.index and fault.stage == stage:
-                env["TIDEMARK_FAULT"] = fault.point
+        if fault is not None:
+            env["TIDEMARK_FAULT"] = fault
         command = [sys.executable, "-m", "tidemark.cli", "jobs", "worker", self.options.job_ref,
                    "--stage", stage, "--epoch", str(attempt.epoch), "--parallelism", str(self.planner.parallelism),
                    "--run-dir", str(self.run_dir), "--job-args", json.dumps(self.options.job_args)]
         if attempt.restore_path:
             command += ["--restore", attempt.restore_path]
-        log_path = self.run_dir / f"{stage}.log"
-        with open(log_path, "ab") as out:
-            return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    env=env, preexec_fn=die_with_parent)
+        return self._start_process(stage, command, env)
+
+    def _start_process(self, stage: str, command: list[str], env: dict[str, str],
+                       stdin: int = subprocess.DEVNULL) -> subprocess.Popen[bytes]:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.run_dir / f"{stage}.log", "ab") as out:
+            return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=stdin, env=env,
+                                    preexec_fn=die_with_parent)
+
+    def _start_standbys(self) -> None:
+        """One warm standby per stage for the next attempt (``RunOptions.standby``)."""
+        if not self.options.standby:
+            return
+        env = {k: v for k, v in os.environ.items() if k not in ("TIDEMARK_HTTP_PORT", "TIDEMARK_FAULT")}
+        for stage in self.spec.stages:
+            if stage.name in self._standbys and self._standbys[stage.name].poll() is None:
+                continue
+            command = [sys.executable, "-m", "tidemark.cli", "jobs", "standby", "--stage", stage.name]
+            self._standbys[stage.name] = self._start_process(stage.name, command, env, stdin=subprocess.PIPE)
+
+    def _stop_standbys(self) -> None:
+        for process in self._standbys.values():
+            if process.poll() is None:
+                process.kill()
+            process.wait()
+        self._standbys.clear()
 
     def _kill_all(self, attempt: AttemptState, *, graceful: bool) -> None:
         for process in attempt.processes.values():

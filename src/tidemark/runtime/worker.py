@@ -32,9 +32,6 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
 
 from confluent_kafka.admin import AdminClient
 
@@ -68,6 +65,7 @@ from tidemark.runtime.outputs import (
     StageOutput,
     TwoPhaseCommitOutput,
 )
+from tidemark.runtime.stage_attempt import Attempt
 from tidemark.runtime.record_errors import FunctionFailed, MalformedHeaders, MalformedInput, RecordFailures
 from tidemark.runtime.records import InputRecord
 from tidemark.runtime.routing import KeyGroupRouter
@@ -79,26 +77,9 @@ from tidemark.service.logs import get_logger
 from tidemark.spark.offsets import PartitionOffsets
 from tidemark.storage import open_storage
 from tidemark.storage.base import CorruptStateFile
-from tidemark.types import CheckpointId, CheckpointingMode, CheckpointType, Epoch, TaskId
+from tidemark.types import CheckpointId, CheckpointingMode, CheckpointType, TaskId
 
 log = get_logger(__name__)
-
-
-@dataclass(frozen=True)
-class Attempt:
-    """What the supervisor hands one stage worker."""
-
-    job_ref: str
-    stage: str
-    epoch: Epoch
-    parallelism: int
-    run_dir: Path
-    job_args: dict[str, Any] = field(default_factory=dict)
-    restore_path: str | None = None  # _metadata of the checkpoint or savepoint to restore
-
-    @property
-    def ready_file(self) -> Path:
-        return self.run_dir / f"{self.stage}.epoch-{self.epoch}.ready"
 
 
 class StageWorker:
@@ -123,6 +104,7 @@ class StageWorker:
         self.restored_from: CheckpointMetadata | None = None
         self.stopping: CheckpointId | None = None
         self.finished = False
+        self.processing = False  # set at the first micro-batch with records for a task
         self.checkpointer: StageCheckpointer | None = None
         self._batch: dict[TaskId, list[OutputRecord]] = defaultdict(list)
         self.failures = RecordFailures(self.client, self.topics, self.job, self.stage.on_error,
@@ -246,6 +228,10 @@ class StageWorker:
                     self._process(record)
             else:
                 self._feed(record)
+        if not self.processing and any(t.records_in for t in self.tasks):
+            self.processing = True  # the moment a recovery ends (bench/bench_recovery.py)
+            log.info("first records processed", job=self.job, stage=self.stage.name, epoch=self.epoch)
+            self.attempt.processing_file.touch()
         self.flush_outputs()
         FAULTS.hit("after-batch")
         if FAULTS.armed("after-changelog-write"):  # make the batch's changes reach the changelog first

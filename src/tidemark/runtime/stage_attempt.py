@@ -1,0 +1,59 @@
+"""What the supervisor hands a stage worker: the attempt, and the line a warm standby receives.
+
+A worker started for the attempt gets it as command-line arguments (``tidemark jobs worker``); a
+warm standby (:mod:`tidemark.runtime.standby`) gets it as one JSON line on its standard input.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tidemark.types import Epoch
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """What the supervisor hands one stage worker."""
+
+    job_ref: str
+    stage: str
+    epoch: Epoch
+    parallelism: int
+    run_dir: Path
+    job_args: dict[str, Any] = field(default_factory=dict)
+    restore_path: str | None = None  # _metadata of the checkpoint or savepoint to restore
+
+    @property
+    def ready_file(self) -> Path:
+        """Written when the stage's query started."""
+        return self.run_dir / f"{self.stage}.epoch-{self.epoch}.ready"
+
+    @property
+    def processing_file(self) -> Path:
+        """Written when the stage processed its first records (the supervisor starts standbys then)."""
+        return self.run_dir / f"{self.stage}.epoch-{self.epoch}.processing"
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """The attempt a standby takes over, as the supervisor writes it (one JSON line)."""
+
+    attempt: Attempt
+    fault: str | None = None  # TIDEMARK_FAULT for this attempt (runtime.faults)
+    http_port: int | None = None  # where the stage serves its metrics
+
+    def to_line(self) -> bytes:
+        doc = asdict(self)
+        doc["attempt"]["run_dir"] = str(self.attempt.run_dir)
+        return (json.dumps(doc) + "\n").encode()
+
+    @classmethod
+    def from_line(cls, line: str) -> Assignment:
+        doc = json.loads(line)
+        attempt = doc["attempt"]
+        return cls(Attempt(attempt["job_ref"], attempt["stage"], Epoch(attempt["epoch"]), attempt["parallelism"],
+                           Path(attempt["run_dir"]), attempt["job_args"], attempt["restore_path"]),
+                   doc["fault"], doc["http_port"])

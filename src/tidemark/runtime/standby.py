@@ -1,0 +1,94 @@
+"""A warm standby stage worker: a process whose SparkSession is started and warm, waiting for an attempt.
+
+Lifecycle: once an attempt runs, the supervisor starts one standby per stage (``tidemark jobs
+standby``). The standby imports the runtime, starts its local SparkSession (which registers
+Tidemark's data source) and runs one warm-up query (one record of the control topic, discarded),
+so the JVM, the SparkContext, the data-source lookup and Spark's Python workers are all started.
+Then it blocks on its standard input. At the next failover (or a restore through the API) the
+supervisor writes the new attempt there as one JSON line (:class:`Assignment`) instead of
+starting a process, and the standby becomes that attempt's stage worker
+(:func:`tidemark.runtime.query.run_attempt` with the warm session). End of input (the supervisor
+is gone) ends the standby.
+
+What it saves is measured by ``bench/bench_recovery.py``: the interpreter start, the imports,
+the JVM and SparkContext start and the first query's cold start, most of a fresh worker's start.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from typing import Any
+
+from tidemark.config.settings import TidemarkSettings
+from tidemark.kafka.clients import base_config
+from tidemark.kafka.topics import TopicNames
+from tidemark.runtime.faults import FAULTS
+from tidemark.runtime.query import TRIGGER, run_attempt, source_options
+from tidemark.runtime.stage_attempt import Assignment
+from tidemark.service.logs import get_logger
+from tidemark.spark.session import LocalSessionOptions, local_session, query_checkpoint_location
+
+log = get_logger(__name__)
+WARM_UP_TIMEOUT_S = 30.0
+
+
+class _AssignmentReader(threading.Thread):
+    """Reads the one line the supervisor writes; a standby still warming up stops warming then."""
+
+    def __init__(self) -> None:
+        super().__init__(name="standby-assignment", daemon=True)
+        self.line = ""
+        self.arrived = threading.Event()
+
+    def run(self) -> None:
+        self.line = sys.stdin.readline()
+        self.arrived.set()
+
+
+def warm_up(spark: Any, settings: TidemarkSettings, interrupt: threading.Event,
+            timeout_s: float = WARM_UP_TIMEOUT_S) -> bool:
+    """Run one micro-batch of one control-topic record through ``tidemark-kafka`` and discard it;
+    True when the batch ran within ``timeout_s``, before ``interrupt`` was set."""
+    options = source_options(base_config(settings), [TopicNames(settings.topic_prefix).control], "earliest", 1)
+    ran = threading.Event()
+
+    def on_batch(frame: Any, batch_id: int) -> None:
+        frame.toArrow()
+        ran.set()
+
+    with query_checkpoint_location("standby-warm-up") as location:
+        query = (spark.readStream.format("tidemark-kafka").options(**options).load().writeStream
+                 .foreachBatch(on_batch).option("checkpointLocation", location).trigger(processingTime=TRIGGER)
+                 .start())
+        deadline = time.monotonic() + timeout_s
+        try:
+            while not ran.is_set() and not interrupt.is_set() and time.monotonic() < deadline:
+                ran.wait(0.05)
+        finally:
+            query.stop()
+    return ran.is_set()
+
+
+def run_standby(settings: TidemarkSettings, stage: str) -> int:
+    reader = _AssignmentReader()
+    reader.start()
+    spark = local_session(LocalSessionOptions(app_name=f"tidemark-standby-{stage}",
+                                              java_options=settings.spark.java_options))
+    if not reader.arrived.is_set():
+        warm = warm_up(spark, settings, reader.arrived)
+        log.info("standby warm; waiting for an attempt", stage=stage, warm_up_batch=warm, pid=os.getpid())
+    reader.arrived.wait()
+    if not reader.line.strip():
+        log.info("standby not needed; exiting", stage=stage)
+        spark.stop()
+        return 0
+    assignment = Assignment.from_line(reader.line)
+    FAULTS.configure(assignment.fault)
+    if assignment.http_port is not None:
+        settings = settings.model_copy(update={"http_port": assignment.http_port})
+    log.info("standby takes over the attempt", stage=stage, epoch=assignment.attempt.epoch,
+             restore=assignment.attempt.restore_path)
+    return run_attempt(settings, assignment.attempt, spark)
