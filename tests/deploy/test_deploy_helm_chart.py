@@ -15,7 +15,9 @@ from deploy_support import (
     CHART_DIR,
     DASHBOARDS_DIR,
     REPO,
+    SERVICE_NAMES,
     Manifest,
+    assert_runs_service_image,
     ci_values_files,
     load_yaml,
     render_chart,
@@ -26,7 +28,7 @@ from deploy_support import (
 VARIANTS = [pytest.param({}, id="defaults")] + [
     pytest.param(load_yaml(path), id=path.name) for path in ci_values_files()
 ]
-COMPONENTS = ["coordinator", "checkpoint-store", "changelog", "materializer", "worker"]
+COMPONENTS = list(SERVICE_NAMES)
 
 
 def _deployments(manifests: list[Manifest]) -> dict[str, dict[str, Any]]:
@@ -104,10 +106,10 @@ def test_default_commands_ports_and_settings() -> None:
         assert env["TIDEMARK_HTTP_HOST"] == "0.0.0.0"  # probes and Prometheus reach the pod IP
         assert env["TIDEMARK_KAFKA__REPLICATION_FACTOR"] == "3"
         assert env["TIDEMARK_CHECKPOINT_STORAGE_URL"] == "file:///var/lib/tidemark/checkpoints"
+        assert_runs_service_image(container, component)
+        assert container["image"] == f"ghcr.io/tidemark/tidemark-{component}:0.1.0"
         if component == "worker":
             assert container["args"][:3] == ["jobs", "run", "tidemark.examples.access_log:top_urls"]
-        else:
-            assert container["args"] == ["run", component]
     coordinator = _env(deployments["coordinator"])
     assert coordinator["TIDEMARK_CHECKPOINT__TIMEOUT_MS"] == "600000"
     assert coordinator["TIDEMARK_CHECKPOINT__MODE"] == "EXACTLY_ONCE"
@@ -115,6 +117,58 @@ def test_default_commands_ports_and_settings() -> None:
     assert coordinator["TIDEMARK_JOBS__LAUNCHER"] == "none"  # jobs run as the worker workload
     assert _env(deployments["checkpoint-store"])["TIDEMARK_RETAINED_CHECKPOINTS"] == "3"
     assert _env(deployments["materializer"])["TIDEMARK_MATERIALIZATION__INTERVAL_MS"] == "180000"
+
+
+def _containers(values: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {name: deployment["spec"]["template"]["spec"]["containers"][0]
+            for name, deployment in _deployments(render_chart(values)).items()}
+
+
+@pytest.mark.parametrize("values", VARIANTS)
+def test_every_variant_runs_each_components_own_image_unless_told_otherwise(values: dict[str, Any]) -> None:
+    containers = _containers(values)
+    assert set(containers) <= set(COMPONENTS) and "coordinator" in containers
+    for component, container in containers.items():
+        if values.get("image", {}).get("perComponent", True):
+            assert_runs_service_image(container, component)
+        else:
+            assert container["image"].split("@")[0].rsplit(":", 1)[0] == "ghcr.io/tidemark/tidemark"
+            assert component == "worker" or container["args"] == ["run", component]
+
+
+def test_one_base_image_for_every_component_on_request() -> None:
+    """image.perComponent=false: the base image (the top-level Dockerfile) with `run <component>`."""
+    containers = _containers({"image": {"perComponent": False, "tag": "0.2.0"}})
+    for component, container in containers.items():
+        assert container["image"] == "ghcr.io/tidemark/tidemark:0.2.0"
+        if component == "worker":
+            assert container["args"][:3] == ["jobs", "run", "tidemark.examples.access_log:top_urls"]
+        else:
+            assert container["args"] == ["run", component]
+
+
+def test_image_values_name_each_components_image() -> None:
+    digest = "sha256:" + "2" * 64
+    containers = _containers({"image": {"registry": "registry.example.com", "repository": "acme/tidemark",
+                                        "tag": "1.4.0", "components": {"checkpoint-store": {"digest": digest}}}})
+    for component, container in containers.items():
+        assert_runs_service_image(container, component, repository="registry.example.com/acme/tidemark")
+    assert containers["checkpoint-store"]["image"] == f"registry.example.com/acme/tidemark-checkpoint-store@{digest}"
+    assert containers["coordinator"]["image"] == "registry.example.com/acme/tidemark-coordinator:1.4.0"
+    no_registry = _containers({"image": {"registry": ""}})
+    assert no_registry["worker"]["image"] == "tidemark/tidemark-worker:0.1.0"
+
+
+def test_a_jobs_own_worker_image() -> None:
+    """An image FROM tidemark-worker that adds the job's module, in its own repository."""
+    for per_component in (True, False):
+        containers = _containers({"image": {"perComponent": per_component, "components": {"worker": {
+            "registry": "registry.example.com", "repository": "acme/orders-jobs", "tag": "1.4.0"}}},
+            "worker": {"job": "acme_jobs.orders:job"}})
+        assert containers["worker"]["image"] == "registry.example.com/acme/orders-jobs:1.4.0"
+        assert containers["worker"]["args"][:3] == ["jobs", "run", "acme_jobs.orders:job"]
+        suffix = "-coordinator" if per_component else ""
+        assert containers["coordinator"]["image"] == f"ghcr.io/tidemark/tidemark{suffix}:0.1.0"
 
 
 def test_worker_runs_the_job_supervisor_against_the_coordinator() -> None:
@@ -149,13 +203,18 @@ def test_worker_job_values() -> None:
     assert _env(worker)["TIDEMARK_API_TOKEN"] == {"secretKeyRef": {"name": "my-token", "key": "token"}}
 
 
+def test_worker_standby_is_on_by_default_and_can_be_turned_off() -> None:
+    assert "--no-standby" not in _worker_args({})
+    assert _worker_args({"worker": {"standby": False}})[-1] == "--no-standby"
+
+
 def _worker_args(values: dict[str, Any]) -> list[str]:
     return _deployments(render_chart(values))["worker"]["spec"]["template"]["spec"]["containers"][0]["args"]
 
 
 BASE_ARGS = ["jobs", "run", "tidemark.examples.access_log:top_urls", "--job-args", "{}", "--max-restarts", "10"]
 # the first 16 hex digits of the SHA-256 of the default job definition (recomputed below)
-DEFAULT_START_ID = "df039d693b6ba2f8"
+DEFAULT_START_ID = "02e7ae18d95116ca"
 SAVEPOINT = "access-log-top-urls/savepoints/sp-12/_metadata"
 
 
@@ -195,7 +254,8 @@ def test_stateless_start_id_changes_with_the_job_definition_only() -> None:
         {"worker": {"jobArgs": {"output_topic": "top-urls-v2"}}},
         {"worker": {"parallelism": 4}},
         {"image": {"tag": "0.2.0"}},
-        {"image": {"digest": "sha256:" + "1" * 64}},
+        {"image": {"components": {"worker": {"digest": "sha256:" + "1" * 64}}}},
+        {"image": {"perComponent": False}},
     ]
     ids = [_start_id(values) for values in new_deployments]
     assert DEFAULT_START_ID not in ids and len(set(ids)) == len(ids)
@@ -204,6 +264,7 @@ def test_stateless_start_id_changes_with_the_job_definition_only() -> None:
         {"worker": {"resources": {"requests": {"cpu": "2", "memory": "4Gi"}}}},
         {"checkpoint": {"intervalMs": 5000}},
         {"coordinator": {"httpPort": 9500}},
+        {"image": {"components": {"coordinator": {"digest": "sha256:" + "1" * 64}}}},
     ]
     assert [_start_id(values) for values in same_deployment] == [DEFAULT_START_ID] * len(same_deployment)
     assert _start_id({"worker": {"jobArgs": {"a": 1, "b": 2}}}) == _start_id({"worker": {"jobArgs": {"b": 2, "a": 1}}})
@@ -289,6 +350,7 @@ def test_chart_created_sasl_secret_and_existing_claim() -> None:
     [
         ({"kafka": {"securityProtocol": "SASL_SSL"}}, "kafka.sasl.username is required"),
         ({"checkpointStorage": {"type": "s3"}}, "checkpointStorage.s3.bucket is required"),
+        ({"image": {"digest": "sha256:" + "0" * 64}}, "image.digest pins the one base image"),
     ],
 )
 def test_inconsistent_values_fail_rendering(values: dict[str, Any], message: str) -> None:
@@ -311,6 +373,10 @@ def test_inconsistent_values_fail_rendering(values: dict[str, Any], message: str
         ({"job": {"startId": 7}}, "startId"),
         ({"worker": {"job": "tidemark worker run"}}, "job"),
         ({"coordinator": {"replicaCount": 2}}, "replicaCount"),
+        ({"image": {"components": {"coordinatr": {"tag": "1.0"}}}}, "coordinatr"),
+        ({"image": {"components": {"worker": {"digest": "latest"}}}}, "digest"),
+        ({"image": {"components": {"worker": {"image": "acme/jobs"}}}}, "image"),
+        ({"image": {"perComponent": "yes"}}, "perComponent"),
     ],
 )
 def test_values_schema_rejects_misspelled_and_invalid_keys(values: dict[str, Any], offending: str) -> None:

@@ -14,6 +14,8 @@ import yaml
 from deploy_support import (
     K8S_DIR,
     NOT_IN_K8S_BASE,
+    SERVICE_NAMES,
+    assert_runs_service_image,
     expected_k8s_base,
     kustomize_build,
     load_yaml,
@@ -60,6 +62,16 @@ def test_every_kustomization_builds_to_valid_manifests(directory: Path) -> None:
     assert len(resources) == len(kustomize_build(K8S_DIR / "base"))
     for resource in resources:
         validate_manifest(resource)
+
+
+@pytest.mark.parametrize("directory", KUSTOMIZATIONS, ids=lambda p: p.relative_to(K8S_DIR).as_posix())
+def test_every_component_runs_its_image_built_from_services(directory: Path) -> None:
+    """Each Deployment runs ghcr.io/tidemark/tidemark-<component> (services/<component>/Dockerfile)."""
+    deployments = {d["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/component"]: d
+                   for d in kustomize_build(directory) if d["kind"] == "Deployment"}
+    assert set(deployments) == set(SERVICE_NAMES)
+    for component, deployment in deployments.items():
+        assert_runs_service_image(deployment["spec"]["template"]["spec"]["containers"][0], component)
 
 
 def test_a_patch_must_name_its_target_as_the_base_has_it(tmp_path: Path) -> None:

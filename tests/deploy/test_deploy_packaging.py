@@ -1,6 +1,7 @@
-"""The wheel and the image: the Dockerfile's build replayed here makes a wheel that carries the
-schemas, installs into a fresh virtualenv, and there decodes every golden sample and runs a
-service against the broker with no checkout in sight."""
+"""The wheel and the images: the Dockerfile's build replayed here makes a wheel that carries the
+schemas, installs into a fresh virtualenv, and there decodes every golden sample; each service's
+image, services/<name>/Dockerfile replayed over it, starts that service against the broker with
+its own command, with no checkout in sight."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from deploy_support import REPO
-from dockerfile_replay import ScratchImage, parse_dockerfile, stage, third_party_site
+from deploy_support import REPO, SERVICE_NAMES, service_dockerfile
+from dockerfile_replay import ScratchImage, base_image, parse_dockerfile, stage, third_party_site
 from tidemark.kafka.topics import TopicNames
 from tidemark.local.cluster import LocalService
 from tidemark.processes import die_with_parent, free_port, stop_process
@@ -58,8 +59,16 @@ def image(tmp_path_factory: pytest.TempPathFactory) -> ScratchImage:
     site.mkdir(parents=True)
     (site / "third-party.pth").write_text(f"{third_party_site(tmp_path_factory.mktemp('third-party'))}\n")
     scratch.run(stage(stages, "build"))
-    scratch.run(runtime, keywords=("ENV",))
+    scratch.run(runtime, keywords=("ENV", "ENTRYPOINT", "CMD"))
     return scratch
+
+
+def _service_image(image: ScratchImage, name: str) -> ScratchImage:
+    """The image services/<name>/Dockerfile builds FROM the base image (its build argument's default)."""
+    dockerfile = service_dockerfile(name)
+    assert base_image(dockerfile) == "tidemark:0.1.0"  # what `docker build -t tidemark:0.1.0 .` tags
+    (layer,) = parse_dockerfile(dockerfile)
+    return image.derive(layer, dockerfile.parent)
 
 
 def _wheel(image: ScratchImage) -> Path:
@@ -114,19 +123,39 @@ def test_the_image_entrypoint_runs_the_installed_cli(image: ScratchImage, tmp_pa
     assert "run" in result.stdout and "jobs" in result.stdout
 
 
-def test_the_installed_coordinator_becomes_ready_against_the_broker(
-        image: ScratchImage, kafka_bootstrap: str, topic_names: TopicNames, tmp_path: Path) -> None:
-    port = free_port()
-    env = {**image.env, "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap, "TIDEMARK_TOPIC_PREFIX": topic_names.prefix,
+def test_the_worker_image_runs_the_installed_example_job(image: ScratchImage, tmp_path: Path) -> None:
+    """Its CMD (`jobs run <job>`) names a job the installed package holds; the job itself runs in
+    tests/e2e (it needs the services and Spark)."""
+    worker = _service_image(image, "worker")
+    assert worker.entrypoint == image.entrypoint and worker.env["TIDEMARK_HTTP_PORT"] == "9404"
+    command, reference = worker.cmd[:2], worker.cmd[2]
+    assert command == ["jobs", "run"]
+    module, attribute = reference.split(":")
+    result = worker.exec(["python", "-c", f"import {module} as m; print(type(m.{attribute}).__name__)"],
+                         cwd=tmp_path, timeout=120)
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize("name", [n for n in SERVICE_NAMES if n != "worker"])
+def test_each_service_image_starts_its_service_against_the_broker(
+        image: ScratchImage, name: str, kafka_bootstrap: str, topic_names: TopicNames, tmp_path: Path) -> None:
+    """The service's image as services/<name>/Dockerfile builds it: the base image's entrypoint
+    (tini, then the installed `tidemark`) with the layer's CMD `run <name>` and its environment."""
+    service_image = _service_image(image, name)
+    entrypoint, command = service_image.entrypoint, service_image.cmd
+    assert entrypoint[:2] == ["/usr/bin/tini", "--"] and command == ["run", name]
+    assert service_image.env["TIDEMARK_HTTP_PORT"] != image.env.get("TIDEMARK_HTTP_PORT")  # the layer's port
+    port = free_port()  # instead of the image's fixed one, which another test may hold
+    env = {**service_image.env, "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap, "TIDEMARK_TOPIC_PREFIX": topic_names.prefix,
            "TIDEMARK_HTTP_PORT": str(port), "TIDEMARK_HOME": str(tmp_path / "home"),
            "TIDEMARK_STATE_DIR": str(tmp_path / "state"),
            "TIDEMARK_CHECKPOINT_STORAGE_URL": (tmp_path / "checkpoints").as_uri()}
-    log_path = tmp_path / "coordinator.log"
+    log_path = tmp_path / f"{name}.log"
     with open(log_path, "wb") as log:
-        process = subprocess.Popen([str(image.which("tidemark")), "run", "coordinator"], cwd=tmp_path, env=env,
-                                   stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        process = subprocess.Popen([str(service_image.which(entrypoint[2])), *entrypoint[3:], *command], cwd=tmp_path,
+                                   env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                    preexec_fn=die_with_parent)
-    service = LocalService("coordinator", port, process, log_path, env)
+    service = LocalService(name, port, process, log_path, env)
     try:
         deadline = time.monotonic() + 90
         while not service.ready():

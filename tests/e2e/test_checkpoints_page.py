@@ -21,7 +21,7 @@ from browser_support import HeadlessChromium, chromium_binary
 from pipeline_support import TOP_URLS, pipeline, topics_for
 from tidemark.examples.generator import generate, produce
 from tidemark.local.pipeline import wait_for
-from tidemark.operator.render import format_bytes, format_duration
+from tidemark.admin.render import format_bytes, format_duration
 
 pytestmark = pytest.mark.timeout(900)
 

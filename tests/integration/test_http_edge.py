@@ -22,7 +22,7 @@ from tidemark.kafka.clients import producer_config
 from tidemark.local.cluster import LocalCluster, LocalService
 from tidemark.protocol import codec
 from tidemark.protocol.messages import JobRegistration
-from tidemark.service.http_edge import BODY_TIMEOUT_S, HEADER_TIMEOUT_S
+from tidemark.chassis.http_edge import BODY_TIMEOUT_S, HEADER_TIMEOUT_S
 from tidemark.types import CheckpointingMode, Epoch, JobId, OperatorId
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]

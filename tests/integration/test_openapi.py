@@ -31,7 +31,7 @@ from tidemark.local.cluster import LocalCluster
 from tidemark.protocol import codec
 from tidemark.protocol.messages import CheckpointMetadata, JobRegistration, TaskSnapshot
 from tidemark.services.coordinator import SETTINGS, build
-from tidemark.services.coordinator.api import openapi_document
+from tidemark.services.coordinator.rest_api import openapi_document
 from tidemark.storage import open_storage
 from tidemark.types import CheckpointId, CheckpointingMode, CheckpointType, Epoch, JobId, OperatorId
 

@@ -1,4 +1,4 @@
-"""One active instance of each service (tidemark.service.singleton): a second instance started while
+"""One active instance of each service (tidemark.chassis.singleton): a second instance started while
 the first runs fences it; the first exits with 75 and says why; the job's checkpoints continue,
 and from the takeover on every checkpoint is triggered once (no second coordinator triggering)."""
 

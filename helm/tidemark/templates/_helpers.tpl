@@ -69,14 +69,32 @@ app.kubernetes.io/component: {{ .component }}
 app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 
-{{/* The image reference; a digest wins over the tag, the tag defaults to appVersion. */}}
+{{/*
+The image of one component (dict "root" $ "component" "coordinator"); a digest wins over the tag,
+the tag defaults to appVersion. With image.perComponent (the default) it is the component's own
+image, <image.repository>-<component>, built from services/<component>/Dockerfile; otherwise the
+one base image (the top-level Dockerfile), pinned by image.digest. image.components.<component>
+overrides the registry, repository, tag or digest of one component (a job's own worker image).
+*/}}
 {{- define "tidemark.image" -}}
-{{- $repo := .Values.image.repository -}}
-{{- if .Values.image.registry -}}{{- $repo = printf "%s/%s" .Values.image.registry $repo -}}{{- end -}}
-{{- if .Values.image.digest -}}
-{{- printf "%s@%s" $repo .Values.image.digest -}}
+{{- $image := .root.Values.image -}}
+{{- $own := get ($image.components | default dict) .component | default dict -}}
+{{- $repo := $image.repository -}}
+{{- $digest := $image.digest -}}
+{{- if $image.perComponent -}}
+{{- if $image.digest -}}
+{{- fail "image.digest pins the one base image: set image.perComponent=false to run it, or pin each component's image with image.components.<component>.digest" -}}
+{{- end -}}
+{{- $repo = printf "%s-%s" $repo .component -}}
+{{- end -}}
+{{- $repo = $own.repository | default $repo -}}
+{{- $digest = $own.digest | default $digest -}}
+{{- $registry := $own.registry | default $image.registry -}}
+{{- if $registry -}}{{- $repo = printf "%s/%s" $registry $repo -}}{{- end -}}
+{{- if $digest -}}
+{{- printf "%s@%s" $repo $digest -}}
 {{- else -}}
-{{- printf "%s:%s" $repo (default .Chart.AppVersion .Values.image.tag) -}}
+{{- printf "%s:%s" $repo ($own.tag | default $image.tag | default .root.Chart.AppVersion) -}}
 {{- end -}}
 {{- end -}}
 

@@ -3,7 +3,8 @@ One Tidemark process as a Deployment, its Service and its PodDisruptionBudget.
 Call with (dict "root" $ "component" "coordinator" "values" .Values.coordinator
   "args" (list "run" "coordinator") "strategy" "Recreate" "env" <yaml list string> "apiToken" true),
 optionally "extraPorts" (list of dict "name" "port"): more metrics ports, on the container and the
-Service (the worker's stages).
+Service (the worker's stages). With image.perComponent the container runs the component's own
+image and leaves out args equal to that image's CMD (`run <component>`).
 */}}
 
 {{/* Environment shared by every process: Kafka, topics, storage, logging, HTTP port. */}}
@@ -123,10 +124,13 @@ spec:
       terminationGracePeriodSeconds: 30
       containers:
         - name: {{ .component }}
-          image: {{ include "tidemark.image" $root }}
+          image: {{ include "tidemark.image" (dict "root" $root "component" .component) }}
           imagePullPolicy: {{ $root.Values.image.pullPolicy }}
+          {{- /* the component's own image says `run <component>` in its CMD */}}
+          {{- if not (and $root.Values.image.perComponent (eq (toJson .args) (toJson (list "run" .component)))) }}
           args:
             {{- toYaml .args | nindent 12 }}
+          {{- end }}
           ports:
             - name: http
               containerPort: {{ $v.httpPort }}

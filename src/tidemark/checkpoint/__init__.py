@@ -1,7 +1,7 @@
 """Checkpoint coordination as pure logic: options, pending and completed checkpoints, the
 coordinator (records and clock in, commands out), statistics and restore planning."""
 
-from tidemark.checkpoint.commands import (
+from tidemark.checkpoint.effects import (
     Command,
     EmitAborted,
     EmitCompleted,
@@ -13,7 +13,7 @@ from tidemark.checkpoint.commands import (
 from tidemark.checkpoint.completed import CompletedCheckpoint
 from tidemark.checkpoint.coordinator import AckResult, CheckpointCoordinator
 from tidemark.checkpoint.job_state import AttemptOutcome, JobState, JobStatus, job_status
-from tidemark.checkpoint.ledger import CheckpointLedger, CoordinatorRecord
+from tidemark.checkpoint.coordinator_ledger import CheckpointLedger, CoordinatorRecord
 from tidemark.checkpoint.operator_state_mode import (
     OperatorStateMode,
     operator_state_file_name,
@@ -22,7 +22,7 @@ from tidemark.checkpoint.operator_state_mode import (
 from tidemark.checkpoint.options import CheckpointingOptions
 from tidemark.checkpoint.outcomes import AbortReason, AckOutcome
 from tidemark.checkpoint.pending import PendingCheckpoint
-from tidemark.checkpoint.requests import RestoreRequest
+from tidemark.checkpoint.restore_request import RestoreRequest
 from tidemark.checkpoint.restore_planner import (
     RestorePlan,
     SubtaskRestore,

@@ -8,7 +8,7 @@ Lifecycle:
 
 1. construct with the job id and its :class:`CheckpointingOptions`;
 2. after a (re)start, ``replay(records, now_ms)`` once with every record of the coordinator's
-   topics (see :mod:`tidemark.checkpoint.ledger`); it rebuilds pending checkpoints without
+   topics (see :mod:`tidemark.checkpoint.coordinator_ledger`); it rebuilds pending checkpoints without
    repeating commands already carried out, and returns only the commands whose effect is not in
    the records yet (a persist or notification the previous instance did not get to write);
 3. then ``apply(record, now_ms)`` for every new record, ``tick(now_ms)`` periodically (timeouts,
@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from tidemark.checkpoint.commands import (
+from tidemark.checkpoint.effects import (
     Command,
     EmitAborted,
     EmitCompleted,
@@ -35,11 +35,11 @@ from tidemark.checkpoint.commands import (
 )
 from tidemark.checkpoint.completed import CompletedCheckpoint
 from tidemark.checkpoint.job_state import JobStatus, job_status
-from tidemark.checkpoint.ledger import CheckpointLedger, CoordinatorRecord
+from tidemark.checkpoint.coordinator_ledger import CheckpointLedger, CoordinatorRecord
 from tidemark.checkpoint.options import CheckpointingOptions
 from tidemark.checkpoint.outcomes import DECLINED_SUBSUMED, AbortReason, AckOutcome
 from tidemark.checkpoint.pending import PendingCheckpoint
-from tidemark.checkpoint.requests import RestoreRequest
+from tidemark.checkpoint.restore_request import RestoreRequest
 from tidemark.checkpoint.restore_planner import plan_restore
 from tidemark.checkpoint.stats import CheckpointStatsSnapshot
 from tidemark.checkpoint_store.layout import metadata_path

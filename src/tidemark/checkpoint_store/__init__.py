@@ -1,7 +1,7 @@
 """The completed-checkpoint store: retention, shared-state reference counts, ``_metadata``
 files on a ``CheckpointStorage``, and the event log its state is rebuilt from."""
 
-from tidemark.checkpoint_store.event_log import (
+from tidemark.checkpoint_store.store_event_log import (
     CheckpointEvent,
     CheckpointEventLog,
     InMemoryCheckpointEventLog,
@@ -13,7 +13,7 @@ from tidemark.checkpoint_store.metadata_codec import (
     encode_metadata,
 )
 from tidemark.checkpoint_store.persistent_store import PersistentCheckpointStore, read_metadata
-from tidemark.checkpoint_store.registry import SharedStateRegistry
+from tidemark.checkpoint_store.shared_state_registry import SharedStateRegistry
 from tidemark.checkpoint_store.store import (
     REJECTED_PREFIX,
     CheckpointStoreOptions,

@@ -3,7 +3,7 @@
 
 Stateless functions over a ``CheckpointStorage``; they block on storage I/O, so async callers
 run them in a thread. Paths come from the layout (``tidemark.checkpoint_store.layout``) or from
-a request already checked by :func:`tidemark.operator.requests.validate_relative_path`; the
+a request already checked by :func:`tidemark.admin.request_bodies.validate_relative_path`; the
 storage refuses anything resolving outside its root with ``InvalidStoragePath``, which
 propagates. A file removed between listing and reading (retention) is skipped.
 """

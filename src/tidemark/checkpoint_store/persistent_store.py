@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from tidemark.checkpoint_store.event_log import CheckpointEvent, CheckpointEventLog
+from tidemark.checkpoint_store.store_event_log import CheckpointEvent, CheckpointEventLog
 from tidemark.checkpoint_store.layout import checkpoint_dir, metadata_path
 from tidemark.checkpoint_store.metadata_codec import MetadataFormatError, decode_metadata, encode_metadata
 from tidemark.checkpoint_store.store import (

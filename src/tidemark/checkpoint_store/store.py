@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tidemark.checkpoint_store.event_log import CheckpointEvent
+from tidemark.checkpoint_store.store_event_log import CheckpointEvent
 from tidemark.checkpoint_store.layout import metadata_path
-from tidemark.checkpoint_store.registry import SharedStateRegistry
+from tidemark.checkpoint_store.shared_state_registry import SharedStateRegistry
 from tidemark.protocol.messages import CheckpointDiscarded, CheckpointMetadata, StateFile
 from tidemark.types import CheckpointId, CheckpointType, JobId
 

@@ -3,7 +3,7 @@
 Group settings keep a consumer-group join at a few seconds (the broker waits on the rebalance
 timeout; see docs/architecture.md), on the embedded broker and on Apache Kafka alike. How a client
 authenticates and encrypts is decided once, by :func:`kafka_security`, from the ``kafka`` settings;
-:func:`base_config` turns that into librdkafka keys and :mod:`tidemark.service.app` into Faust's
+:func:`base_config` turns that into librdkafka keys and :mod:`tidemark.chassis.app` into Faust's
 credentials, so the two client stacks of a service always connect the same way.
 """
 

@@ -28,7 +28,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException
 
 from tidemark.kafka.clients import consumer_config
 from tidemark.kafka.metadata import brokers_listed
-from tidemark.service.logs import get_logger
+from tidemark.chassis.logs import get_logger
 
 log = get_logger(__name__)
 T = TypeVar("T")

@@ -1,7 +1,7 @@
 """Read one offset range ``[start, end)`` of one Kafka partition, as chunks of consumed messages.
 
 The one range-reading loop: the Spark source turns the chunks into Arrow record batches
-(:mod:`tidemark.spark.range_reader`) and the commit-marker lookup scans them
+(:mod:`tidemark.spark.arrow_range_reader`) and the commit-marker lookup scans them
 (:mod:`tidemark.kafka.commit_markers`). Contract of :func:`read_messages`:
 
 - yields exactly the records with ``start <= offset < end`` that the isolation level lets the

@@ -20,7 +20,7 @@ from typing import Any
 from confluent_kafka import KafkaException
 
 from tidemark.kafka.outage import BrokerWait
-from tidemark.service.logs import get_logger
+from tidemark.chassis.logs import get_logger
 
 log = get_logger(__name__)
 

@@ -30,7 +30,7 @@ from tidemark.jvm import QUICK_START_JVM_OPTIONS
 from tidemark.kafka.admin import ensure_topics
 from tidemark.kafka.topics import TopicSpec
 from tidemark.local.cluster import LocalCluster
-from tidemark.operator.client import ApiError, CoordinatorClient
+from tidemark.admin.client import ApiError, CoordinatorClient
 
 DEFAULT_SERVICES = ("coordinator", "checkpoint-store")
 T = TypeVar("T")

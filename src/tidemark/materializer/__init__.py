@@ -4,7 +4,7 @@ folded from the changelog, and materialized snapshots written as shared files.
 See ``docs/concepts/changelog.md``; the service wiring is :mod:`tidemark.services.materializer`.
 """
 
-from tidemark.materializer.ledger import MaterializerLedger, TaskCheckpoint, TaskKey
+from tidemark.materializer.materializer_ledger import MaterializerLedger, TaskCheckpoint, TaskKey
 from tidemark.materializer.materialization import (
     MaterializationError,
     MaterializationOutcome,
@@ -12,7 +12,7 @@ from tidemark.materializer.materialization import (
     materialize,
 )
 from tidemark.materializer.options import MaterializationOptions
-from tidemark.materializer.planning import Current, Extend, Rebuild, ReplicaLineage, plan_fold
+from tidemark.materializer.replica_planning import Current, Extend, Rebuild, ReplicaLineage, plan_fold
 from tidemark.materializer.replica import TaskReplica
 from tidemark.materializer.schedule import MaterializationSchedule
 from tidemark.materializer.storage import SharedFilesView, materialization_prefix

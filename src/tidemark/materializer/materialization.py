@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 
 from tidemark.changelog.reader import ChangelogReader, ReadStats
-from tidemark.materializer.ledger import TaskCheckpoint
+from tidemark.materializer.materializer_ledger import TaskCheckpoint
 from tidemark.materializer.replica import TaskReplica
 from tidemark.materializer.storage import SharedFilesView, materialization_prefix
 from tidemark.protocol.messages import MaterializationEvent, MaterializationStatus

@@ -2,7 +2,7 @@
 
 Lifecycle: ``TaskReplica(directory, options)`` -> ``fold(target, storage, reader)`` brings the
 replica to a completed task checkpoint (rebuilding or extending it as
-:func:`~tidemark.materializer.planning.plan_fold` says) -> ``snapshot(id, storage)`` writes it as
+:func:`~tidemark.materializer.replica_planning.plan_fold` says) -> ``snapshot(id, storage)`` writes it as
 a materialized snapshot (incremental: files unchanged since the last snapshot or since the
 handles it was rebuilt from are reused) -> ``produced(id)`` once that snapshot was announced ->
 more folds and snapshots -> ``close()`` (deletes the working copy).
@@ -22,8 +22,8 @@ from typing import Any
 
 from tidemark.changelog.reader import ChangelogReader, ReadStats
 from tidemark.state.changelog.snapshot import restore_from_changelog
-from tidemark.materializer.ledger import TaskCheckpoint
-from tidemark.materializer.planning import Current, Extend, FoldPlan, Rebuild, ReplicaLineage, plan_fold
+from tidemark.materializer.materializer_ledger import TaskCheckpoint
+from tidemark.materializer.replica_planning import Current, Extend, FoldPlan, Rebuild, ReplicaLineage, plan_fold
 from tidemark.protocol.messages import StateHandle
 from tidemark.state.rocksdb.backend import RocksDBStateBackend
 from tidemark.state.rocksdb.options import RocksDBOptions

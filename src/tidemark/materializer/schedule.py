@@ -12,7 +12,7 @@ import random
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from tidemark.materializer.ledger import TaskKey
+from tidemark.materializer.materializer_ledger import TaskKey
 from tidemark.materializer.options import MaterializationOptions
 
 

@@ -1,7 +1,7 @@
 """The dead letter: a record that could not be decoded or processed, with where it came from.
 
 A top-level protocol message like those of :mod:`tidemark.protocol.messages` (its own schema in
-``schemas/DeadLetter/``), written to a dead-letter topic by :mod:`tidemark.service.dead_letters`
+``schemas/DeadLetter/``), written to a dead-letter topic by :mod:`tidemark.chassis.dead_letter_publisher`
 and :mod:`tidemark.runtime.record_errors`; it never takes part in the checkpoint protocol.
 """
 

@@ -31,13 +31,13 @@ from tidemark.clock import now_ms
 from tidemark.config.settings import TidemarkSettings
 from tidemark.kafka.clients import base_config
 from tidemark.kafka.topics import TopicNames
-from tidemark.operator.client import ApiError, CoordinatorClient
+from tidemark.admin.client import ApiError, CoordinatorClient
 from tidemark.protocol.messages import RestoreCommand
 from tidemark.runtime.api import JobSpec
 from tidemark.runtime.committed_output import committed_output, newest_committed_checkpoint
 from tidemark.runtime.fresh_start import FreshStart, UnreadableFreshStart, is_restart, read_fresh_start, record_fresh_start
 from tidemark.runtime.restore_source import RestoreRefused, RestoreSource, choose_restore_source, restore_candidates
-from tidemark.service.logs import get_logger
+from tidemark.chassis.logs import get_logger
 from tidemark.storage.base import CheckpointStorage
 from tidemark.types import CheckpointId, Epoch
 

@@ -13,7 +13,7 @@ from typing import Any
 from tidemark.kafka.metadata import list_partitions, watermarks
 from tidemark.kafka.outage import broker_wait, unavailable
 from tidemark.runtime.metrics import CONSUMER_LAG
-from tidemark.service.logs import get_logger
+from tidemark.chassis.logs import get_logger
 from tidemark.types import JobId
 
 log = get_logger(__name__)

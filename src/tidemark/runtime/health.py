@@ -5,7 +5,7 @@ Lifecycle: ``serve_health(host, port, ready)`` starts the server and returns it;
 as the process (``shutdown()`` stops it). ``ready`` is called per ``/readyz`` request (supervisor:
 an attempt is registered and running; stage worker: its streaming query has started). Services
 do not use this module: they serve the same paths from their Faust web server
-(:mod:`tidemark.service.app`). The supervisor's job metrics are declared here as well.
+(:mod:`tidemark.chassis.app`). The supervisor's job metrics are declared here as well.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ from tidemark.exit_codes import EXIT_REFUSED
 from tidemark.runtime.start_errors import failed_file, not_retryable_reason
 from tidemark.runtime.stage_attempt import Attempt
 from tidemark.runtime.worker import StageWorker
-from tidemark.service.logs import get_logger
+from tidemark.chassis.logs import get_logger
 from tidemark.spark.session import LocalSessionOptions, local_session, query_checkpoint_location
 
 log = get_logger(__name__)

@@ -8,7 +8,7 @@ when the user function's ``process`` raises. None of these may take the job down
 
 * ``dead-letter`` (default): the record goes to ``<prefix>.dead-letters`` as a ``DeadLetter``
   with its origin (topic, partition, offset, timestamp), key, value, headers and the error,
-  cut to fit the broker's message size (:mod:`tidemark.service.dead_letters`); counted in
+  cut to fit the broker's message size (:mod:`tidemark.chassis.dead_letter_publisher`); counted in
   ``tidemark_dead_letters_total{service="worker"}`` and ``tidemark_worker_records_skipped_total``.
 * ``skip``: counted in ``tidemark_worker_records_skipped_total`` and logged, nothing published.
 * ``fail``: :class:`RecordFailed` is raised; the attempt dies and the supervisor restores it.
@@ -30,8 +30,8 @@ from tidemark.protocol.errors import DecodeError
 from tidemark.runtime.api import ErrorPolicy
 from tidemark.runtime.metrics import RECORDS_SKIPPED
 from tidemark.runtime.records import InputRecord
-from tidemark.service.dead_letters import ProcessingError, RawRecord, error_text, reason_of, record_failure
-from tidemark.service.logs import get_logger
+from tidemark.chassis.dead_letter_publisher import ProcessingError, RawRecord, error_text, reason_of, record_failure
+from tidemark.chassis.logs import get_logger
 
 log = get_logger(__name__)
 SERVICE = "worker"

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from tidemark.checkpoint_store.verification import CorruptCheckpoint, checkpoint_id_of, verify_checkpoint
 from tidemark.checkpoint_store.catalog import list_retained
 from tidemark.runtime.api import JobSpec
-from tidemark.service.logs import get_logger
+from tidemark.chassis.logs import get_logger
 from tidemark.storage.base import CheckpointStorage
 from tidemark.types import CheckpointingMode
 

@@ -24,7 +24,7 @@ from tidemark.runtime.faults import FAULTS
 from tidemark.runtime.metrics import ALIGNMENT, SNAPSHOT_ASYNC, SNAPSHOT_SYNC
 from tidemark.runtime.outputs import StageOutput
 from tidemark.runtime.task import CUT_STATE, SINK_STATE, StageTask
-from tidemark.service.logs import get_logger
+from tidemark.chassis.logs import get_logger
 from tidemark.storage.base import CheckpointStorage
 from tidemark.storage.scoped import SnapshotStorage
 from tidemark.types import CheckpointId, CheckpointingMode, CheckpointType, Epoch, JobId, OperatorId

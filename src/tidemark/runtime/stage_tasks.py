@@ -2,7 +2,7 @@
 
 ``build_stage_tasks(...)`` is called once per attempt, before the restore: it plans the task
 assignments of the stage's operator (Flink's key-group ranges) and creates each task's keyed
-backend through the state registry (:func:`tidemark.state.registry.create_backend`: heap, or
+backend through the state registry (:func:`tidemark.state.backend_registry.create_backend`: heap, or
 RocksDB on local disk under ``local_dir``); in changelog mode the registry wraps it with the
 changelog backend, so every state change is also written to the stage's changelog topic, and a
 restore reads the changelog ranges back.
@@ -23,7 +23,7 @@ from tidemark.protocol.messages import TaskAssignment, TaskSnapshot
 from tidemark.runtime.api import JobSpec, Stage
 from tidemark.runtime.task import StageTask
 from tidemark.state.changelog import ChangelogWiring
-from tidemark.state.registry import BackendContext, create_backend
+from tidemark.state.backend_registry import BackendContext, create_backend
 from tidemark.storage.base import CheckpointStorage
 from tidemark.types import Epoch, JobId, TaskId
 

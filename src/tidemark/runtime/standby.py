@@ -28,7 +28,7 @@ from tidemark.kafka.topics import TopicNames
 from tidemark.runtime.faults import FAULTS
 from tidemark.runtime.query import TRIGGER, run_attempt, source_options
 from tidemark.runtime.stage_attempt import Assignment
-from tidemark.service.logs import get_logger
+from tidemark.chassis.logs import get_logger
 from tidemark.spark.session import LocalSessionOptions, local_session, query_checkpoint_location
 
 log = get_logger(__name__)

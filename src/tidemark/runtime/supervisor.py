@@ -45,7 +45,7 @@ from tidemark.kafka.clients import base_config
 from tidemark.kafka.metadata import partition_counts
 from tidemark.kafka.outage import PATIENCE_S, BrokerWatch
 from tidemark.kafka.topics import TopicNames
-from tidemark.operator.client import CoordinatorClient
+from tidemark.admin.client import CoordinatorClient
 from tidemark.processes import die_with_parent, free_port
 from tidemark.protocol.messages import AttemptFailed, JobRegistration, RestoreCommand
 from tidemark.runtime.api import JobSpec, load_job
@@ -54,7 +54,7 @@ from tidemark.runtime.control import AttemptSignals, ControlPublisher
 from tidemark.runtime.health import EPOCH, RESTARTS, RUNNING, serve_health
 from tidemark.runtime.stage_attempt import Assignment, Attempt
 from tidemark.runtime.start_errors import failed_file, missing_topics_reason
-from tidemark.service.logs import get_logger
+from tidemark.chassis.logs import get_logger
 from tidemark.storage import open_storage
 from tidemark.types import Epoch
 

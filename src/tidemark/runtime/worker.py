@@ -73,7 +73,7 @@ from tidemark.runtime.stage_checkpoint import StageCheckpointer
 from tidemark.runtime.stage_restore import RestoredStage, restore_stage
 from tidemark.runtime.stage_tasks import ChangelogTarget, build_stage_tasks
 from tidemark.runtime.task import StageTask
-from tidemark.service.logs import get_logger
+from tidemark.chassis.logs import get_logger
 from tidemark.spark.offsets import PartitionOffsets
 from tidemark.storage import open_storage
 from tidemark.storage.base import CorruptStateFile

@@ -10,7 +10,7 @@ from types import ModuleType
 from tidemark.exit_codes import EXIT_CONFIG
 from tidemark.config.service_modules import SERVICES
 from tidemark.config.settings import ConfigurationError, load_settings
-from tidemark.service.logs import configure_logging
+from tidemark.chassis.logs import configure_logging
 
 
 def service_module(name: str) -> ModuleType:

@@ -6,8 +6,8 @@ micro-batch ``latestOffset(start, limit)`` -> ``partitions(start, end)`` -> (exe
 ``initialOffset`` and resumes from the offsets in its checkpoint. While the broker is unreachable
 the planning calls wait for it (:mod:`tidemark.kafka.outage`) instead of failing the query.
 
-The planning and reading functions are plain Python in :mod:`tidemark.spark.planning` and
-:mod:`tidemark.spark.range_reader` (re-exported here); the Kafka-only parts they build on (metadata
+The planning and reading functions are plain Python in :mod:`tidemark.spark.offset_planning` and
+:mod:`tidemark.spark.arrow_range_reader` (re-exported here); the Kafka-only parts they build on (metadata
 lookups, the range-reading loop) are in :mod:`tidemark.kafka`.
 """
 
@@ -28,8 +28,8 @@ from tidemark.kafka.range_reader import RangeNotReachedError
 from tidemark.spark.arrow import arrow_schema
 from tidemark.spark.offsets import OffsetRange, PartitionOffsets
 from tidemark.spark.options import KafkaSourceOptions
-from tidemark.spark.planning import plan_latest, plan_ranges, resolve_starting
-from tidemark.spark.range_reader import read_range
+from tidemark.spark.offset_planning import plan_latest, plan_ranges, resolve_starting
+from tidemark.spark.arrow_range_reader import read_range
 
 __all__ = [
     "KafkaRangePartition",

@@ -1,6 +1,6 @@
 """Keyed and operator state, as in Flink: descriptors, handles, backends, key groups.
 
-Importing this package registers the heap and RocksDB backends (:mod:`tidemark.state.registry`).
+Importing this package registers the heap and RocksDB backends (:mod:`tidemark.state.backend_registry`).
 """
 
 from tidemark.state.backend import (
@@ -44,7 +44,7 @@ from tidemark.state.operator import (
 )
 from tidemark.state.rocksdb.backend import RocksDBStateBackend
 from tidemark.state.rocksdb.options import RocksDBOptions
-from tidemark.state.registry import BackendContext, create_backend
+from tidemark.state.backend_registry import BackendContext, create_backend
 from tidemark.state.serializers import AvroSerializer, Serializer, TaggedSerializer
 from tidemark.state.table import KeyedStateChange
 from tidemark.state.ttl import ManualClock, StateTtlConfig, SystemClock

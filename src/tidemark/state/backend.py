@@ -11,7 +11,7 @@ notifying them.
 
 Every backend takes and returns the same :class:`KeyedSnapshot`; an argument a backend does not
 need is accepted and ignored, as each implementation documents. The implementations are
-registered by name in :mod:`tidemark.state.registry`.
+registered by name in :mod:`tidemark.state.backend_registry`.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 The canonical format's kinds (``KEYED_FULL``, ``MATERIALIZED``) are read here; a backend with a
 native format registers the reader of its kind (RocksDB: ``KEYED_INCREMENTAL``) in
-:mod:`tidemark.state.registry`.
+:mod:`tidemark.state.backend_registry`.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Iterator, Sequence
 
 from tidemark.keygroups import KeyGroupRange
 from tidemark.protocol.messages import StateHandle, StateHandleKind
-from tidemark.state.registry import handle_reader, register_handle_reader
+from tidemark.state.backend_registry import handle_reader, register_handle_reader
 from tidemark.state.snapshot import RestoredPart, SnapshotReader
 from tidemark.storage.base import CheckpointStorage
 

@@ -42,7 +42,7 @@ from tidemark.runtime.routing import KeyGroupRouter
 from tidemark.runtime.stage_restore import keyed_snapshots
 from tidemark.runtime.task import StageTask
 from tidemark.keygroups import DEFAULT_MAX_PARALLELISM, KeyGroupRange, check_max_parallelism
-from tidemark.state.registry import BackendContext, create_backend
+from tidemark.state.backend_registry import BackendContext, create_backend
 from tidemark.state.ttl import ManualClock
 from tidemark.storage.base import CheckpointStorage
 from tidemark.storage.filesystem import FilesystemCheckpointStorage

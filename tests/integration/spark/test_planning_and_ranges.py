@@ -14,8 +14,8 @@ from tidemark.kafka.range_reader import RangeNotReachedError
 from tidemark.protocol.messages import SourceOffset
 from tidemark.spark.offsets import OffsetFormatError, OffsetRange, PartitionOffsets, StartingOffsets, StartKind
 from tidemark.spark.options import InvalidOptionError, KafkaSinkOptions, KafkaSourceOptions
-from tidemark.spark.planning import fair_budget, plan_latest, plan_ranges, resolve_starting
-from tidemark.spark.range_reader import read_range
+from tidemark.spark.offset_planning import fair_budget, plan_latest, plan_ranges, resolve_starting
+from tidemark.spark.arrow_range_reader import read_range
 
 from kafka_test_helpers import create_topic, produce_transaction
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tidemark.config.settings import ConfigurationError, load_settings
-from tidemark.service.http_edge import BearerTokenCheck, Unauthorized
+from tidemark.chassis.http_edge import BearerTokenCheck, Unauthorized
 from tidemark.services.coordinator.settings import CoordinatorSettings
 
 TOKEN = "s3cret-token-0123456789abcdef"

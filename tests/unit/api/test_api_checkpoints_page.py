@@ -12,8 +12,8 @@ import re
 import pytest
 
 from tidemark.checkpoint import CheckpointStatsTracker
-from tidemark.operator.documents import checkpoint_detail_document, history_document
-from tidemark.operator.requests import BadRequest, parse_checkpoint_id
+from tidemark.admin.documents import checkpoint_detail_document, history_document
+from tidemark.admin.request_bodies import BadRequest, parse_checkpoint_id
 from tidemark.protocol.messages import TaskTimings
 from tidemark.services.coordinator.checkpoints_page import content_security_policy, page
 from tidemark.types import CheckpointId, CheckpointType, JobId, TaskId

@@ -7,9 +7,9 @@ import json
 import pytest
 
 from tidemark.checkpoint import CheckpointStatsTracker
-from tidemark.operator import render
-from tidemark.operator.client import ApiError, CoordinatorClient
-from tidemark.operator.documents import history_document, metadata_document
+from tidemark.admin import render
+from tidemark.admin.client import ApiError, CoordinatorClient
+from tidemark.admin.documents import history_document, metadata_document
 from tidemark.protocol.messages import CheckpointMetadata, TaskSnapshot, TaskTimings
 from tidemark.types import CheckpointId, CheckpointType, Epoch, JobId, KeyGroup, OperatorId, TaskId
 

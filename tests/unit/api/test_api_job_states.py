@@ -11,8 +11,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "checkpoint"))
 from checkpoint_support import JOB, registration  # noqa: E402
 
 from tidemark.checkpoint import CheckpointCoordinator, CheckpointingOptions  # noqa: E402
-from tidemark.operator import render  # noqa: E402
-from tidemark.operator.documents import job_document  # noqa: E402
+from tidemark.admin import render  # noqa: E402
+from tidemark.admin.documents import job_document  # noqa: E402
 from tidemark.types import JobId  # noqa: E402
 
 OPTS = CheckpointingOptions(interval_ms=100, timeout_ms=1_000)

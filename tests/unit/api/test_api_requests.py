@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tidemark.operator.requests import (
+from tidemark.admin.request_bodies import (
     MAX_PATH_LENGTH,
     BadRequest,
     RestoreBody,
@@ -115,8 +115,8 @@ def test_body_models_match_the_openapi_request_schemas(model) -> None:
     """The published schema and the parser agree: fields, required ones, no others, bounds."""
     from annotated_types import Ge, Le
 
-    from tidemark.operator.requests import _metadata
-    from tidemark.services.coordinator.api import openapi_document
+    from tidemark.admin.request_bodies import _metadata
+    from tidemark.services.coordinator.rest_api import openapi_document
 
     schema = openapi_document()["components"]["schemas"][model.__name__]
     assert schema["additionalProperties"] is False

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from tidemark.config.settings import ConfigurationError, load_settings
-from tidemark.operator import render
-from tidemark.operator.requests import MAX_JOB_ARGS_BYTES, BadRequest, RunBody, parse_run_id
+from tidemark.admin import render
+from tidemark.admin.request_bodies import MAX_JOB_ARGS_BYTES, BadRequest, RunBody, parse_run_id
 from tidemark.services.coordinator.runs import LaunchRequest, LocalLauncher, child_env, coordinator_url, run_document
 from tidemark.services.coordinator.settings import EXAMPLE_JOBS, CoordinatorSettings
 from tidemark.types import CheckpointId, JobId

@@ -12,7 +12,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from tidemark.service.http_edge import SESSION_COOKIE, BearerTokenCheck, Unauthorized, install_edge
+from tidemark.chassis.http_edge import SESSION_COOKIE, BearerTokenCheck, Unauthorized, install_edge
 
 TOKEN = "browser-session-token-0a1b2c3d"
 

@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from tidemark.operator.client import ApiError, CoordinatorClient
+from tidemark.admin.client import ApiError, CoordinatorClient
 from tidemark.processes import free_port
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tidemark.changelog.sizes import PartitionSizes
+from tidemark.changelog.offset_sizes import PartitionSizes
 
 
 def filled(start: int, sizes: list[int], block: int) -> PartitionSizes:

@@ -14,7 +14,7 @@ from protocol_builders import (
     materialization,
     task_assignments,
 )
-from tidemark.changelog.topics import changelog_partition_count, changelog_specs
+from tidemark.changelog.changelog_topics import changelog_partition_count, changelog_specs
 from tidemark.changelog.truncation import ChangelogLedger, advances
 from tidemark.kafka.topics import TopicNames
 from tidemark.protocol.messages import (

@@ -1,6 +1,6 @@
 """One contract suite for every ``CheckpointEventLog``: the in-memory list and ``KafkaEventLog``.
 
-The promises come from ``checkpoint_store/event_log.py`` (append-only, ordered; ``append`` returns
+The promises come from ``checkpoint_store/store_event_log.py`` (append-only, ordered; ``append`` returns
 only once the events are durable and in order after every event appended before; readers read
 the log from the start through their own consumer) and ``persistent_store.py`` (the store's state
 is a fold of the log, rebuilt by ``recover`` after a restart).
@@ -30,11 +30,11 @@ from tidemark.checkpoint_store import (
     PersistentCheckpointStore,
 )
 from tidemark.kafka.admin import ensure_topics
-from tidemark.kafka.event_log import KafkaEventLog
+from tidemark.kafka.kafka_event_log import KafkaEventLog
 from tidemark.kafka.topics import TopicSpec
 from tidemark.protocol import codec
 from tidemark.protocol.messages import CheckpointDiscarded, CheckpointMetadata
-from tidemark.service.event_log import EventLogReader
+from tidemark.chassis.replay import EventLogReader
 from tidemark.storage.filesystem import FilesystemCheckpointStorage
 from tidemark.types import CheckpointId
 

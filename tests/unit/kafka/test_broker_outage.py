@@ -1,5 +1,5 @@
 """tidemark.kafka.outage: which errors are an outage, and how an outage is reported and waited out;
-and the limit on aiokafka's own lines during one (tidemark.service.logs.RepeatLimiter)."""
+and the limit on aiokafka's own lines during one (tidemark.chassis.logs.RepeatLimiter)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from confluent_kafka import KafkaError, KafkaException
 from structlog.testing import capture_logs
 
 from tidemark.kafka.outage import LOG_EVERY_S, BrokerUnavailableError, BrokerWait, unavailable
-from tidemark.service.logs import RepeatLimiter
+from tidemark.chassis.logs import RepeatLimiter
 
 
 class Clock:

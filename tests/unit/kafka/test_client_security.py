@@ -11,7 +11,7 @@ import pytest
 
 from tidemark.config.settings import KafkaSettings, TidemarkSettings
 from tidemark.kafka.clients import base_config, kafka_security
-from tidemark.service.app import _faust_credentials
+from tidemark.chassis.app import _faust_credentials
 
 
 def _settings(**kafka: object) -> TidemarkSettings:

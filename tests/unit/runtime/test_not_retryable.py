@@ -21,8 +21,8 @@ SPARK_TEXT = """An error occurred while calling o47.start.
 : org.apache.spark.api.python.PythonException: Traceback (most recent call last):
   File "/work/main/src/tidemark/spark/kafka_source.py", line 88, in schema
     partitions = list_partitions(consumer, topics)
-  File "/work/main/src/tidemark/spark/planning.py", line 44, in list_partitions
-tidemark.spark.planning.TopicNotFoundError: tidemark-kafka option 'subscribe': topic(s) not found: ['access-log']
+  File "/work/main/src/tidemark/spark/offset_planning.py", line 44, in list_partitions
+tidemark.spark.offset_planning.TopicNotFoundError: tidemark-kafka option 'subscribe': topic(s) not found: ['access-log']
 \tat org.apache.spark.api.python.BasePythonRunner$ReaderIterator.handlePythonException(PythonRunner.scala:572)
 \tat org.apache.spark.sql.execution.python.PythonDataSource.schema(PythonDataSource.scala:90)
 """

@@ -15,7 +15,7 @@ from tidemark.runtime.metrics import RECORDS_SKIPPED
 from tidemark.runtime.records import BARRIER_HEADER, EPOCH_HEADER, TASK_HEADER, InputRecord, records_of
 from tidemark.runtime.record_errors import FunctionFailed, RecordFailed, RecordFailures
 from tidemark.kafka.topics import TopicNames
-from tidemark.service.dead_letters import RawRecord, dead_letter, error_text, published_size, reason_of
+from tidemark.chassis.dead_letter_publisher import RawRecord, dead_letter, error_text, published_size, reason_of
 from tidemark.types import CheckpointId, CheckpointingMode, CheckpointType, Epoch, JobId, TaskId
 
 LIMIT = 1_000_000

@@ -13,7 +13,7 @@ from tidemark.state import (
     create_backend,
 )
 from tidemark.state.changelog import ChangelogStateBackend, ChangelogWiring
-from tidemark.state.registry import UnknownBackendError, backend_names, handle_reader
+from tidemark.state.backend_registry import UnknownBackendError, backend_names, handle_reader
 from tidemark.state.restore import read_canonical
 from tidemark.state.rocksdb.snapshot import read_incremental
 from tidemark.testing.changelog import InMemoryChangelogTopic, InMemoryChangelogWriter

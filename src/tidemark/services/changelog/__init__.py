@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tidemark.service.app import ServiceApp
+from tidemark.chassis.app import ServiceApp
 from tidemark.services.changelog.edge import ChangelogEdge
 from tidemark.services.changelog.settings import ChangelogServiceSettings
 

@@ -20,19 +20,19 @@ from typing import Any
 
 from confluent_kafka.admin import AdminClient
 
-from tidemark.changelog.topics import changelog_specs
+from tidemark.changelog.changelog_topics import changelog_specs
 from tidemark.changelog.truncation import ChangelogLedger, PartitionPlan, TopicPartition, advances
 from tidemark.kafka.admin import ensure_topics
 from tidemark.kafka.clients import base_config
 from tidemark.kafka.metadata import partition_counts
 from tidemark.kafka.topics import TopicSpec
 from tidemark.protocol.messages import CheckpointMetadata, JobRegistration
-from tidemark.service.app import ServiceApp
-from tidemark.service.dead_letters import RawRecord
-from tidemark.service.logs import get_logger
+from tidemark.chassis.app import ServiceApp
+from tidemark.chassis.dead_letter_publisher import RawRecord
+from tidemark.chassis.logs import get_logger
 from tidemark.services.changelog import metrics
 from tidemark.services.changelog.settings import ChangelogOptions
-from tidemark.services.changelog.sizes import ChangelogSizeReader
+from tidemark.services.changelog.byte_counter import ChangelogSizeReader
 from tidemark.services.changelog.truncator import PhysicalTruncator
 
 log = get_logger(__name__)

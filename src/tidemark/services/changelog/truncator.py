@@ -19,7 +19,7 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 from tidemark.kafka.admin import TruncationResult, delete_records_before
-from tidemark.service.logs import get_logger
+from tidemark.chassis.logs import get_logger
 from tidemark.services.changelog.metrics import DELETE_RECORDS_UNSUPPORTED
 
 log = get_logger(__name__)

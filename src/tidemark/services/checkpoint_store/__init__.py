@@ -6,7 +6,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from tidemark.config.settings import TidemarkSettings
-from tidemark.service.app import ServiceApp
+from tidemark.chassis.app import ServiceApp
 from tidemark.services.checkpoint_store.edge import CheckpointStoreEdge
 
 

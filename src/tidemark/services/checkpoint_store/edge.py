@@ -21,11 +21,11 @@ from tidemark.checkpoint_store import CheckpointStoreOptions, PersistentCheckpoi
 from tidemark.checkpoint_store.layout import metadata_path
 from tidemark.checkpoint_store.store import state_files
 from tidemark.kafka.clients import base_config
-from tidemark.kafka.event_log import KafkaEventLog
+from tidemark.kafka.kafka_event_log import KafkaEventLog
 from tidemark.protocol.messages import CheckpointAborted, CheckpointDiscarded, CheckpointMetadata
-from tidemark.service.app import ServiceApp
-from tidemark.service.dead_letters import RawRecord
-from tidemark.service.logs import get_logger
+from tidemark.chassis.app import ServiceApp
+from tidemark.chassis.dead_letter_publisher import RawRecord
+from tidemark.chassis.logs import get_logger
 from tidemark.storage import open_storage
 from tidemark.types import JobId
 

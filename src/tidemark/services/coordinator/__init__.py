@@ -8,8 +8,8 @@ and the job runs it starts for that API (:mod:`.runs`).
 
 from __future__ import annotations
 
-from tidemark.service.app import ServiceApp
-from tidemark.services.coordinator.api import install_api
+from tidemark.chassis.app import ServiceApp
+from tidemark.services.coordinator.rest_api import install_api
 from tidemark.services.coordinator.checkpoints_page import install_checkpoints_page
 from tidemark.services.coordinator.edge import CoordinatorEdge
 from tidemark.services.coordinator.runs import LocalLauncher

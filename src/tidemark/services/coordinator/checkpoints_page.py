@@ -5,7 +5,7 @@ retained checkpoints and savepoints) every 2 s and redraws; what it shows: docs/
 
 Lifecycle: :func:`install_checkpoints_page` once while the service is built.
 
-Access follows the HTTP edge's rules (:mod:`tidemark.service.http_edge`): with a token
+Access follows the HTTP edge's rules (:mod:`tidemark.chassis.http_edge`): with a token
 configured the page, like the API, needs the bearer header or the browser session cookie that
 ``GET /ui/checkpoints?token=<token>`` sets. The answer carries a Content-Security-Policy that
 allows only the page's own inline script and style (by hash) and requests to this origin.
@@ -20,7 +20,7 @@ import importlib.resources
 import re
 from typing import Any
 
-from tidemark.service.app import ServiceApp
+from tidemark.chassis.app import ServiceApp
 
 PAGE_PATH = "/ui/checkpoints"
 PAGE_FILE = "checkpoints.html"

@@ -32,9 +32,9 @@ from tidemark.checkpoint import (
 )
 from tidemark.clock import now_ms
 from tidemark.protocol.messages import CheckpointMetadata, RestoreCommand, SavepointRequest
-from tidemark.service.app import ServiceApp
-from tidemark.service.dead_letters import RawRecord
-from tidemark.service.logs import get_logger
+from tidemark.chassis.app import ServiceApp
+from tidemark.chassis.dead_letter_publisher import RawRecord
+from tidemark.chassis.logs import get_logger
 from tidemark.services.coordinator.metrics import JOB_FAILURES, SAVEPOINTS, CoordinatorMetrics
 from tidemark.types import JobId
 

@@ -40,7 +40,7 @@ from pydantic import BaseModel
 from tidemark.clock import now_ms
 from tidemark.processes import die_with_parent
 from tidemark.config.settings import CONFIG_FILE_ENV, TidemarkSettings
-from tidemark.service.logs import get_logger
+from tidemark.chassis.logs import get_logger
 from tidemark.services.coordinator.settings import CoordinatorSettings
 from tidemark.types import CheckpointId, JobId
 

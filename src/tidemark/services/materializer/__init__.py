@@ -5,7 +5,7 @@ and announces it. Logic in :mod:`tidemark.materializer`; this package is its edg
 from __future__ import annotations
 
 from tidemark.config.settings import ConfigurationError
-from tidemark.service.app import ServiceApp
+from tidemark.chassis.app import ServiceApp
 from tidemark.services.materializer.edge import MaterializerEdge
 from tidemark.services.materializer.settings import MaterializerSettings
 from tidemark.storage import CheckpointStorage, StorageError, open_storage

@@ -37,9 +37,9 @@ from tidemark.materializer import (
     materialize,
 )
 from tidemark.protocol.messages import CheckpointMetadata, JobRegistration
-from tidemark.service.app import ServiceApp
-from tidemark.service.dead_letters import RawRecord
-from tidemark.service.logs import get_logger
+from tidemark.chassis.app import ServiceApp
+from tidemark.chassis.dead_letter_publisher import RawRecord
+from tidemark.chassis.logs import get_logger
 from tidemark.services.materializer import metrics
 from tidemark.services.materializer.settings import MaterializationSettings
 from tidemark.storage.base import CheckpointStorage

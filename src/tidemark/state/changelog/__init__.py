@@ -1,12 +1,12 @@
 """The changelog backend: wraps heap or RocksDB and logs every change to a changelog topic.
 
 Importing this package registers the wrapper for :class:`ChangelogWiring` in
-:mod:`tidemark.state.registry`; the writer and reader it uses are :mod:`tidemark.changelog`'s.
+:mod:`tidemark.state.backend_registry`; the writer and reader it uses are :mod:`tidemark.changelog`'s.
 """
 
 from tidemark.state.changelog.backend import ChangelogStateBackend, ChangelogWiring
 from tidemark.state.changelog.snapshot import RestoreResult, is_shareable, restore_from_changelog
-from tidemark.state.registry import register_wrapper
+from tidemark.state.backend_registry import register_wrapper
 
 register_wrapper(ChangelogWiring, ChangelogStateBackend.wrap)
 

@@ -81,7 +81,7 @@ class ChangelogStateBackend(KeyedStateBackend):
 
     @classmethod
     def wrap(cls, backend: KeyedStateBackend, wiring: ChangelogWiring) -> ChangelogStateBackend:
-        """The registry's wrapper (see :mod:`tidemark.state.registry`)."""
+        """The registry's wrapper (see :mod:`tidemark.state.backend_registry`)."""
         return cls(backend, wiring.writer, wiring.reader, wiring.rebase_to)
 
     def _on_change(self, change: KeyedStateChange) -> None:

@@ -1,7 +1,7 @@
 """The heap backend (``"heap"``): state as Python objects; registered in the backend registry."""
 
 from tidemark.state.heap.backend import HashMapStateBackend
-from tidemark.state.registry import BackendContext, register_backend
+from tidemark.state.backend_registry import BackendContext, register_backend
 
 
 def _create(context: BackendContext) -> HashMapStateBackend:

@@ -2,7 +2,7 @@
 in the backend registry."""
 
 from tidemark.protocol.messages import StateHandleKind
-from tidemark.state.registry import BackendContext, register_backend, register_handle_reader
+from tidemark.state.backend_registry import BackendContext, register_backend, register_handle_reader
 from tidemark.state.rocksdb.backend import RocksDBStateBackend
 from tidemark.state.rocksdb.snapshot import read_incremental
 

@@ -25,7 +25,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartiti
 from tidemark.kafka.clients import consumer_config
 from tidemark.kafka.metadata import topic_partitions
 from tidemark.kafka.outage import broker_wait, unavailable
-from tidemark.service.dead_letters import RawRecord, headers_of
+from tidemark.chassis.dead_letter_publisher import RawRecord, headers_of
 
 
 @dataclass(frozen=True, slots=True)

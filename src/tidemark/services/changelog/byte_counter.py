@@ -1,7 +1,7 @@
 """Counting the bytes of changelog records, for the pending and truncated byte metrics.
 
 Kafka cannot tell the bytes between two offsets, so the service reads the changelogs itself,
-keeping per partition only block sums (:class:`~tidemark.changelog.sizes.PartitionSizes`).
+keeping per partition only block sums (:class:`~tidemark.changelog.offset_sizes.PartitionSizes`).
 
 Lifecycle: ``ChangelogSizeReader(config)`` -> ``track(topic, partitions, start_of)`` for every
 changelog topic, from where it is truncated -> ``poll()`` repeatedly (blocking: run it off the
@@ -17,7 +17,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from tidemark.changelog.sizes import PartitionSizes
+from tidemark.changelog.offset_sizes import PartitionSizes
 from tidemark.kafka.clients import consumer_config
 from tidemark.kafka.outage import broker_wait, unavailable
 

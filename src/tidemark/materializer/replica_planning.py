@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from tidemark.materializer.ledger import TaskCheckpoint
+from tidemark.materializer.materializer_ledger import TaskCheckpoint
 from tidemark.protocol.messages import ChangelogRange
 from tidemark.types import MaterializationId
 

@@ -3,5 +3,5 @@
 (:mod:`.client`) and the ``tidemark`` CLI commands built on it (:mod:`.commands`).
 
 The HTTP views themselves live with the coordinator service
-(:mod:`tidemark.services.coordinator.api`); see docs/api.md.
+(:mod:`tidemark.services.coordinator.rest_api`); see docs/api.md.
 """

@@ -34,7 +34,7 @@ from typing import Any
 from aiohttp import web
 
 from tidemark.config.settings import TidemarkSettings
-from tidemark.service.logs import get_logger
+from tidemark.chassis.logs import get_logger
 
 log = get_logger(__name__)
 PUBLIC_PATHS = frozenset({"/livez", "/readyz", "/metrics", "/openapi.json"})

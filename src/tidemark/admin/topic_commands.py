@@ -2,7 +2,7 @@
 
 A job's input topic must exist before the job starts (the broker does not create topics on
 demand); the job creates its channel and output topics itself. Exit status: see
-:mod:`tidemark.operator.kafka_connection`.
+:mod:`tidemark.admin.kafka_connection`.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from tidemark.kafka.clients import consumer_config
 from tidemark.kafka.reachability import short_reason
 from tidemark.kafka.topics import TopicSpec
 from tidemark.exit_codes import EXIT_FAILED, EXIT_USAGE
-from tidemark.operator.kafka_connection import fail, kafka_client
-from tidemark.operator.render import table
+from tidemark.admin.kafka_connection import fail, kafka_client
+from tidemark.admin.render import table
 
 topics_app = typer.Typer(help="Kafka topics: create a job's input topic, list, describe.", no_args_is_help=True)
 

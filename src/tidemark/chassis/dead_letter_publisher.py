@@ -20,8 +20,8 @@ from tidemark.clock import now_ms
 from tidemark.protocol import codec
 from tidemark.protocol.dead_letters import DeadLetter
 from tidemark.protocol.errors import DecodeError
-from tidemark.service.logs import get_logger
-from tidemark.service.metrics import DEAD_LETTERS
+from tidemark.chassis.logs import get_logger
+from tidemark.chassis.metrics import DEAD_LETTERS
 
 log = get_logger(__name__)
 

@@ -5,7 +5,7 @@ views then serve on the service's HTTP port (next to the unauthenticated ``/live
 ``/readyz`` and ``/metrics``) for the life of the process, on the event loop that also runs the
 :class:`CoordinatorEdge`, so a view reads and drives the coordinators without locks.
 
-Contract of every view: the service chassis's HTTP edge (:mod:`tidemark.service.http_edge`) has
+Contract of every view: the service chassis's HTTP edge (:mod:`tidemark.chassis.http_edge`) has
 already checked the bearer token (401), the body size (413) and the body time (408); until the edge has
 caught up with its topics the answer is 503. Errors are JSON ``{"error": message, "status":
 code}``: 400 malformed request (body, field, job id, or a path that is not a safe relative path
@@ -32,7 +32,7 @@ from tidemark.checkpoint import CheckpointCoordinator, CheckpointStatus, Restore
 from tidemark.checkpoint_store import catalog
 from tidemark.checkpoint_store.layout import metadata_path
 from tidemark.clock import now_ms
-from tidemark.operator.documents import (
+from tidemark.admin.documents import (
     checkpoint_detail_document,
     error_document,
     history_document,
@@ -41,7 +41,7 @@ from tidemark.operator.documents import (
     restore_document,
     savepoint_request_document,
 )
-from tidemark.operator.requests import (
+from tidemark.admin.request_bodies import (
     BadRequest,
     RestoreBody,
     RunBody,
@@ -53,8 +53,8 @@ from tidemark.operator.requests import (
 )
 from tidemark.protocol.messages import SavepointRequest
 from tidemark.runtime.api import load_job
-from tidemark.service.app import ServiceApp
-from tidemark.service.logs import get_logger
+from tidemark.chassis.app import ServiceApp
+from tidemark.chassis.logs import get_logger
 from tidemark.services.coordinator.edge import CoordinatorEdge
 from tidemark.services.coordinator.runs import JobRun, LaunchRequest, LocalLauncher, run_document
 from tidemark.storage import open_storage

@@ -14,7 +14,7 @@ from confluent_kafka.admin import AdminClient
 from tidemark.examples.generator import generate, produce
 from tidemark.kafka.reachability import short_reason
 from tidemark.exit_codes import EXIT_FAILED, EXIT_USAGE
-from tidemark.operator.kafka_connection import fail, kafka_client
+from tidemark.admin.kafka_connection import fail, kafka_client
 
 generate_app = typer.Typer(help="Write example input records to a topic.", no_args_is_help=True)
 DEFAULT_RECORDS = 10_000

@@ -5,7 +5,7 @@ The expectation comes from an example job's input topic (``--example NAME --inpu
 :mod:`tidemark.verification.expectation_file`). The output is read read_committed; the report
 gives the counts of duplicates, missing records (gaps), wrong values and unexpected records, with
 a few examples of each. Exit status 0 when the output is exactly once, 1 when it is not; the
-other codes are :mod:`tidemark.operator.kafka_connection`'s.
+other codes are :mod:`tidemark.admin.kafka_connection`'s.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from confluent_kafka import KafkaException
 from tidemark.examples.verify import EXAMPLES, example_expectation
 from tidemark.kafka.reachability import short_reason
 from tidemark.exit_codes import EXIT_FAILED, EXIT_USAGE
-from tidemark.operator.kafka_connection import fail, kafka_client
+from tidemark.admin.kafka_connection import fail, kafka_client
 from tidemark.verification.committed_reader import UnknownTopic
 from tidemark.verification.comparison import Verdict
 from tidemark.verification.expectation_file import ExpectationFileError, load_expectation, output_identity

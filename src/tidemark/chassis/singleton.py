@@ -36,7 +36,7 @@ from tidemark.clock import now_ms
 from tidemark.exit_codes import EXIT_FENCED
 from tidemark.kafka.clients import consumer_config, producer_config
 from tidemark.kafka.topics import TopicSpec
-from tidemark.service.logs import get_logger
+from tidemark.chassis.logs import get_logger
 
 log = get_logger(__name__)
 LEASE_CONFIG = {"cleanup.policy": "compact", "min.compaction.lag.ms": str(3600 * 1000)}

@@ -2,7 +2,7 @@
 
 ``install(app)`` adds ``jobs list|submit|runs|cancel``, ``checkpoints list|history``,
 ``savepoints list``, ``savepoint trigger`` and ``restore`` to the root Typer app (``jobs run``,
-the job runtime in the foreground, is :mod:`tidemark.runtime.commands`). Every command takes ``--url``
+the job runtime in the foreground, is :mod:`tidemark.runtime.job_commands`). Every command takes ``--url``
 (``TIDEMARK_COORDINATOR_URL``), ``--token`` (``TIDEMARK_API_TOKEN``) and ``--json`` (print the
 API's JSON document instead of text). Exit status: 0 success, 1 the API refused or failed (the
 message is on stderr), 2 bad command-line usage.
@@ -16,8 +16,8 @@ from typing import Any, Optional
 
 import typer
 
-from tidemark.operator import render
-from tidemark.operator.client import DEFAULT_URL, ApiError, CoordinatorClient
+from tidemark.admin import render
+from tidemark.admin.client import DEFAULT_URL, ApiError, CoordinatorClient
 
 UrlOption = typer.Option(DEFAULT_URL, "--url", envvar="TIDEMARK_COORDINATOR_URL",
                          help="Coordinator HTTP address.")

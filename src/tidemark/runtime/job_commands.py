@@ -14,13 +14,13 @@ from tidemark.exit_codes import EXIT_CONFIG, EXIT_REFUSED, EXIT_UNREACHABLE, EXI
 from tidemark.config.settings import ConfigurationError, TidemarkSettings, load_settings
 from tidemark.kafka.clients import base_config
 from tidemark.kafka.reachability import BrokerUnreachable, require_broker
-from tidemark.operator.client import DEFAULT_URL, CoordinatorClient
+from tidemark.admin.client import DEFAULT_URL, CoordinatorClient
 from tidemark.runtime.api import JobSpecError, load_job
 from tidemark.runtime.faults import POINTS
 from tidemark.runtime.fresh_start import validate_start_id
 from tidemark.runtime.attempt_planner import FaultPlan, RunOptions, StartRefused
 from tidemark.runtime.supervisor import JobSupervisor
-from tidemark.service.logs import configure_logging
+from tidemark.chassis.logs import configure_logging
 from tidemark.types import Epoch
 
 # missing input topic, a stage that cannot run (runtime.start_errors); the job's state is FAILED

@@ -2,14 +2,14 @@
 
 Lifecycle: ``ServiceApp(name, settings)`` -> register handlers with :meth:`subscribe` and
 periodic work with :meth:`every` -> :meth:`run` (blocks; creates the topics, claims the service's
-singleton lease (:mod:`tidemark.service.singleton`: a newer instance fences this one, which then
-exits with code 75), starts the Faust worker and the HTTP port (:mod:`tidemark.service.http_edge`:
+singleton lease (:mod:`tidemark.chassis.singleton`: a newer instance fences this one, which then
+exits with code 75), starts the Faust worker and the HTTP port (:mod:`tidemark.chassis.http_edge`:
 bind address, token, limits), and returns after SIGTERM/SIGINT once in-flight work is finished,
 offsets are committed, consumers closed and producers flushed, or exits non-zero when that takes
 longer than ``shutdown_timeout_s``).
 
 Handlers receive decoded messages. A record that fails to decode, or whose handler raises, goes
-to the dead-letter topic (see :mod:`tidemark.service.dead_letters`); the partition moves on.
+to the dead-letter topic (see :mod:`tidemark.chassis.dead_letter_publisher`); the partition moves on.
 """
 
 from __future__ import annotations
@@ -40,12 +40,12 @@ from tidemark.kafka.outage import BrokerWatch
 from tidemark.kafka.reachability import BrokerUnreachable, require_broker
 from tidemark.kafka.topics import TopicNames, TopicSpec
 from tidemark.protocol import codec
-from tidemark.service.dead_letters import RawRecord, headers_of, record_failure
-from tidemark.service.event_log import EventLogReader
-from tidemark.service.http_edge import install_edge, web_options
-from tidemark.service.logs import get_logger
-from tidemark.service.metrics import BUILD_INFO, MESSAGES_CONSUMED, SERVICE_READY
-from tidemark.service.singleton import SingletonLease, lease_topic
+from tidemark.chassis.dead_letter_publisher import RawRecord, headers_of, record_failure
+from tidemark.chassis.replay import EventLogReader
+from tidemark.chassis.http_edge import install_edge, web_options
+from tidemark.chassis.logs import get_logger
+from tidemark.chassis.metrics import BUILD_INFO, MESSAGES_CONSUMED, SERVICE_READY
+from tidemark.chassis.singleton import SingletonLease, lease_topic
 
 log = get_logger(__name__)
 
