@@ -31,22 +31,35 @@ def registered_epochs(job) -> list[int]:
     return [e["epoch"] for e in job.events("attempt registered") if not e.get("finished")]
 
 
+def start_fed_job(pipe, topics, bootstrap: str, checkpoints: int):
+    """The job started on a fresh 4-partition input that is fed until the milestone is reached;
+    returns once it completed ``checkpoints`` checkpoints: ``(job, milestone, feeder)``."""
+    pipe.create_topic(topics.input, 4)
+    job = pipe.start_job(TOP_URLS, topics.args())
+    milestone = Milestone()
+    feeder = InputFeeder(bootstrap, topics.input, total=2000, chunk=100, pause_s=0.5, until=milestone).start()
+    wait_for(lambda: pipe.completed_checkpoints(topics.job_id) >= checkpoints, 300,
+             f"{checkpoints} completed checkpoints")
+    return job, milestone, feeder
+
+
+def verified_output(pipe, topics, bootstrap: str, milestone: Milestone, feeder: InputFeeder):
+    """Two more checkpoints, then the input stopped and the read_committed output checked against
+    it: ``(records sent, verdict)``."""
+    milestone.after_two_more_checkpoints(pipe, topics.job_id)
+    records = feeder.join(timeout_s=600)
+    return records, verify_two_stage(bootstrap, topics, records, timeout_s=300)
+
+
 def test_whole_process_tree_sigkilled_then_started_again_with_the_same_arguments(
         tmp_path, kafka_bootstrap, unique_name):
     topics = topics_for(unique_name)
     with pipeline(tmp_path, kafka_bootstrap, unique_name) as pipe:
-        pipe.create_topic(topics.input, 4)
-        first = pipe.start_job(TOP_URLS, topics.args())
-        milestone = Milestone()
-        feeder = InputFeeder(kafka_bootstrap, topics.input, total=2000, chunk=100, pause_s=0.5,
-                             until=milestone).start()
-        wait_for(lambda: pipe.completed_checkpoints(topics.job_id) >= 3, 300, "3 completed checkpoints")
+        first, milestone, feeder = start_fed_job(pipe, topics, kafka_bootstrap, checkpoints=3)
         killed = first.kill_tree()
         sent_at_kill = len(feeder.records)
         again = pipe.start_job(TOP_URLS, topics.args())  # what a restarted pod runs
-        milestone.after_two_more_checkpoints(pipe, topics.job_id)
-        records = feeder.join(timeout_s=600)
-        verdict = verify_two_stage(kafka_bootstrap, topics, records, timeout_s=300)
+        records, verdict = verified_output(pipe, topics, kafka_bootstrap, milestone, feeder)
         resumed = again.events("resuming the job's last state")
         attempts = again.events("starting attempt")
         again.stop()
@@ -67,12 +80,7 @@ def test_stop_with_savepoint_upgrade_in_savepoint_mode_survives_a_sigkill_of_the
         tmp_path, kafka_bootstrap, unique_name):
     topics = topics_for(unique_name)
     with pipeline(tmp_path, kafka_bootstrap, unique_name) as pipe:
-        pipe.create_topic(topics.input, 4)
-        old = pipe.start_job(TOP_URLS, topics.args())
-        milestone = Milestone()
-        feeder = InputFeeder(kafka_bootstrap, topics.input, total=2000, chunk=100, pause_s=0.5,
-                             until=milestone).start()
-        wait_for(lambda: pipe.completed_checkpoints(topics.job_id) >= 2, 300, "2 completed checkpoints")
+        old, milestone, feeder = start_fed_job(pipe, topics, kafka_bootstrap, checkpoints=2)
         client = pipe.client()
         request = client.trigger_savepoint(topics.job_id, stop=True)
         savepoint = client.wait_for_savepoint(topics.job_id, request["request_id"], timeout_s=120)
@@ -84,9 +92,7 @@ def test_stop_with_savepoint_upgrade_in_savepoint_mode_survives_a_sigkill_of_the
         wait_for(lambda: pipe.completed_checkpoints(topics.job_id) >= done + 2, 300, "2 checkpoints of the new version")
         upgraded.kill_tree()
         again = pipe.start_job(UPGRADED_TOP_URLS, topics.args(), from_savepoint=path, env=UPGRADED_ENV)
-        milestone.after_two_more_checkpoints(pipe, topics.job_id)
-        records = feeder.join(timeout_s=600)
-        verdict = verify_two_stage(kafka_bootstrap, topics, records, timeout_s=300)
+        records, verdict = verified_output(pipe, topics, kafka_bootstrap, milestone, feeder)
         first_start = upgraded.events("starting attempt")[0]
         restart = again.events("starting attempt")[0]
         newer = again.events("the job has newer state than the requested restore source; resuming it")
@@ -101,20 +107,13 @@ def test_restore_api_on_a_running_job_replaces_the_attempt_and_checkpoints_go_on
         tmp_path, kafka_bootstrap, unique_name):
     topics = topics_for(unique_name)
     with pipeline(tmp_path, kafka_bootstrap, unique_name) as pipe:
-        pipe.create_topic(topics.input, 4)
-        job = pipe.start_job(TOP_URLS, topics.args())
-        milestone = Milestone()
-        feeder = InputFeeder(kafka_bootstrap, topics.input, total=2000, chunk=100, pause_s=0.5,
-                             until=milestone).start()
-        wait_for(lambda: pipe.completed_checkpoints(topics.job_id) >= 2, 300, "2 completed checkpoints")
+        job, milestone, feeder = start_fed_job(pipe, topics, kafka_bootstrap, checkpoints=2)
         client = pipe.client()
         newest = max(c["id"] for c in client.retained_checkpoints(topics.job_id)["checkpoints"])
         restored = client.restore(topics.job_id, parallelism=3, checkpoint_id=newest)
         wait_for(lambda: restored["epoch"] in registered_epochs(job), 240, "the restored attempt registered")
-        milestone.after_two_more_checkpoints(pipe, topics.job_id)  # its checkpoints go on
+        records, verdict = verified_output(pipe, topics, kafka_bootstrap, milestone, feeder)  # its checkpoints go on
         state = next(j for j in client.jobs()["jobs"] if j["job"] == topics.job_id)
-        records = feeder.join(timeout_s=600)
-        verdict = verify_two_stage(kafka_bootstrap, topics, records, timeout_s=300)
         replaced = job.events("restore issued through the API; replacing the attempt")
         attempts = job.events("starting attempt")
         job.stop()
@@ -132,12 +131,7 @@ def test_checkpoint_timeout_fails_over_and_the_output_continues_exactly_once(tmp
     env = {"TIDEMARK_CHECKPOINT__INTERVAL_MS": "1500", "TIDEMARK_CHECKPOINT__TIMEOUT_MS": str(timeout_ms),
            "TIDEMARK_CHECKPOINT__TOLERABLE_FAILURES": "0"}
     with pipeline(tmp_path, kafka_bootstrap, unique_name, env=env) as pipe:
-        pipe.create_topic(topics.input, 4)
-        job = pipe.start_job(TOP_URLS, topics.args())
-        milestone = Milestone()
-        feeder = InputFeeder(kafka_bootstrap, topics.input, total=2000, chunk=100, pause_s=0.5,
-                             until=milestone).start()
-        wait_for(lambda: pipe.completed_checkpoints(topics.job_id) >= 2, 300, "2 completed checkpoints")
+        job, milestone, feeder = start_fed_job(pipe, topics, kafka_bootstrap, checkpoints=2)
         epoch = registered_epochs(job)[-1]
         ready = next(Path(pipe.home, "runs").glob(f"*/top_urls.epoch-{epoch}.ready"))
         worker = json.loads(ready.read_text())["pid"]
@@ -153,9 +147,7 @@ def test_checkpoint_timeout_fails_over_and_the_output_continues_exactly_once(tmp
             except ProcessLookupError:
                 pass  # the failover killed it
         wait_for(lambda: any(e > epoch for e in registered_epochs(job)), 240, "a new attempt registered")
-        milestone.after_two_more_checkpoints(pipe, topics.job_id)
-        records = feeder.join(timeout_s=600)
-        verdict = verify_two_stage(kafka_bootstrap, topics, records, timeout_s=300)
+        records, verdict = verified_output(pipe, topics, kafka_bootstrap, milestone, feeder)
         job.stop()
     assert "exceed the tolerable 0" in failed[0]["reason"]
     assert verdict.exactly_once, verdict

@@ -9,27 +9,13 @@ from __future__ import annotations
 
 import signal
 import time
-from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
 
-from tidemark.kafka.clients import consumer_config, producer_config
+from protocol_participant import ProtocolParticipant
 from tidemark.local.cluster import LocalCluster
-from tidemark.protocol import codec
-from tidemark.protocol.messages import (
-    CheckpointCompleted,
-    CheckpointTrigger,
-    JobRegistration,
-    StateHandle,
-    StateHandleKind,
-    TaskAck,
-    TaskAssignment,
-    TaskSnapshot,
-    TaskTimings,
-)
-from tidemark.storage import open_storage
-from tidemark.types import CheckpointingMode, Epoch, JobId, KeyGroup, OperatorId, task_id
+from tidemark.protocol.messages import CheckpointCompleted, CheckpointTrigger, TaskAck, TaskAssignment, TaskTimings
+from tidemark.types import JobId, KeyGroup, OperatorId, task_id
 
 pytestmark = pytest.mark.integration
 
@@ -39,40 +25,12 @@ TASKS = (TaskAssignment(task_id(OPERATOR, 0), OPERATOR, 0, KeyGroup(0), KeyGroup
          TaskAssignment(task_id(OPERATOR, 1), OPERATOR, 1, KeyGroup(64), KeyGroup(127)))
 
 
-class Participant:
+class Participant(ProtocolParticipant):
     """A two-task job that speaks the protocol over Kafka."""
 
     def __init__(self, bootstrap: str, topics, storage_url: str) -> None:
-        base = {"bootstrap.servers": bootstrap}
-        self.topics = topics
-        self.storage = open_storage(storage_url)
-        self.producer = Producer(producer_config(base))
-        self.consumer = Consumer(consumer_config(base, None))
-        self.consumer.assign([TopicPartition(topics.control, 0, 0)])
+        super().__init__(bootstrap, topics, storage_url, JOB, TASKS)
         self.seen: list = []
-
-    def send(self, topic: str, message) -> None:
-        self.producer.produce(topic, key=JOB.encode(), value=codec.encode(message))
-        self.producer.flush(10)
-
-    def register(self) -> None:
-        self.send(self.topics.control, JobRegistration(
-            job_id=JOB, epoch=Epoch(1), mode=CheckpointingMode.EXACTLY_ONCE, max_parallelism=128,
-            tasks=TASKS, source_tasks=tuple(t.task_id for t in TASKS),
-            registered_at=int(time.time() * 1000)))
-
-    def ack(self, trigger: CheckpointTrigger, task: TaskAssignment) -> TaskAck:
-        path = f"{JOB}/chk-{trigger.checkpoint_id}/{task.task_id.replace('#', '-')}.state"
-        state_file = self.storage.write_bytes(path, f"state of {task.task_id} at {trigger.checkpoint_id}".encode())
-        handle = StateHandle(StateHandleKind.KEYED_FULL, OPERATOR, task.key_group_start, task.key_group_end,
-                             (state_file,), state_file.size_bytes, state_file.size_bytes)
-        ack = TaskAck(job_id=JOB, checkpoint_id=trigger.checkpoint_id,
-                      task=TaskSnapshot(task.task_id, OPERATOR, task.subtask_index, task.key_group_start,
-                                        task.key_group_end, state_handles=(handle,)),
-                      timings=TaskTimings(sync_ms=1, async_ms=2), acked_at=int(time.time() * 1000),
-                      epoch=trigger.epoch)
-        self.send(self.topics.acks, ack)
-        return ack
 
     def next_of(self, kind: type, timeout_s: float = 30.0, after: int = 0):
         deadline = time.monotonic() + timeout_s
@@ -80,13 +38,10 @@ class Participant:
             for message in self.seen:
                 if isinstance(message, kind) and message.checkpoint_id > after:
                     return message
-            record = self.consumer.poll(0.2)
-            if record is not None and not record.error():
-                self.seen.append(codec.decode(record.value()))
+            message = self.poll()
+            if message is not None:
+                self.seen.append(message)
         raise TimeoutError(f"no {kind.__name__} after checkpoint {after} within {timeout_s}s")
-
-    def close(self) -> None:
-        self.consumer.close()
 
 
 @pytest.fixture

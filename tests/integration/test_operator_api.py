@@ -21,30 +21,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
 
+from protocol_participant import ProtocolParticipant
 from tidemark.checkpoint import plan_assignments
-from tidemark.checkpoint_store import checkpoint_dir, encode_metadata
-from tidemark.kafka.clients import consumer_config, producer_config
+from tidemark.checkpoint_store import encode_metadata
 from tidemark.kafka.topics import TopicNames
 from tidemark.local.cluster import LocalCluster
-from tidemark.protocol import codec
 from tidemark.protocol.messages import (
     CheckpointCompleted,
     CheckpointMetadata,
     CheckpointTrigger,
-    JobRegistration,
     RestoreCommand,
     SavepointRequest,
-    StateHandle,
-    StateHandleKind,
-    TaskAck,
     TaskAssignment,
-    TaskSnapshot,
-    TaskTimings,
 )
-from tidemark.storage import open_storage
-from tidemark.types import CheckpointingMode, CheckpointType, Epoch, JobId, KeyGroup, OperatorId, task_id
+from tidemark.types import CheckpointType, JobId, KeyGroup, OperatorId, task_id
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -79,45 +70,21 @@ def deployment(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory):
                          home / "checkpoints")
 
 
-class Participant:
+class Participant(ProtocolParticipant):
     """A two-task job speaking the protocol over Kafka; ``pump`` acks every trigger it reads."""
 
     def __init__(self, deployment: Deployment, job: str) -> None:
-        base = {"bootstrap.servers": deployment.bootstrap}
-        self.job = JobId(job)
-        self.topics = deployment.topics
-        self.storage = open_storage(deployment.storage_url)
-        self.producer = Producer(producer_config(base))
-        self.consumer = Consumer(consumer_config(base, None))
-        self.consumer.assign([TopicPartition(self.topics.control, 0, 0)])
+        super().__init__(deployment.bootstrap, deployment.topics, deployment.storage_url, JobId(job), TASKS,
+                         MAX_PARALLELISM)
         self.seen: list[Any] = []
         self.written: dict[int, int] = {}  # checkpoint id -> bytes written by both tasks
         self._acked: set[int] = set()
 
-    def send(self, topic: str, message: Any) -> None:
-        self.producer.produce(topic, key=self.job.encode(), value=codec.encode(message))
-        self.producer.flush(10)
-
-    def register(self) -> None:
-        self.send(self.topics.control, JobRegistration(
-            job_id=self.job, epoch=Epoch(1), mode=CheckpointingMode.EXACTLY_ONCE,
-            max_parallelism=MAX_PARALLELISM, tasks=TASKS, source_tasks=tuple(t.task_id for t in TASKS),
-            registered_at=int(time.time() * 1000)))
-
     def _ack(self, trigger: CheckpointTrigger) -> None:
-        folder = checkpoint_dir(self.job, trigger.checkpoint_id, trigger.checkpoint_type)
         for task in TASKS:
-            data = f"state of {task.task_id} at {trigger.checkpoint_id}".encode()
-            ref = self.storage.write_bytes(f"{folder}/{task.task_id.replace('#', '-')}.state", data)
-            self.written[trigger.checkpoint_id] = self.written.get(trigger.checkpoint_id, 0) + ref.size_bytes
-            handle = StateHandle(StateHandleKind.KEYED_FULL, OPERATOR, task.key_group_start,
-                                 task.key_group_end, (ref,), ref.size_bytes, ref.size_bytes)
-            self.send(self.topics.acks, TaskAck(
-                job_id=self.job, checkpoint_id=trigger.checkpoint_id,
-                task=TaskSnapshot(task.task_id, OPERATOR, task.subtask_index, task.key_group_start,
-                                  task.key_group_end, state_handles=(handle,)),
-                timings=TaskTimings(sync_ms=1, async_ms=2), acked_at=int(time.time() * 1000),
-                epoch=trigger.epoch))
+            ack = self.ack(trigger, task)
+            written = ack.task.state_handles[0].checkpointed_size_bytes
+            self.written[trigger.checkpoint_id] = self.written.get(trigger.checkpoint_id, 0) + written
 
     def find(self, kind: type, predicate: Callable[[Any], bool] = lambda m: True) -> Any:
         return next((m for m in self.seen if isinstance(m, kind) and predicate(m)), None)
@@ -128,11 +95,8 @@ class Participant:
         while not until():
             if time.monotonic() > deadline:
                 raise TimeoutError(f"condition not met within {timeout_s}s; seen {self.seen[-5:]}")
-            record = self.consumer.poll(0.2)
-            if record is None or record.error():
-                continue
-            message = codec.decode(record.value())
-            if getattr(message, "job_id", None) != self.job:
+            message = self.poll()
+            if message is None or getattr(message, "job_id", None) != self.job:
                 continue
             self.seen.append(message)
             if ack and isinstance(message, CheckpointTrigger) and message.checkpoint_id not in self._acked:
@@ -143,9 +107,6 @@ class Participant:
                  timeout_s: float = 30.0, *, ack: bool = True) -> Any:
         self.pump(lambda: self.find(kind, predicate) is not None, timeout_s, ack=ack)
         return self.find(kind, predicate)
-
-    def close(self) -> None:
-        self.consumer.close()
 
 
 @pytest.fixture

@@ -9,25 +9,13 @@ import time
 from collections.abc import Callable
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
 
-from tidemark.kafka.clients import consumer_config, producer_config
-from tidemark.local.cluster import LocalCluster
-from tidemark.protocol import codec
-from tidemark.protocol.messages import (
-    CheckpointCompleted,
-    CheckpointTrigger,
-    JobRegistration,
-    StateHandle,
-    StateHandleKind,
-    TaskAck,
-    TaskAssignment,
-    TaskSnapshot,
-    TaskTimings,
-)
+from protocol_participant import ProtocolParticipant
 from tidemark.exit_codes import EXIT_FENCED
-from tidemark.storage import open_storage
-from tidemark.types import CheckpointingMode, Epoch, JobId, KeyGroup, OperatorId, task_id
+from tidemark.kafka.topics import TopicNames
+from tidemark.local.cluster import LocalCluster
+from tidemark.protocol.messages import CheckpointCompleted, CheckpointTrigger, TaskAssignment
+from tidemark.types import JobId, KeyGroup, OperatorId, task_id
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
 
@@ -37,55 +25,30 @@ TASKS = (TaskAssignment(task_id(OPERATOR, 0), OPERATOR, 0, KeyGroup(0), KeyGroup
 SERVICES = ["coordinator", "checkpoint-store", "changelog", "materializer"]
 
 
-class Job:
+class Job(ProtocolParticipant):
     """A one-task job that acks every trigger, as a worker does."""
 
-    def __init__(self, bootstrap: str, prefix: str, storage_url: str) -> None:
-        base = {"bootstrap.servers": bootstrap}
-        self.control, self.acks = f"{prefix}.control", f"{prefix}.acks"
-        self.storage = open_storage(storage_url)
-        self.producer = Producer(producer_config(base))
-        self.consumer = Consumer(consumer_config(base, None))
-        self.consumer.assign([TopicPartition(self.control, 0, 0)])
+    def __init__(self, bootstrap: str, topics: TopicNames, storage_url: str) -> None:
+        super().__init__(bootstrap, topics, storage_url, JOB, TASKS)
         self.triggers: list[CheckpointTrigger] = []
         self.completed: list[CheckpointCompleted] = []
         self.stopped = threading.Event()
-
-    def send(self, topic: str, message: object) -> None:
-        self.producer.produce(topic, key=JOB.encode(), value=codec.encode(message))
-        self.producer.flush(10)
-
-    def register(self) -> None:
-        self.send(self.control, JobRegistration(JOB, Epoch(1), CheckpointingMode.EXACTLY_ONCE, 128, TASKS,
-                                                tuple(t.task_id for t in TASKS), int(time.time() * 1000)))
 
     def serve(self, seconds: float) -> None:
         """Ack every trigger seen for ``seconds``."""
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline and not self.stopped.is_set():
-            record = self.consumer.poll(0.2)
-            if record is None or record.error():
-                continue
-            message = codec.decode(record.value())
+            message = self.poll()
             if isinstance(message, CheckpointCompleted):
                 self.completed.append(message)
-            if not isinstance(message, CheckpointTrigger):
-                continue
-            self.triggers.append(message)
-            task = TASKS[0]
-            state = self.storage.write_bytes(f"{JOB}/chk-{message.checkpoint_id}/t0.state", b"state")
-            handle = StateHandle(StateHandleKind.KEYED_FULL, OPERATOR, task.key_group_start, task.key_group_end,
-                                 (state,), state.size_bytes, state.size_bytes)
-            self.send(self.acks, TaskAck(
-                job_id=JOB, checkpoint_id=message.checkpoint_id,
-                task=TaskSnapshot(task.task_id, OPERATOR, 0, task.key_group_start, task.key_group_end,
-                                  state_handles=(handle,)),
-                timings=TaskTimings(sync_ms=1, async_ms=1), acked_at=int(time.time() * 1000), epoch=message.epoch))
+            if isinstance(message, CheckpointTrigger):
+                self.triggers.append(message)
+                self.ack(message, TASKS[0])
 
-    def close(self, serving: threading.Thread) -> None:
+    def stop(self, serving: threading.Thread) -> None:
         self.stopped.set()
         serving.join(5)  # before the consumer it polls is closed
-        self.consumer.close()
+        self.close()
 
 
 def _wait(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
@@ -102,7 +65,7 @@ def test_a_newer_instance_of_each_service_fences_the_older(kafka_bootstrap, topi
     with LocalCluster(tmp_path, kafka_bootstrap, topic_prefix=topic_names.prefix, env=env) as cluster:
         cluster.start(SERVICES)
         cluster.wait_ready(timeout_s=120)
-        job = Job(kafka_bootstrap, topic_names.prefix, storage_url)
+        job = Job(kafka_bootstrap, topic_names, storage_url)
         serving = threading.Thread(target=job.serve, args=(400,), daemon=True)  # the job acks throughout
         try:
             job.register()
@@ -120,4 +83,4 @@ def test_a_newer_instance_of_each_service_fences_the_older(kafka_bootstrap, topi
             ids = [t.checkpoint_id for t in job.triggers[first_trigger:]]
             assert len(ids) == len(set(ids)), f"a checkpoint was triggered twice: {ids}"
         finally:
-            job.close(serving)
+            job.stop(serving)

@@ -1,10 +1,10 @@
 """A small blocking client of the coordinator's operator API (what the CLI and the supervisor use).
 
-Lifecycle: ``CoordinatorClient(url, token)`` keeps one ``requests`` session (pooled keep-alive
-connections); every method is one API call with a connect and read timeout of ``timeout_s``,
-returns the decoded JSON document, and raises :class:`ApiError` for an HTTP error status (with the
-server's message), an unreachable coordinator (``status`` None), or a response that is not JSON.
-With ``wait_unavailable_s`` the session's urllib3 ``Retry`` waits about that long while the
+Lifecycle: ``CoordinatorClient(url, token)`` keeps one ``httpx2.Client`` (pooled keep-alive
+connections); every method is one API call with a timeout of ``timeout_s`` for connecting and for
+each read and write, returns the decoded JSON document, and raises :class:`ApiError` for an HTTP
+error status (with the server's message), an unreachable coordinator (``status`` None), or a
+response that is not JSON. With ``wait_unavailable_s`` the call waits about that long while the
 coordinator refuses connections or answers 503 (a restart, replaying its log) before it fails;
 a request that reached the coordinator and got no answer is never sent twice.
 """
@@ -12,18 +12,17 @@ a request that reached the coordinator and got no answer is never sent twice.
 from __future__ import annotations
 
 import json
-import math
 import time
 from typing import Any
 from urllib.parse import quote, urlparse
 
-import requests
-from requests.adapters import HTTPAdapter
-from urllib3.util.retry import Retry
+import httpx2
 
 DEFAULT_URL = "http://127.0.0.1:9400"
 TERMINAL_SAVEPOINT_STATES = frozenset({"COMPLETED", "FAILED", "UNKNOWN"})
 RETRY_PAUSE_S = 1.0  # the longest pause between two attempts while the coordinator is unavailable
+# Failures before anything was sent (no connection): sending again cannot repeat an action.
+NOT_SENT = (httpx2.ConnectError, httpx2.ConnectTimeout)
 
 
 class ApiError(Exception):
@@ -39,27 +38,34 @@ def _segment(value: str | int) -> str:
     return quote(str(value), safe="")
 
 
-def availability_retry(wait_s: float) -> Retry:
-    """Retry refused connections and 503 answers for about ``wait_s`` (pauses up to
-    :data:`RETRY_PAUSE_S`, or the server's ``Retry-After``), any method: in both cases the
-    coordinator did nothing. Read errors are not retried (the request may have been acted on)."""
-    attempts = math.ceil(wait_s / RETRY_PAUSE_S) + 1
-    return Retry(total=attempts, connect=attempts, status=attempts, read=0, other=0, redirect=0,
-                 status_forcelist=frozenset({503}), allowed_methods=None, backoff_factor=RETRY_PAUSE_S / 2,
-                 backoff_max=RETRY_PAUSE_S, respect_retry_after_header=True, raise_on_status=False)
+def unavailable_pause(attempt: int, retry_after: str | None = None) -> float:
+    """The pause after failed attempt number ``attempt`` (1, 2, ...) of an unavailable
+    coordinator: the server's ``Retry-After`` seconds when it sent them, else half of
+    :data:`RETRY_PAUSE_S` after the first attempt and all of it after later ones."""
+    if retry_after is not None:
+        try:
+            return max(0.0, float(retry_after))
+        except ValueError:
+            pass  # an HTTP date: the coordinator sends none, so the default pause
+    return RETRY_PAUSE_S / 2 if attempt == 1 else RETRY_PAUSE_S
 
 
-def _reason(exc: requests.RequestException) -> str:
+def pause_before_deadline(deadline: float, pause_s: float) -> float | None:
+    """``pause_s`` shortened to end at ``deadline`` (monotonic), or None once it has passed."""
+    remaining = deadline - time.monotonic()
+    return None if remaining <= 0 else min(pause_s, remaining)
+
+
+def _reason(exc: httpx2.RequestError) -> str:
     """The innermost cause of a failed connection, e.g. ``Connection refused``."""
-    if isinstance(exc, requests.Timeout):
+    if isinstance(exc, httpx2.TimeoutException):
         return "timed out"
     cause: BaseException | None = exc
     while cause is not None:
         if isinstance(cause, OSError) and cause.strerror:
             return cause.strerror
-        inner = getattr(cause, "reason", None)
-        cause = inner if isinstance(inner, BaseException) else (cause.__cause__ or cause.__context__)
-    return str(exc)
+        cause = cause.__cause__ or cause.__context__
+    return str(exc) or type(exc).__name__
 
 
 class CoordinatorClient:
@@ -73,21 +79,37 @@ class CoordinatorClient:
         self.url = url.rstrip("/")
         self.token = token or None
         self.timeout_s = timeout_s
-        self.session = requests.Session()
-        self.session.headers["Accept"] = "application/json"
+        self.wait_unavailable_s = wait_unavailable_s
+        headers = {"Accept": "application/json"}
         if self.token:
-            self.session.headers["Authorization"] = f"Bearer {self.token}"
-        retry = availability_retry(wait_unavailable_s) if wait_unavailable_s > 0 else Retry(0, read=False)
-        for scheme in ("http://", "https://"):
-            self.session.mount(scheme, HTTPAdapter(max_retries=retry))
+            headers["Authorization"] = f"Bearer {self.token}"
+        self.http = httpx2.Client(headers=headers, timeout=timeout_s, follow_redirects=False)
 
     def request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
-        """``method`` ``/api/v1{path}`` with a JSON ``body``; the decoded JSON answer."""
-        try:
-            response = self.session.request(method, f"{self.url}/api/v1{path}", json=body,
-                                            timeout=self.timeout_s, allow_redirects=False)
-        except requests.RequestException as exc:
-            raise ApiError(None, f"cannot reach the coordinator at {self.url}: {_reason(exc)}") from None
+        """``method`` ``/api/v1{path}`` with a JSON ``body``; the decoded JSON answer.
+
+        A refused (or timed-out) connection and a 503 answer are tried again until
+        ``wait_unavailable_s`` has passed: in both cases the coordinator did nothing, whatever
+        the method. Any other failure (e.g. no answer in time) is final."""
+        url = f"{self.url}/api/v1{path}"
+        deadline = time.monotonic() + self.wait_unavailable_s
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                response = self.http.request(method, url, json=body)
+            except httpx2.RequestError as exc:
+                if not isinstance(exc, NOT_SENT) or (
+                        pause := pause_before_deadline(deadline, unavailable_pause(attempt))) is None:
+                    raise ApiError(None, f"cannot reach the coordinator at {self.url}: {_reason(exc)}") from None
+            else:
+                retry_after = response.headers.get("Retry-After")
+                if response.status_code != 503 or (
+                        pause := pause_before_deadline(deadline, unavailable_pause(attempt, retry_after))) is None:
+                    return self._result(response)
+            time.sleep(pause)
+
+    def _result(self, response: httpx2.Response) -> Any:
         if response.status_code >= 400:
             raise ApiError(response.status_code, self._error_message(response.status_code, response.content))
         return self._decode(response.status_code, response.content)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
-import requests
+import httpx2
 
 from tidemark.processes import die_with_parent, free_port, stop_process
 
@@ -39,9 +39,12 @@ class LocalService:
         return f"http://127.0.0.1:{self.port}"
 
     def get(self, path: str, timeout_s: float = 2.0) -> tuple[int, bytes]:
-        """``GET path``: status and body, errors included; ``OSError`` (``requests``' errors are
-        ones) when the service does not answer."""
-        response = requests.get(self.url + path, timeout=timeout_s, allow_redirects=False)
+        """``GET path``: status and body, errors included; ``OSError`` when the service does not
+        answer (refused, timed out, closed)."""
+        try:
+            response = httpx2.get(self.url + path, timeout=timeout_s, follow_redirects=False)
+        except httpx2.TransportError as exc:
+            raise OSError(f"GET {self.url}{path}: {exc!r}") from exc
         return response.status_code, response.content
 
     def ready(self) -> bool:

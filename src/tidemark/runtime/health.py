@@ -5,7 +5,7 @@ Lifecycle: ``serve_health(host, port, ready)`` starts the server and returns it;
 as the process (``shutdown()`` stops it). ``ready`` is called per ``/readyz`` request (supervisor:
 an attempt is registered and running; stage worker: its streaming query has started). Services
 do not use this module: they serve the same paths from their Faust web server
-(:mod:`tidemark.chassis.app`). The supervisor's job metrics are declared here as well.
+(:mod:`tidemark.chassis.app`).
 """
 
 from __future__ import annotations
@@ -15,13 +15,7 @@ import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from prometheus_client import CONTENT_TYPE_LATEST, Counter, Gauge, generate_latest
-
-RESTARTS = Counter("tidemark_job_restarts_total", "Failovers of a job (a worker died and every stage was restored)",
-                   ["job"])
-EPOCH = Gauge("tidemark_job_epoch", "Epoch of the job's current attempt", ["job"])
-RUNNING = Gauge("tidemark_job_running", "1 while every stage of the job's current attempt runs", ["job"])
-
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True

@@ -1,4 +1,5 @@
-"""Worker metrics (names are the contract in docs/operations.md; Flink's task metrics in brackets)."""
+"""A job's metrics: each stage worker's and, at the end, the supervisor's (names are the contract in
+docs/operations.md; Flink's task metrics in brackets)."""
 
 from __future__ import annotations
 
@@ -30,3 +31,9 @@ def init_worker_metrics(job: str) -> None:
     for histogram in (ALIGNMENT, SNAPSHOT_SYNC, SNAPSHOT_ASYNC):
         histogram.labels(job)
     RESTORE_DURATION.labels(job).set(0)
+
+# the supervisor's, per job
+RESTARTS = Counter("tidemark_job_restarts_total", "Failovers of a job (a worker died and every stage was restored)",
+                   ["job"])
+EPOCH = Gauge("tidemark_job_epoch", "Epoch of the job's current attempt", ["job"])
+RUNNING = Gauge("tidemark_job_running", "1 while every stage of the job's current attempt runs", ["job"])

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from tidemark.protocol import codec
 from tidemark.protocol.errors import DecodeError
@@ -32,7 +33,7 @@ RUNTIME_HEADERS = (EPOCH_HEADER, TASK_HEADER, BARRIER_HEADER)
 _MAX_TASK_ID_BYTES = 256
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class InputRecord:
     """One Kafka record read by a stage."""
 
@@ -65,22 +66,36 @@ def barrier_headers(barrier: Barrier) -> list[tuple[str, bytes]]:
 
 
 def records_of(table: pa.Table | pa.RecordBatch) -> Iterator[InputRecord]:
-    """The rows of a source batch (``tidemark.spark.arrow.SOURCE_SCHEMA``) as records."""
-    columns = {name: table.column(name).to_pylist() for name in
-               ("topic", "partition", "offset", "timestamp", "key", "value", "headers")}
-    for i in range(table.num_rows):
-        headers = columns["headers"][i]
+    """The rows of a source batch (``tidemark.spark.arrow.SOURCE_SCHEMA``) as records.
+
+    Column by column: timestamps become epoch milliseconds in Arrow (no ``datetime`` per record),
+    and headers are turned into Python objects only when the batch has any (input topics seldom
+    do; channel records always do)."""
+    n = table.num_rows
+    if n == 0:
+        return
+    topics = table.column("topic").to_pylist()
+    partitions = table.column("partition").to_pylist()
+    offsets = table.column("offset").to_pylist()
+    stamps = table.column("timestamp").cast(pa.int64()).to_pylist()  # microseconds since the epoch
+    keys = table.column("key").to_pylist()
+    values = table.column("value").to_pylist()
+    header_column = table.column("headers")
+    has_headers = pc.max(pc.list_value_length(header_column)).as_py() or 0
+    all_headers = header_column.to_pylist() if has_headers else [None] * n
+    for i in range(n):
+        headers = all_headers[i]
         epoch = task = barrier = error = None
         if headers:
             try:
                 epoch, task, barrier = tidemark_headers(headers)
             except HeaderError as exc:
                 error = str(exc)
-        stamp = columns["timestamp"][i]
+        stamp = stamps[i]
         yield InputRecord(
-            topic=columns["topic"][i], partition=columns["partition"][i], offset=columns["offset"][i],
-            timestamp_ms=int(stamp.timestamp() * 1000) if stamp is not None else 0,
-            key=columns["key"][i], value=columns["value"][i], epoch=epoch, task=task, barrier=barrier,
+            topic=topics[i], partition=partitions[i], offset=offsets[i],
+            timestamp_ms=stamp // 1000 if stamp is not None else 0,
+            key=keys[i], value=values[i], epoch=epoch, task=task, barrier=barrier,
             header_error=error, headers=headers,
         )
 

@@ -25,7 +25,7 @@ from tidemark.runtime.stage_tasks import key_group_range
 from tidemark.runtime.task import CUT_STATE, SINK_STATE, StageTask
 from tidemark.state import KeyedSnapshot
 from tidemark.storage.base import CheckpointStorage
-from tidemark.types import JobId, OperatorId, TaskId
+from tidemark.types import OperatorId, TaskId
 
 
 @dataclass
@@ -46,10 +46,9 @@ def keyed_snapshots(metadata: CheckpointMetadata, operator_id: OperatorId,
             and len(key_group_range(t).intersection(key_groups))]
 
 
-def restore_stage(metadata: CheckpointMetadata, job: JobId, operator_id: OperatorId, tasks: Sequence[StageTask],
+def restore_stage(metadata: CheckpointMetadata, operator_id: OperatorId, tasks: Sequence[StageTask],
                   parallelism: int, storage: CheckpointStorage) -> RestoredStage:
-    if metadata.job_id != job:
-        raise ValueError(f"checkpoint {metadata.checkpoint_id} belongs to job {metadata.job_id}, not {job}")
+    """``metadata`` must be the stage's job's (the worker checks it as it reads it)."""
     plan = plan_restore(metadata, parallelism)
     operator_handles = [h for t in metadata.tasks if t.operator_id == operator_id
                         for h in t.state_handles if h.kind is StateHandleKind.OPERATOR]

@@ -51,7 +51,8 @@ from tidemark.protocol.messages import AttemptFailed, JobRegistration, RestoreCo
 from tidemark.runtime.api import JobSpec, load_job
 from tidemark.runtime.attempt_planner import AttemptPlanner, AttemptState, RunOptions, StartRefused
 from tidemark.runtime.control import AttemptSignals, ControlPublisher
-from tidemark.runtime.health import EPOCH, RESTARTS, RUNNING, serve_health
+from tidemark.runtime.health import serve_health
+from tidemark.runtime.metrics import EPOCH, RESTARTS, RUNNING
 from tidemark.runtime.stage_attempt import Assignment, Attempt
 from tidemark.runtime.start_errors import failed_file, missing_topics_reason
 from tidemark.chassis.logs import get_logger

@@ -155,7 +155,7 @@ class StageWorker:
             metadata = read_metadata(self.storage, path)
             if metadata.job_id != self.job:
                 raise ValueError(f"{path} belongs to job {metadata.job_id}, not {self.job}")
-            restored = restore_stage(metadata, self.job, self.stage.operator_id, self.tasks,
+            restored = restore_stage(metadata, self.stage.operator_id, self.tasks,
                                      self.attempt.parallelism, self.storage)
         except (CorruptStateFile, MetadataFormatError) as exc:  # the supervisor will not restore it again
             log.error("restore failed: checkpoint corrupted", job=self.job, stage=self.stage.name, checkpoint=path,

@@ -38,7 +38,7 @@ from typing import Any, BinaryIO
 from urllib.parse import unquote, urlparse
 
 from tidemark.protocol.messages import StateFile
-from tidemark.storage.base import CorruptStateFile, InvalidStoragePath, StorageError, verified
+from tidemark.storage.base import InvalidStoragePath, StorageError, verified
 
 try:
     import boto3

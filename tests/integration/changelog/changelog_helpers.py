@@ -8,25 +8,12 @@ from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 
-from tidemark.state import (
-    KeyGroupRange,
-    KeyNotInRangeError,
-    ListStateDescriptor,
-    MapStateDescriptor,
-    ReducingStateDescriptor,
-    ValueStateDescriptor,
-    assign_to_key_group,
-)
+from state_operations import DESCRIPTORS
+from tidemark.state import KeyGroupRange, KeyNotInRangeError, assign_to_key_group
 
 MAX_P = 128
 KEYS: list[Any] = [*range(-20, 40), *(f"user-{i}" for i in range(40)), b"\x00", b"k"]
 NAMESPACES = [None, "w1", ("w", 2)]
-DESCRIPTORS = {
-    "value": ValueStateDescriptor("value"),
-    "list": ListStateDescriptor("list"),
-    "map": MapStateDescriptor("map"),
-    "sum": ReducingStateDescriptor("sum", lambda a, b: a + b),
-}
 
 
 def keys_in(key_groups: KeyGroupRange) -> list[Any]:
@@ -52,16 +39,6 @@ def random_ops(rng: random.Random, keys: list[Any], count: int) -> list[tuple[An
             ("sum.add", key, ns, rng.randint(-50, 50)),
         ]))
     return ops
-
-
-def apply_ops(backend: Any, ops: list[tuple[Any, ...]]) -> None:
-    states = {name: backend.get_state(d) for name, d in DESCRIPTORS.items()}
-    for op in ops:
-        name, method = op[0].split(".")
-        backend.set_current_key(op[1])
-        state = states[name]
-        state.set_current_namespace(op[2])
-        getattr(state, method)(*op[3:])
 
 
 def visible(backend: Any, keys: list[Any] = KEYS) -> dict[Any, Any]:

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from confluent_kafka.admin import AdminClient
 
+from closing_factory import closing_factory
 from tidemark.changelog import (
     ChangelogReader,
     ChangelogReaderOptions,
@@ -57,19 +58,13 @@ def storage(tmp_path: Path) -> FilesystemCheckpointStorage:
 
 @pytest.fixture
 def make_writer(client: dict[str, Any]) -> Iterator[Callable[..., ChangelogWriter]]:
-    created: list[ChangelogWriter] = []
-
     def make(topic: str, partitions: int, task: str = "op#0", epoch: int = 0,
              **options: Any) -> ChangelogWriter:
-        writer = ChangelogWriter(client, topic, partitions=partitions, max_parallelism=MAX_P,
-                                 job_id=JobId("job"), task_id=TaskId(task), epoch=Epoch(epoch),
-                                 options=ChangelogWriterOptions(**options))
-        created.append(writer)
-        return writer
+        return ChangelogWriter(client, topic, partitions=partitions, max_parallelism=MAX_P,
+                               job_id=JobId("job"), task_id=TaskId(task), epoch=Epoch(epoch),
+                               options=ChangelogWriterOptions(**options))
 
-    yield make
-    for writer in created:
-        writer.close()
+    yield from closing_factory(make)
 
 
 @pytest.fixture
@@ -83,21 +78,12 @@ def make_reader(client: dict[str, Any]) -> Callable[[int], ChangelogReader]:
 
 @pytest.fixture
 def make_backend(tmp_path: Path) -> Iterator[Callable[[str, KeyGroupRange], KeyedStateBackend]]:
-    created: list[KeyedStateBackend] = []
-
     def make(kind: str, key_groups: KeyGroupRange) -> KeyedStateBackend:
-        backend: KeyedStateBackend
         if kind == "heap":
-            backend = HashMapStateBackend(key_groups, MAX_P)
-        else:
-            backend = RocksDBStateBackend(tmp_path / f"rocks-{next(_counter)}", key_groups, MAX_P,
-                                          options=SMALL_ROCKS)
-        created.append(backend)
-        return backend
+            return HashMapStateBackend(key_groups, MAX_P)
+        return RocksDBStateBackend(tmp_path / f"rocks-{next(_counter)}", key_groups, MAX_P, options=SMALL_ROCKS)
 
-    yield make
-    for backend in created:
-        backend.close()
+    yield from closing_factory(make)
 
 
 @pytest.fixture

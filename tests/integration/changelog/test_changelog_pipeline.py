@@ -14,7 +14,8 @@ import uuid
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from changelog_helpers import apply_ops, keys_in, random_ops, visible
+from changelog_helpers import keys_in, random_ops, visible
+from state_operations import apply_ops
 from service_helpers import (
     MAX_P,
     OPERATOR,

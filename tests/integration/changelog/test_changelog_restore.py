@@ -7,7 +7,8 @@ import random
 import pytest
 from confluent_kafka import Producer
 
-from changelog_helpers import DESCRIPTORS, MAX_P, apply_ops, keys_in, random_ops, restrict, visible
+from changelog_helpers import MAX_P, keys_in, random_ops, restrict, visible
+from state_operations import DESCRIPTORS, apply_ops
 from tidemark.changelog import ChangelogReadError, ChangelogSource
 from tidemark.state.changelog import is_shareable, restore_from_changelog
 from tidemark.materializer.storage import SharedFilesView

@@ -13,7 +13,8 @@ import pytest
 from broker_gaps import tansu_gap
 from confluent_kafka import Consumer, TopicPartition
 
-from changelog_helpers import apply_ops, keys_in, random_ops
+from changelog_helpers import keys_in, random_ops
+from state_operations import apply_ops
 from service_helpers import (
     MAX_P,
     Bus,

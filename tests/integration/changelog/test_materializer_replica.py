@@ -7,7 +7,8 @@ import random
 
 import pytest
 
-from changelog_helpers import MAX_P, apply_ops, keys_in, random_ops, visible
+from changelog_helpers import MAX_P, keys_in, random_ops, visible
+from state_operations import apply_ops
 from tidemark.changelog import ChangelogSource
 from tidemark.state.changelog import restore_from_changelog
 from tidemark.materializer import (

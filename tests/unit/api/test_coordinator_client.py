@@ -17,9 +17,9 @@ from tidemark.processes import free_port
 
 
 class _Coordinator:
-    """A real HTTP server answering from a script: one (status, body, delay_s) per request."""
+    """A real HTTP server answering from a script: one (status, body, delay_s[, headers]) per request."""
 
-    def __init__(self, answers: list[tuple[int, dict, float]], port: int = 0) -> None:
+    def __init__(self, answers: list[tuple], port: int = 0) -> None:
         self.answers = answers
         self.seen: list[tuple[str, str, str | None, bytes]] = []
         outer = self
@@ -28,10 +28,12 @@ class _Coordinator:
             def _answer(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 outer.seen.append((self.command, self.path, self.headers.get("Authorization"), body))
-                status, document, delay_s = outer.answers.pop(0) if outer.answers else (200, {}, 0.0)
+                status, document, delay_s, *headers = outer.answers.pop(0) if outer.answers else (200, {}, 0.0)
                 time.sleep(delay_s)
                 raw = json.dumps(document).encode()
                 self.send_response(status)
+                for name, value in (headers[0] if headers else {}).items():
+                    self.send_header(name, value)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(raw)))
                 self.end_headers()
@@ -109,6 +111,34 @@ def test_a_request_without_an_answer_is_not_sent_again(coordinator) -> None:
     with pytest.raises(ApiError) as caught:
         CoordinatorClient(coordinator.url, timeout_s=0.2, wait_unavailable_s=10).restore("j", parallelism=1,
                                                                                           checkpoint_id=1)
+    assert caught.value.status is None and "timed out" in caught.value.message
+    time.sleep(0.8)
+    assert len(coordinator.seen) == 1
+
+
+def test_waiting_takes_the_servers_retry_after_but_not_past_the_wait(coordinator) -> None:
+    coordinator.answers += [(503, {"error": "replaying"}, 0.0, {"Retry-After": "0"}),
+                            (503, {"error": "replaying"}, 0.0, {"Retry-After": "30"})] + [(503, {"error": "replaying"}, 0.0)] * 5
+    started = time.monotonic()
+    with pytest.raises(ApiError) as caught:
+        CoordinatorClient(coordinator.url, wait_unavailable_s=1).jobs()
+    elapsed = time.monotonic() - started
+    assert caught.value.status == 503 and 0.9 < elapsed < 3 and len(coordinator.seen) == 3
+
+
+def test_without_waiting_a_refused_connection_fails_at_once() -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    started = time.monotonic()
+    with pytest.raises(ApiError) as caught:
+        CoordinatorClient(url).jobs()
+    assert caught.value.status is None and "Connection refused" in caught.value.message
+    assert time.monotonic() - started < 2
+
+
+def test_a_get_without_an_answer_is_not_sent_again_either(coordinator) -> None:
+    coordinator.answers.append((200, {"jobs": []}, 0.8))
+    with pytest.raises(ApiError) as caught:
+        CoordinatorClient(coordinator.url, timeout_s=0.2, wait_unavailable_s=10).jobs()
     assert caught.value.status is None and "timed out" in caught.value.message
     time.sleep(0.8)
     assert len(coordinator.seen) == 1

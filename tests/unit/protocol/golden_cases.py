@@ -8,7 +8,6 @@ regenerated, only added to: ``test_protocol_wire_bytes.py`` checks both encoders
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 

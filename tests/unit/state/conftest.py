@@ -13,6 +13,7 @@ from typing import Callable
 
 import pytest
 
+from closing_factory import closing_factory
 from tidemark.state import (
     BackendContext,
     KeyedSnapshot,
@@ -84,21 +85,15 @@ def changelog_topic() -> InMemoryChangelogTopic:
 def new_backend(request: pytest.FixtureRequest, tmp_path: Path, clock: ManualClock,
                 changelog_topic: InMemoryChangelogTopic, storage: FilesystemCheckpointStorage):
     """``new_backend(key_groups=..., max_parallelism=..., kind=...)``; closed after the test."""
-    created: list[KeyedStateBackend] = []
     default_kind = getattr(request, "param", "heap")
 
     def factory(key_groups: KeyGroupRange | None = None, max_parallelism: int = 128,
                 kind: str | None = None, **kwargs: object) -> KeyedStateBackend:
         kwargs.setdefault("clock", clock)
-        backend = make_backend(kind or default_kind, tmp_path,
-                               key_groups or KeyGroupRange(0, max_parallelism - 1),
-                               max_parallelism, changelog_topic, storage, **kwargs)
-        created.append(backend)
-        return backend
+        return make_backend(kind or default_kind, tmp_path, key_groups or KeyGroupRange(0, max_parallelism - 1),
+                            max_parallelism, changelog_topic, storage, **kwargs)
 
-    yield factory
-    for backend in created:
-        backend.close()
+    yield from closing_factory(factory)
 
 
 @pytest.fixture

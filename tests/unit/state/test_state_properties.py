@@ -9,16 +9,13 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from state_operations import DESCRIPTORS, apply_ops
 from tidemark.state import (
     HashMapStateBackend,
     KeyGroupRange,
     KeyNotInRangeError,
-    ListStateDescriptor,
-    MapStateDescriptor,
-    ReducingStateDescriptor,
     RocksDBOptions,
     RocksDBStateBackend,
-    ValueStateDescriptor,
     compute_key_group_range,
 )
 from tidemark.storage.filesystem import FilesystemCheckpointStorage
@@ -46,24 +43,8 @@ OPS = st.lists(st.one_of(
     st.tuples(st.just("sum.add"), KEYS, NAMESPACES, st.integers(-100, 100)),
 ), max_size=40)
 
-DESCRIPTORS = {
-    "value": ValueStateDescriptor("value"),
-    "list": ListStateDescriptor("list"),
-    "map": MapStateDescriptor("map"),
-    "sum": ReducingStateDescriptor("sum", lambda a, b: a + b),
-}
 SMALL = RocksDBOptions(block_cache_bytes=4 << 20, write_buffer_total_bytes=4 << 20,
                        write_buffer_bytes=1 << 20)
-
-
-def apply(backend, ops) -> None:
-    states = {name: backend.get_state(d) for name, d in DESCRIPTORS.items()}
-    for op in ops:
-        name, method = op[0].split(".")
-        backend.set_current_key(op[1])
-        state = states[name]
-        state.set_current_namespace(op[2])
-        getattr(state, method)(*op[3:])
 
 
 def visible(backend, keys, namespaces) -> dict:
@@ -106,8 +87,8 @@ def test_same_visible_state_on_both_backends(ops) -> None:
         full = KeyGroupRange(0, MAX_P - 1)
         heap, rocks = make("heap", Path(tmp), full), make("rocksdb", Path(tmp), full)
         try:
-            apply(heap, ops)
-            apply(rocks, ops)
+            apply_ops(heap, ops)
+            apply_ops(rocks, ops)
             keys, namespaces = key_universe(ops), [None, "w1", ("w", 2)]
             assert visible(heap, keys, namespaces) == visible(rocks, keys, namespaces)
         finally:
@@ -124,14 +105,14 @@ def test_snapshot_restore_rescale_preserves_visible_state(ops, old_p, new_p, kin
         storage = FilesystemCheckpointStorage(base / "chk")
         keys, namespaces = key_universe(ops), [None, "w1", ("w", 2)]
         reference = make("heap", base, KeyGroupRange(0, MAX_P - 1))
-        apply(reference, ops)
+        apply_ops(reference, ops)
         expected = visible(reference, keys, namespaces)
         reference.close()
         snapshots, after = [], {}
         for index in range(old_p):
             backend = make(kinds[0], base, compute_key_group_range(MAX_P, old_p, index))
             mine = [op for op in ops if _owns(backend, op[1])]
-            apply(backend, mine)
+            apply_ops(backend, mine)
             snapshots.append(backend.snapshot(1, storage))
             backend.close()
         for index in range(new_p):

@@ -1,0 +1,41 @@
+"""A source batch becomes records column by column: timestamps in epoch milliseconds, headers only
+where the batch has any."""
+
+import datetime as dt
+
+import pyarrow as pa
+
+from tidemark.runtime.records import EPOCH_HEADER, TASK_HEADER, records_of
+
+HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+
+
+def _batch(stamps, headers):
+    n = len(stamps)
+    return pa.table({
+        "topic": pa.array(["in"] * n), "partition": pa.array(list(range(n)), pa.int32()),
+        "offset": pa.array([10 + i for i in range(n)], pa.int64()),
+        "timestamp": pa.array(stamps, pa.timestamp("us", tz="UTC")),
+        "key": pa.array([None] * n, pa.binary()), "value": pa.array([b"v%d" % i for i in range(n)], pa.binary()),
+        "headers": pa.array(headers, HEADERS)})
+
+
+def test_timestamps_are_epoch_milliseconds_and_a_batch_without_headers_has_none():
+    stamps = [dt.datetime(2026, 11, 24, 4, 0, 0, 123_456, tzinfo=dt.timezone.utc), None,
+              dt.datetime(1970, 1, 1, 0, 0, 1, tzinfo=dt.timezone.utc)]
+    records = list(records_of(_batch(stamps, [[], None, []])))
+    assert [r.timestamp_ms for r in records] == [int(stamps[0].timestamp() * 1000), 0, 1000]
+    assert [(r.partition, r.offset, r.value) for r in records] == [(0, 10, b"v0"), (1, 11, b"v1"), (2, 12, b"v2")]
+    assert all(r.headers is None and r.epoch is None and r.header_error is None for r in records)
+
+
+def test_channel_headers_are_read_where_the_batch_has_them():
+    now = dt.datetime(2026, 11, 24, tzinfo=dt.timezone.utc)
+    headers = [[{"key": EPOCH_HEADER, "value": b"3"}, {"key": TASK_HEADER, "value": b"op#0"}], []]
+    first, second = records_of(_batch([now, now], headers))
+    assert (first.epoch, first.task, first.header_error) == (3, "op#0", None)
+    assert second.epoch is None and not second.headers
+
+
+def test_an_empty_batch_has_no_records():
+    assert list(records_of(_batch([], []))) == []
