@@ -36,8 +36,11 @@ def topics_for(unique_name: Callable[[str], str]) -> Topics:
                   unique_name("top-urls"))
 
 
-def pipeline(tmp_path: Path, bootstrap: str, unique_name: Callable[[str], str], **kwargs: Any) -> LocalPipeline:
-    return LocalPipeline(tmp_path / "home", bootstrap, topic_prefix=unique_name("tm"), **kwargs)
+def pipeline(tmp_path: Path, bootstrap: str, unique_name: Callable[[str], str], *, standby: bool = False,
+             **kwargs: Any) -> LocalPipeline:
+    """Jobs here run without warm standbys unless ``standby``: each would cost a JVM start for
+    nothing in a test that fails over little (the SIGKILL tests at every fault point use them)."""
+    return LocalPipeline(tmp_path / "home", bootstrap, topic_prefix=unique_name("tm"), standby=standby, **kwargs)
 
 
 def verify_two_stage(bootstrap: str, topics: Topics, records: list[bytes], timeout_s: float) -> Verdict:

@@ -32,7 +32,7 @@ SERVICES = ("coordinator", "checkpoint-store", "changelog", "materializer")
 def test_changelog_mode_is_exactly_once_across_sigkills(tmp_path, kafka_bootstrap, unique_name):
     topics = topics_for(unique_name)
     env = {"TIDEMARK_CHECKPOINT__INTERVAL_MS": "1500", "TIDEMARK_MATERIALIZATION__INTERVAL_MS": "3000"}
-    with pipeline(tmp_path, kafka_bootstrap, unique_name, services=SERVICES, env=env) as pipe:
+    with pipeline(tmp_path, kafka_bootstrap, unique_name, services=SERVICES, env=env, standby=True) as pipe:
         pipe.create_topic(topics.input, 4)
         job = pipe.start_job(TOP_URLS, topics.args(changelog=True, state_backend="rocksdb"), faults=KILLS,
                              max_restarts=len(KILLS) + 2)

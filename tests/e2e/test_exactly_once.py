@@ -29,7 +29,7 @@ KILLS = (
 
 def test_two_stage_job_is_exactly_once_across_sigkills(tmp_path, kafka_bootstrap, unique_name):
     topics = topics_for(unique_name)
-    with pipeline(tmp_path, kafka_bootstrap, unique_name,
+    with pipeline(tmp_path, kafka_bootstrap, unique_name, standby=True,
                   env={"TIDEMARK_CHECKPOINT__INTERVAL_MS": "1500"}) as pipe:
         pipe.create_topic(topics.input, 4)
         job = pipe.start_job(TOP_URLS, topics.args(), faults=KILLS, max_restarts=len(KILLS) + 2)
@@ -40,8 +40,10 @@ def test_two_stage_job_is_exactly_once_across_sigkills(tmp_path, kafka_bootstrap
         verdict = verify_two_stage(kafka_bootstrap, topics, records, timeout_s=300)
         failures = job.events("worker failed")
         restores = job.events("restore issued")
+        taken_over = job.events("a warm standby takes the attempt")
         job.stop()
     assert len(failures) == len(KILLS), [(f["stage"], f["epoch"]) for f in failures]
+    assert taken_over, "no attempt was taken over by a warm standby"
     assert len(restores) >= len(KILLS) - 1  # the first kill may come before any checkpoint completed
     assert verdict.exactly_once, verdict
     assert verdict.records == len(records)

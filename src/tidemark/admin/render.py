@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any
@@ -15,7 +16,10 @@ def format_bytes(size: int | None) -> str:
     value = float(size)
     for unit in _UNITS:
         if value < 1024 or unit == _UNITS[-1]:
-            return f"{size} B" if unit == "B" else f"{value:.1f} {unit}"
+            if unit == "B":
+                return f"{size} B"
+            tenths = math.floor(value * 10 + 0.5)  # half up, as the checkpoints page rounds
+            return f"{tenths // 10}.{tenths % 10} {unit}"
         value /= 1024
     raise AssertionError("unreachable")
 
@@ -25,8 +29,9 @@ def format_duration(ms: int | None) -> str:
         return "-"
     if ms < 1000:
         return f"{ms} ms"
-    if ms < 60_000:
-        return f"{ms / 1000:.2f} s"
+    if ms < 60_000:  # whole centiseconds, half up: the checkpoints page shows the same digits
+        centis = (ms + 5) // 10
+        return f"{centis // 100}.{centis % 100:02d} s"
     minutes, seconds = divmod(ms // 1000, 60)
     return f"{minutes}m{seconds:02d}s"
 

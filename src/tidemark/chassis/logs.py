@@ -68,7 +68,7 @@ def configure_logging(level: str = "INFO", *, service: str | None = None) -> Non
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
-    for noisy in ("aiokafka", "faust", "mode", "py4j"):
+    for noisy in ("aiokafka", "faust", "mode", "py4j", "httpx2", "httpcore2", "httpcore"):  # httpx2: a line per request
         logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLevelName(level)))
     structlog.configure(
         processors=[*_SHARED, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],

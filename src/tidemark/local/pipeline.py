@@ -150,8 +150,11 @@ class InputFeeder:
 class LocalPipeline:
     def __init__(self, home: Path, bootstrap: str, *, topic_prefix: str = "tidemark",
                  services: tuple[str, ...] = DEFAULT_SERVICES, env: dict[str, str] | None = None,
-                 api_token: str | None = None) -> None:
+                 api_token: str | None = None, standby: bool = True) -> None:
+        """``standby``: whether jobs keep warm standby workers (``jobs run --no-standby`` when
+        not; :mod:`tidemark.runtime.standby`), unless ``start_job`` says otherwise."""
         self.home = Path(home)
+        self.standby = standby
         self.bootstrap = bootstrap
         self.api_token = api_token
         self.env = {"TIDEMARK_CHECKPOINT__INTERVAL_MS": "2000",
@@ -161,6 +164,7 @@ class LocalPipeline:
         self.cluster = LocalCluster(self.home, bootstrap, topic_prefix=topic_prefix, env=self.env)
         self.service_names = services
         self.jobs: list[JobRun] = []
+        self._client: CoordinatorClient | None = None
 
     def __enter__(self) -> LocalPipeline:
         try:
@@ -182,7 +186,10 @@ class LocalPipeline:
         return self.cluster.services["coordinator"].url
 
     def client(self) -> CoordinatorClient:
-        return CoordinatorClient(self.coordinator_url, self.api_token, timeout_s=30)
+        """One client while the coordinator keeps its address (its connections are reused)."""
+        if self._client is None or self._client.url != self.coordinator_url:
+            self._client = CoordinatorClient(self.coordinator_url, self.api_token, timeout_s=30)
+        return self._client
 
     def completed_checkpoints(self, job_id: str) -> int:
         """Checkpoints and savepoints of ``job_id`` completed so far (0 while the coordinator is
@@ -206,7 +213,7 @@ class LocalPipeline:
     def start_job(self, reference: str, job_args: dict[str, Any] | None = None, *,
                   faults: tuple[str, ...] = (), parallelism: int | None = None,
                   from_savepoint: str | None = None, from_checkpoint: int | None = None,
-                  fresh: bool = False, force: bool = False, standby: bool = True,
+                  fresh: bool = False, force: bool = False, standby: bool | None = None,
                   max_restarts: int = 10, env: dict[str, str] | None = None) -> JobRun:
         """Start ``tidemark jobs run``; ``env`` is applied last (e.g. ``TIDEMARK_HTTP_PORT`` to serve the
         supervisor's and the stages' metrics on fixed ports, which the job does not get otherwise)."""
@@ -222,7 +229,7 @@ class LocalPipeline:
             command += ["--from-checkpoint", str(from_checkpoint)]
         command += ["--fresh"] if fresh else []
         command += ["--force"] if force else []
-        command += [] if standby else ["--no-standby"]
+        command += [] if (self.standby if standby is None else standby) else ["--no-standby"]
         child_env = {**os.environ, **self.cluster.services["coordinator"].env, **self.env,
                      "TIDEMARK_COORDINATOR_URL": self.coordinator_url}
         child_env.pop("TIDEMARK_HTTP_PORT", None)  # a service's port: the job's processes take free ones

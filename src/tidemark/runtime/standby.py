@@ -33,6 +33,7 @@ from tidemark.spark.session import LocalSessionOptions, local_session, query_che
 
 log = get_logger(__name__)
 WARM_UP_TIMEOUT_S = 30.0
+INTERRUPTED_WARM_UP_S = 5.0  # how long an assignment waits for the warm-up batch to end
 
 
 class _AssignmentReader(threading.Thread):
@@ -51,7 +52,8 @@ class _AssignmentReader(threading.Thread):
 def warm_up(spark: Any, settings: TidemarkSettings, interrupt: threading.Event,
             timeout_s: float = WARM_UP_TIMEOUT_S) -> bool:
     """Run one micro-batch of one control-topic record through ``tidemark-kafka`` and discard it;
-    True when the batch ran within ``timeout_s``, before ``interrupt`` was set."""
+    True when the batch ran within ``timeout_s`` (within ``INTERRUPTED_WARM_UP_S`` once
+    ``interrupt`` is set)."""
     options = source_options(base_config(settings), [TopicNames(settings.topic_prefix).control], "earliest", 1)
     ran = threading.Event()
 
@@ -65,7 +67,9 @@ def warm_up(spark: Any, settings: TidemarkSettings, interrupt: threading.Event,
                  .start())
         deadline = time.monotonic() + timeout_s
         try:
-            while not ran.is_set() and not interrupt.is_set() and time.monotonic() < deadline:
+            while not ran.is_set() and time.monotonic() < deadline:
+                if interrupt.is_set():  # the attempt is waiting: let a running batch end, stopping it
+                    deadline = min(deadline, time.monotonic() + INTERRUPTED_WARM_UP_S)  # mid-batch errs
                 ran.wait(0.05)
         finally:
             query.stop()

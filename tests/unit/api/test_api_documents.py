@@ -85,13 +85,14 @@ def test_retained_text_lists_paths_and_unreadable_files() -> None:
 
 
 @pytest.mark.parametrize("size, text", [(None, "-"), (0, "0 B"), (1023, "1023 B"), (1024, "1.0 KiB"),
-                                        (1536, "1.5 KiB"), (3 * 1024 ** 3, "3.0 GiB"),
+                                        (1536, "1.5 KiB"), (1280, "1.3 KiB"), (3 * 1024 ** 3, "3.0 GiB"),
                                         (2 * 1024 ** 5, "2048.0 TiB")])
 def test_format_bytes(size: int | None, text: str) -> None:
     assert render.format_bytes(size) == text
 
 
 @pytest.mark.parametrize("ms, text", [(None, "-"), (0, "0 ms"), (999, "999 ms"), (1000, "1.00 s"),
+                                      (26_625, "26.63 s"), (26_624, "26.62 s"),
                                       (59_999, "60.00 s"), (60_000, "1m00s"), (3_725_000, "62m05s")])
 def test_format_duration(ms: int | None, text: str) -> None:
     assert render.format_duration(ms) == text
