@@ -17,10 +17,17 @@ from pipeline_support import processes_mentioning
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
 
+def _as_at_a_terminal() -> None:
+    """Ctrl-C works as at a terminal even when the suite runs in the background (a shell's
+    background job inherits SIGINT ignored, and Python then keeps ignoring it)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _demo(home: Path) -> subprocess.Popen[str]:
     env = {k: v for k, v in os.environ.items() if k != "KAFKA_BOOTSTRAP_SERVERS"}
     return subprocess.Popen([sys.executable, "-m", "tidemark.cli", "demo", "--home", str(home)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                            preexec_fn=_as_at_a_terminal)
 
 
 def _gone(marker: str, timeout_s: float = 10.0) -> bool:
