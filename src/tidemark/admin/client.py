@@ -18,6 +18,9 @@ from urllib.parse import quote, urlparse
 
 import httpx2
 
+from tidemark.chassis.logs import get_logger
+
+log = get_logger(__name__)
 DEFAULT_URL = "http://127.0.0.1:9400"
 TERMINAL_SAVEPOINT_STATES = frozenset({"COMPLETED", "FAILED", "UNKNOWN"})
 RETRY_PAUSE_S = 1.0  # the longest pause between two attempts while the coordinator is unavailable
@@ -107,6 +110,8 @@ class CoordinatorClient:
                 if response.status_code != 503 or (
                         pause := pause_before_deadline(deadline, unavailable_pause(attempt, retry_after))) is None:
                     return self._result(response)
+            if attempt == 1:
+                log.info("coordinator not available; retrying", url=self.url, wait_s=self.wait_unavailable_s)
             time.sleep(pause)
 
     def _result(self, response: httpx2.Response) -> Any:

@@ -21,7 +21,6 @@ the epoch; an empty start takes the coordinator's newest epoch + 1.
 from __future__ import annotations
 
 import subprocess
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,7 +30,7 @@ from tidemark.clock import now_ms
 from tidemark.config.settings import TidemarkSettings
 from tidemark.kafka.clients import base_config
 from tidemark.kafka.topics import TopicNames
-from tidemark.admin.client import ApiError, CoordinatorClient
+from tidemark.admin.client import CoordinatorClient
 from tidemark.protocol.messages import RestoreCommand
 from tidemark.runtime.api import JobSpec
 from tidemark.runtime.committed_output import committed_output, newest_committed_checkpoint
@@ -42,6 +41,7 @@ from tidemark.storage.base import CheckpointStorage
 from tidemark.types import CheckpointId, Epoch
 
 log = get_logger(__name__)
+COORDINATOR_PATIENCE_S = 180.0  # how long a restore or an epoch lookup waits for the coordinator
 
 
 @dataclass(frozen=True)
@@ -99,7 +99,9 @@ class AttemptPlanner:
                  spec: JobSpec, storage: CheckpointStorage) -> None:
         self.settings = settings
         self.options = options
-        self.coordinator = coordinator
+        # waits while the coordinator is down or still replaying (a restart); never sends twice
+        self.coordinator = CoordinatorClient(coordinator.url, coordinator.token, timeout_s=coordinator.timeout_s,
+                                             wait_unavailable_s=COORDINATOR_PATIENCE_S)
         self.spec = spec
         self.storage = storage
         self.topics = TopicNames(settings.topic_prefix)
@@ -232,8 +234,8 @@ class AttemptPlanner:
         return self.origin
 
     def _restore(self, index: int, checkpoint_id: int | None, path: str | None) -> AttemptState:
-        doc = self.call(lambda: self.coordinator.restore(self.spec.job_id, parallelism=self.parallelism,
-                                                          checkpoint_id=checkpoint_id, savepoint_path=path))
+        doc = self.coordinator.restore(self.spec.job_id, parallelism=self.parallelism,
+                                       checkpoint_id=checkpoint_id, savepoint_path=path)
         log.info("restore issued", job=self.spec.job_id, checkpoint=doc["checkpoint_id"], epoch=doc["epoch"],
                  path=doc["metadata_path"])
         return AttemptState(index, Epoch(doc["epoch"]), doc["metadata_path"], CheckpointId(doc["checkpoint_id"]))
@@ -243,17 +245,5 @@ class AttemptPlanner:
         return max((checkpoint_id for checkpoint_id, _ in restore_candidates(self.storage, self.spec, 0)), default=0)
 
     def coordinator_epoch(self) -> int:
-        jobs = self.call(self.coordinator.jobs)["jobs"]
+        jobs = self.coordinator.jobs()["jobs"]
         return max((int(j.get("epoch") or 0) for j in jobs if j.get("job") == self.spec.job_id), default=0)
-
-    def call(self, fn: Any, timeout_s: float = 180.0) -> Any:
-        """Call the coordinator, waiting while it is down or still replaying (a restart)."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                return fn()
-            except ApiError as exc:
-                if exc.status not in (None, 503) or time.monotonic() > deadline:
-                    raise
-                log.info("coordinator not available; retrying", error=exc.message)
-                time.sleep(1.0)

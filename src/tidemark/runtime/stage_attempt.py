@@ -14,6 +14,12 @@ from typing import Any
 from tidemark.types import Epoch
 
 
+def stage_file(run_dir: Path, stage: str, epoch: int, kind: str) -> Path:
+    """``<run_dir>/<stage>.epoch-<epoch>.<kind>``: how a stage worker tells the supervisor where it is
+    (``ready``, ``processing``; ``failed`` in :mod:`tidemark.runtime.start_errors`)."""
+    return run_dir / f"{stage}.epoch-{epoch}.{kind}"
+
+
 @dataclass(frozen=True)
 class Attempt:
     """What the supervisor hands one stage worker."""
@@ -29,12 +35,12 @@ class Attempt:
     @property
     def ready_file(self) -> Path:
         """Written when the stage's query started."""
-        return self.run_dir / f"{self.stage}.epoch-{self.epoch}.ready"
+        return stage_file(self.run_dir, self.stage, self.epoch, "ready")
 
     @property
     def processing_file(self) -> Path:
         """Written when the stage processed its first records (the supervisor starts standbys then)."""
-        return self.run_dir / f"{self.stage}.epoch-{self.epoch}.processing"
+        return stage_file(self.run_dir, self.stage, self.epoch, "processing")
 
 
 @dataclass(frozen=True)

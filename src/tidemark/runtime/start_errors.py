@@ -20,6 +20,7 @@ from pathlib import Path
 from tidemark.config.settings import ConfigurationError
 from tidemark.runtime.api import JobSpecError
 from tidemark.kafka.metadata import TopicNotFoundError
+from tidemark.runtime.stage_attempt import stage_file
 
 
 _MISSING_TOPICS = re.compile(r"topic\(s\) not found: \[([^\]]*)\]")
@@ -64,4 +65,4 @@ def not_retryable_reason(error: BaseException) -> str | None:
 
 def failed_file(run_dir: Path, stage: str, epoch: int) -> Path:
     """Where a stage worker of attempt ``epoch`` leaves its not-retryable reason."""
-    return run_dir / f"{stage}.epoch-{epoch}.failed"
+    return stage_file(run_dir, stage, epoch, "failed")

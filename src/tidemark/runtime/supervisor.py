@@ -53,7 +53,7 @@ from tidemark.runtime.attempt_planner import AttemptPlanner, AttemptState, RunOp
 from tidemark.runtime.control import AttemptSignals, ControlPublisher
 from tidemark.runtime.health import serve_health
 from tidemark.runtime.metrics import EPOCH, RESTARTS, RUNNING
-from tidemark.runtime.stage_attempt import Assignment, Attempt
+from tidemark.runtime.stage_attempt import Assignment, Attempt, stage_file
 from tidemark.runtime.start_errors import failed_file, missing_topics_reason
 from tidemark.chassis.logs import get_logger
 from tidemark.storage import open_storage
@@ -203,7 +203,7 @@ class JobSupervisor:
                 if attempt.processes[name].poll() is not None:
                     log.error("worker died while starting", stage=name, code=attempt.processes[name].returncode)
                     return self._stage_failed(attempt, name)
-                if (self.run_dir / f"{name}.epoch-{attempt.epoch}.ready").exists():
+                if stage_file(self.run_dir, name, attempt.epoch, "ready").exists():
                     pending.discard(name)
             if pending and time.monotonic() > deadline:
                 log.error("workers not ready in time", stages=sorted(pending))
@@ -220,7 +220,7 @@ class JobSupervisor:
             if self._stop_signal is not None:
                 return "stopped"
             if standbys_due and (time.monotonic() > standbys_due or all(
-                    (self.run_dir / f"{s.name}.epoch-{attempt.epoch}.processing").exists() for s in self.spec.stages)):
+                    stage_file(self.run_dir, s.name, attempt.epoch, "processing").exists() for s in self.spec.stages)):
                 standbys_due = 0.0  # after the attempt's first records: their JVMs must not slow a recovery
                 self._start_standbys()
             signalled = self._control_signal(attempt)
