@@ -34,12 +34,16 @@ import os
 import re
 import shlex
 import shutil
+import importlib.metadata
 import subprocess
 import sys
 import sysconfig
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from packaging.requirements import Requirement
 
 BASE_IMAGE_PATHS = ("/bin", "/dev", "/etc", "/proc", "/tmp", "/usr")
 _ABSOLUTE_PATH = re.compile(r"(?:^|(?<=[\s\"'=:(]))(/[\w.-][^\s\"':;)]*)")
@@ -244,13 +248,30 @@ class ScratchImage:
 
 
 def third_party_site(target: Path) -> Path:
-    """Links to this virtualenv's installed distributions but Tidemark itself and pip (a new
-    virtualenv brings its own pip, which it would not install if one were visible already)."""
+    """Links to the installed distributions Tidemark's runtime needs (pyproject's
+    ``dependencies`` and the image's ``s3`` extra, and theirs), so a dependency the project forgot
+    to declare is missing here as it is in a user's fresh install."""
     site = Path(sysconfig.get_paths()["purelib"])
     target.mkdir(parents=True, exist_ok=True)
-    for entry in site.iterdir():
-        distribution = re.split(r"[-.]", entry.name, maxsplit=1)[0]
-        if distribution in {"tidemark", "pip"} or entry.name.startswith("__editable__") or entry.suffix == ".pth":
-            continue
-        (target / entry.name).symlink_to(entry)
+    for entry in sorted(_runtime_top_levels()):
+        if (site / entry).exists() and not (target / entry).exists():
+            (target / entry).symlink_to(site / entry)
     return target
+
+
+def _runtime_top_levels() -> set[str]:
+    """Top-level entries of site-packages (packages, modules, ``*.dist-info``) of the runtime
+    dependency closure."""
+    project = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())["project"]
+    declared = [*project["dependencies"], *project["optional-dependencies"]["s3"]]
+    todo, seen, entries = [Requirement(d) for d in declared], set(), set()
+    while todo:
+        requirement = todo.pop()
+        name = re.sub(r"[-_.]+", "-", requirement.name).lower()
+        if name in seen or (requirement.marker and not requirement.marker.evaluate({"extra": ""})):
+            continue
+        seen.add(name)
+        distribution = importlib.metadata.distribution(requirement.name)
+        todo += [Requirement(r) for r in distribution.requires or ()]
+        entries |= {f.parts[0] for f in distribution.files or () if f.parts[0] != ".."}
+    return entries
