@@ -194,10 +194,14 @@ def test_launcher_starts_cancels_and_shuts_down_runs(monkeypatch: pytest.MonkeyP
     assert first.exit_code == 128 + signal.SIGTERM and first.ended_at >= first.cancel_requested_at
     assert run_document(first)["status"] == "EXITED" and launcher.running_for(JobId("a")) is None
 
+    second_log = tmp_path / second.log_path
+    deadline = time.monotonic() + 30  # the sleeper's first line: it started and its output reaches the run log
+    while "'b'" not in second_log.read_text():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
     asyncio.run(launcher.shutdown())
     assert second.exit_code == 143 and not launcher.running_for(JobId("b"))
     assert [r.run_id for r in launcher.list()] == [first.run_id, second.run_id]
-    assert "'b'" in (tmp_path / second.log_path).read_text()
 
 
 def test_launch_command() -> None:
