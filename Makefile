@@ -54,4 +54,4 @@ bench: install system-deps
 	for b in bench/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
 
 clean:
-	rm -rf $(VENV) .tidemark .pytest_cache .hypothesis build src/*.egg-info
+	rm -rf $(VENV) .venv-bench-quix .tidemark .pytest_cache .hypothesis build src/*.egg-info

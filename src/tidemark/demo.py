@@ -35,6 +35,7 @@ from tidemark.verification.output_check import check_output
 
 JOB = "tidemark.examples.access_log:top_urls"
 RECORDS = 6_000
+WORKERS = 2  # worker processes per stage (issue #14): each owns half of its stage's tasks
 
 
 class _Progress:
@@ -134,7 +135,8 @@ def _run(home: Path, bootstrap: str, status: BrokerStatus | None, progress: _Pro
     run_id = uuid.uuid4().hex[:6]
     prefix = "tidemark" if status else f"tidemark-demo-{run_id}"
     names = {"job_id": f"access-log-top-urls-{run_id}", "input_topic": f"access-log-{run_id}",
-             "channel_topic": f"url-minute-counts-{run_id}", "output_topic": f"top-urls-{run_id}"}
+             "channel_topic": f"url-minute-counts-{run_id}", "output_topic": f"top-urls-{run_id}",
+             "workers": WORKERS}
     with LocalPipeline(home, bootstrap, topic_prefix=prefix, services=tuple(SERVICES)) as pipe:
         for name, service in pipe.cluster.services.items():
             code, body = service.get("/readyz")
@@ -142,21 +144,27 @@ def _run(home: Path, bootstrap: str, status: BrokerStatus | None, progress: _Pro
         pipe.create_topic(names["input_topic"], 4)
         job = pipe.start_job(JOB, names)
         progress.step(f"job {names['job_id']} submitted: minute_counts -> {names['channel_topic']} -> top_urls "
-                      f"-> {names['output_topic']} (2 PySpark queries, parallelism 2, checkpoints every 2 s)")
-        progress.step("starting one PySpark worker per stage (a JVM and a SparkSession each: 20-60 s)")
-        wait_for(lambda: job.events("attempt registered"), 300, "the workers starting")
-        progress.step("both stage workers running (Spark local mode); the coordinator is checkpointing")
+                      f"-> {names['output_topic']} (parallelism 2, {WORKERS} worker processes per stage, "
+                      "checkpoints every 2 s)")
+        started = wait_for(lambda: job.events("starting attempt"), 120, "the supervisor starting")[0]
+        layout = ", ".join(f"{stage} x{count}" for stage, count in started["workers"].items())
+        progress.step(f"starting {sum(started['workers'].values())} PySpark worker processes ({layout}; "
+                      "a JVM and a SparkSession each: 20-90 s)")
+        registered = wait_for(lambda: job.events("attempt registered"), 300, "the workers starting")[0]
+        progress.step(f"both stages running on {sum(started['workers'].values())} worker processes, "
+                      f"{registered['tasks']} tasks (Spark local mode); the coordinator is checkpointing")
         feeder = InputFeeder(bootstrap, names["input_topic"], total=RECORDS, chunk=200, pause_s=0.5).start()
         progress.step(f"generator writing {RECORDS} access-log records to {names['input_topic']}")
         status_line = _LiveStatus(progress, bootstrap, names["output_topic"], lambda: len(feeder.records),
                                   lambda: pipe.completed_checkpoints(names["job_id"]))
         with status_line:
             wait_for(lambda: pipe.completed_checkpoints(names["job_id"]) >= 3, 180, "3 completed checkpoints")
-            victim = _worker(home, "top_urls")
+            victim = _worker(home, f"top_urls.w{WORKERS - 1}")
             assert victim is not None
             os.kill(victim["pid"], signal.SIGKILL)
             killed_at = time.monotonic()
-            progress.step(f"SIGKILL -> top_urls worker pid {victim['pid']} (epoch {victim['epoch']}) after "
+            progress.step(f"SIGKILL -> top_urls worker {WORKERS - 1} of {WORKERS}, pid {victim['pid']} "
+                          f"(epoch {victim['epoch']}) after "
                           f"{pipe.completed_checkpoints(names['job_id'])} completed checkpoints")
             restored = wait_for(lambda: _registered_after(job, victim["epoch"]), 300, "the restore")
             restore_s = time.monotonic() - killed_at
@@ -181,6 +189,8 @@ def _run(home: Path, bootstrap: str, status: BrokerStatus | None, progress: _Pro
     print("  duplicates / missing     ", f"{verdict.duplicates} / {verdict.missing}")
     print("  wrong values / unexpected", f"{verdict.wrong_values} / {verdict.unexpected} (each minute's final "
           "top URLs are checked)")
+    print("  worker processes         ", f"{sum(started['workers'].values())} "
+          f"({', '.join(f'{stage} x{count}' for stage, count in started['workers'].items())})")
     print("  checkpoints completed    ", checkpoints)
     print("  restore time             ", f"{restore_s:.1f}s (kill -> both stages restored and running)")
     if status is not None:

@@ -46,7 +46,8 @@ def test_demo_runs_twice_through_a_sigkill_and_reports_exactly_once(tmp_path):
         assert output.count("/readyz -> 200") == 4
         assert "embedded broker ready: kafka at 127.0.0.1:" in output
         assert "live: " in output and "checkpoints completed" in output  # progress while it waits
-        assert "SIGKILL -> top_urls worker" in output and "restored both stages from checkpoint" in output
+        assert "SIGKILL -> top_urls worker 1 of 2" in output and "restored both stages from checkpoint" in output
+        assert "worker processes          6 (minute_counts.read x2, minute_counts x2, top_urls x2)" in output
         assert "exactly-once verdict      PASS" in output
         assert "broker start-up           kafka" in output
         assert "demo OK" in output
@@ -59,7 +60,7 @@ def test_ctrl_c_mid_run_leaves_nothing_running(tmp_path):
     lines = []
     for line in process.stdout:  # interrupt once the job's Spark workers are up
         lines.append(line)
-        if "both stage workers running" in line:
+        if "both stages running on" in line:
             break
     process.send_signal(signal.SIGINT)
     output, _ = process.communicate(timeout=60)

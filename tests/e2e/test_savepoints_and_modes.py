@@ -58,7 +58,8 @@ def test_at_least_once_skips_alignment_and_duplicates_only_after_the_last_checkp
         job = pipe.start_job(TOP_URLS, topics.args(mode="AT_LEAST_ONCE", top_urls_batch_records=24),
                              faults=("0@top_urls@after-batch:40",))  # mid-stream, past the last checkpoint
         wait_for(lambda: job.events("attempt registered"), 300, "the workers running")  # input must interleave with barriers
-        records = InputFeeder(kafka_bootstrap, topics.input, total=3000, chunk=100, pause_s=0.3).start().join(600)
+        # 1600 records: about 67 second-stage batches of 24, the kill after the 40th is mid-stream
+        records = InputFeeder(kafka_bootstrap, topics.input, total=1600, chunk=100, pause_s=0.3).start().join(600)
         wait_for(lambda: job.events("restore issued"), 600, "the restore after the kill")
         restored_id = job.events("restore issued")[0]["checkpoint"]
         wanted = {(m, i) for m, (n, _) in expected_top_urls(records).items() for i in range(1, n + 1)}

@@ -127,7 +127,7 @@ def _register(bootstrap: str, topics: TopicNames) -> None:
     producer = Producer(producer_config({"bootstrap.servers": bootstrap}))
     tasks = plan_assignments((OPERATOR,), 2, 128)
     registration = JobRegistration(JOB, Epoch(1), CheckpointingMode.EXACTLY_ONCE, 128, tasks,
-                                   tuple(t.task_id for t in tasks), int(time.time() * 1000))
+                                   tuple(t.task_id for t in tasks), int(time.time() * 1000), workers=(0, 1))
     producer.produce(topics.control, key=JOB.encode(), value=codec.encode(registration))
     producer.flush(10)
 
@@ -163,7 +163,10 @@ def test_every_described_operation_answers_as_described(server: Server) -> None:
     restore = "/api/v1/jobs/{job}/restore"
     runs, run = "/api/v1/runs", "/api/v1/runs/{run_id}"
 
-    assert call("GET", jobs)[0] == 200
+    status, listing = call("GET", jobs)
+    assert status == 200
+    (shown,) = [j["workers"] for j in listing["jobs"] if j["job"] == JOB]
+    assert shown == {OPERATOR: [[f"{OPERATOR}#0"], [f"{OPERATOR}#1"]]}  # two workers, one task each
     assert call("GET", history, f"/api/v1/jobs/{JOB}/checkpoints")[0] == 200
     assert call("GET", history, "/api/v1/jobs/nobody/checkpoints")[0] == 404
     assert call("GET", history, "/api/v1/jobs/a%2F..%2Fb/checkpoints")[0] == 400

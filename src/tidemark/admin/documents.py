@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from tidemark.checkpoint import CheckpointCoordinator, CheckpointStatsEntry, CheckpointStatsSnapshot
+from tidemark.checkpoint.task_workers import tasks_by_worker
 from tidemark.protocol.messages import CheckpointMetadata, RestoreCommand, SavepointRequest
 from tidemark.types import CheckpointId, JobId
 
@@ -81,7 +82,18 @@ def job_document(job: JobId, coordinator: CheckpointCoordinator) -> dict[str, An
         "consecutive_failures": coordinator.consecutive_failures,
         "counts": counts_document(snapshot),
         "last_completed": None if last is None else entry_document(last),
+        "workers": workers_document(coordinator),
     }
+
+
+def workers_document(coordinator: CheckpointCoordinator) -> dict[str, list[list[str]]]:
+    """The newest registered attempt's tasks by stage and worker process: operator id -> one list
+    of task ids per worker, indexed by worker (``{}`` before an attempt registered tasks)."""
+    registration = coordinator.registration
+    if registration is None:
+        return {}
+    return {operator: [list(tasks) for tasks in workers]
+            for operator, workers in tasks_by_worker(registration).items()}
 
 
 def metadata_document(path: str, metadata: CheckpointMetadata) -> dict[str, Any]:

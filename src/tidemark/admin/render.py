@@ -56,12 +56,18 @@ def job_state(job: dict[str, Any]) -> str:
     return f"{state}(stopping)" if state == "RUNNING" and job.get("stopping") else state
 
 
+def job_workers(job: dict[str, Any]) -> str | None:
+    """The worker processes of each stage, ``stage:count`` separated by spaces (``None``: none)."""
+    stages = job.get("workers") or {}
+    return " ".join(f"{stage}:{len(workers)}" for stage, workers in stages.items()) or None
+
+
 def jobs_text(document: dict[str, Any]) -> str:
     """``GET /jobs`` as a table: state and reason first, then epoch and checkpoint counts."""
     rows = [(j["job"], job_state(j), j["epoch"], j["counts"]["completed"], j["counts"]["failed"],
-             (j["last_completed"] or {}).get("id"), j.get("state_reason") or "")
+             (j["last_completed"] or {}).get("id"), job_workers(j), j.get("state_reason") or "")
             for j in document["jobs"]]
-    return table(("JOB", "STATE", "EPOCH", "COMPLETED", "FAILED", "LAST ID", "REASON"), rows)
+    return table(("JOB", "STATE", "EPOCH", "COMPLETED", "FAILED", "LAST ID", "WORKERS", "REASON"), rows)
 
 
 def history_text(document: dict[str, Any]) -> str:

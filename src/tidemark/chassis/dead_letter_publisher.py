@@ -59,6 +59,12 @@ class ProcessingError(Exception):
     reason = PROCESSING_FAILED
 
 
+class RejectedRecord(ProcessingError):
+    """A record that decoded but breaks a rule of the service reading it (e.g. a registration
+    whose worker assignment does not fit its tasks): dead-lettered like any failure, and logged
+    with its reason but without a traceback, since no code failed."""
+
+
 def reason_of(error: BaseException) -> str:
     return error.reason if isinstance(error, (DecodeError, ProcessingError)) else PROCESSING_FAILED
 
@@ -140,6 +146,6 @@ def record_failure(record: RawRecord, error: BaseException, service: str,
         offset=record.offset,
         reason=reason,
         error=error_text(error, 500),
-        exc_info=not isinstance(error, DecodeError),
+        exc_info=not isinstance(error, (DecodeError, RejectedRecord)),
     )
     return dead_letter(record, error, service, max_bytes)

@@ -48,6 +48,7 @@ from tidemark.protocol.messages import (
     CheckpointAborted,
     CheckpointCompleted,
     CheckpointTrigger,
+    JobRegistration,
     RestoreCommand,
     TaskAck,
 )
@@ -174,6 +175,11 @@ class CheckpointCoordinator:
             failed_epoch=ledger.failed_epoch, failed_reason=ledger.failed_reason,
             savepoint_finished=ledger.finishing,
         )
+
+    @property
+    def registration(self) -> JobRegistration | None:
+        """The newest attempt's registration as it was registered (running or ended), if any."""
+        return self._ledger.registration
 
     @property
     def state(self) -> str:

@@ -85,12 +85,13 @@ def top_of(counts: Any, n: int = TOP_N) -> list[list[Any]]:
 
 def url_counts(job_id: str = "access-log-counts", input_topic: str = "access-log",
                output_topic: str = "url-counts", parallelism: int = 2, mode: str = "EXACTLY_ONCE",
-               state_backend: str = "heap", changelog: bool = False, on_error: str = "dead-letter") -> JobSpec:
+               state_backend: str = "heap", changelog: bool = False, on_error: str = "dead-letter",
+               workers: int = 1) -> JobSpec:
     return JobSpec(
         job_id=JobId(job_id),
         stages=(Stage("count_hits", (input_topic,), _url, CountHits, output_topic,
                       on_error=ErrorPolicy(on_error)),),
-        mode=CheckpointingMode(mode), parallelism=parallelism,
+        mode=CheckpointingMode(mode), parallelism=parallelism, workers=workers,
         state_backend=StateBackendKind(state_backend), changelog=changelog)
 
 
@@ -98,8 +99,9 @@ def top_urls(job_id: str = "access-log-top-urls", input_topic: str = "access-log
              channel_topic: str = "url-minute-counts", output_topic: str = "top-urls",
              parallelism: int = 2, mode: str = "EXACTLY_ONCE", state_backend: str = "heap",
              changelog: bool = False, top_urls_batch_records: int = 20_000, on_error: str = "dead-letter",
-             fail_on_url: str | None = None) -> JobSpec:
-    """``top_urls_batch_records`` caps the second stage's micro-batches (a slower consumer)."""
+             fail_on_url: str | None = None, workers: int = 1, top_urls_workers: int | None = None) -> JobSpec:
+    """``top_urls_batch_records`` caps the second stage's micro-batches (a slower consumer);
+    ``workers``: worker processes per stage, ``top_urls_workers`` the second stage's if different."""
     policy = ErrorPolicy(on_error)
     return JobSpec(
         job_id=JobId(job_id),
@@ -107,7 +109,7 @@ def top_urls(job_id: str = "access-log-top-urls", input_topic: str = "access-log
             Stage("minute_counts", (input_topic,), _url, functools.partial(CountPerMinute, fail_on_url),
                   channel_topic, on_error=policy),
             Stage("top_urls", (channel_topic,), lambda v: int(v["minute"]), TopUrls, output_topic,
-                  max_records_per_batch=top_urls_batch_records, on_error=policy),
+                  max_records_per_batch=top_urls_batch_records, on_error=policy, workers=top_urls_workers),
         ),
-        mode=CheckpointingMode(mode), parallelism=parallelism,
+        mode=CheckpointingMode(mode), parallelism=parallelism, workers=workers,
         state_backend=StateBackendKind(state_backend), changelog=changelog)

@@ -49,6 +49,10 @@ class TopicNames:
     def changelog(self, job_id: str, operator_id: str) -> str:
         return f"{self.prefix}.changelog.{_UNSAFE.sub('_', job_id)}.{_UNSAFE.sub('_', operator_id)}"
 
+    def exchange(self, job_id: str, stage: str) -> str:
+        """The keyed exchange of a source stage spread over several workers (runtime.physical_plan)."""
+        return f"{self.prefix}.exchange.{_UNSAFE.sub('_', job_id)}.{_UNSAFE.sub('_', stage)}"
+
     def control_plane(self) -> list[TopicSpec]:
         """The service topics. Control and acks keep one partition: their order is the protocol."""
         keep = {"retention.ms": "-1", "cleanup.policy": "delete"}

@@ -10,16 +10,22 @@ librdkafka's rules, applied in one place for every transactional producer of Tid
   retried) and the whole transaction is written again: nothing of the aborted one is visible to
   read_committed readers;
 - a *fatal* error (the producer was fenced by a newer attempt) is raised: this process is a zombie.
+
+:func:`fence_transactional_ids` retires transactional ids no live process will use again (the
+ids of workers that a smaller worker count no longer has): it aborts the transaction each one
+may have left open, which would otherwise hold read_committed readers back (their last stable
+offset) until the broker aborts it after ``transaction.timeout.ms``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaException, Producer
 
-from tidemark.kafka.outage import BrokerWait
+from tidemark.kafka.clients import producer_config
+from tidemark.kafka.outage import BrokerWait, broker_wait
 from tidemark.chassis.logs import get_logger
 
 log = get_logger(__name__)
@@ -28,6 +34,22 @@ log = get_logger(__name__)
 def init_transactions(producer: Any, wait: BrokerWait, timeout_s: float = 30.0) -> None:
     """``init_transactions``, waiting through an outage (fences the previous holder of the id)."""
     wait.call("init transactions", lambda: producer.init_transactions(timeout_s))
+
+
+def fence_transactional_ids(client: Mapping[str, Any], transactional_ids: Iterable[str],
+                            wait: BrokerWait | None = None, timeout_s: float = 30.0) -> None:
+    """Fence every earlier holder of each id and abort the transaction it left open: per id, a
+    throwaway producer runs :func:`init_transactions` (waiting through an outage) and is closed.
+    A process still using one of the ids is fenced too (its next transactional call fails
+    fatally), so pass only ids that no live process uses."""
+    wait = wait or broker_wait(dict(client))
+    for transactional_id in transactional_ids:
+        producer = Producer(producer_config(dict(client), transactional_id))
+        try:
+            init_transactions(producer, wait, timeout_s)
+            log.info("transactional id fenced", transactional_id=transactional_id)
+        finally:
+            producer.close()
 
 
 def run_transaction(producer: Any, write: Callable[[], None], wait: BrokerWait, operation: str,

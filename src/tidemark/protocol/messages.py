@@ -223,7 +223,9 @@ class JobRegistration:
     changelog service creates their topics with ``changelog_partitions`` partitions (0: the
     service's default). ``outcome`` and ``reason`` (v3) say how a finished attempt ended:
     ``FINISHED``, ``CANCELLED``, ``RESTARTING`` or ``FAILED`` (:mod:`tidemark.checkpoint.job_state`;
-    empty: running, or finished for writers before v3).
+    empty: running, or finished for writers before v3). ``workers`` (v4) is the worker process
+    of each entry of ``tasks`` (same order and length): its index among the workers of the task's
+    stage; empty means every task runs in worker 0 (:mod:`tidemark.checkpoint.task_workers`).
     """
 
     job_id: JobId
@@ -238,6 +240,7 @@ class JobRegistration:
     changelog_partitions: int = 0
     outcome: str = ""
     reason: str = ""
+    workers: tuple[int, ...] = ()
 
 
 # --------------------------------------------------------------------------- acks topic

@@ -114,6 +114,8 @@ class Stage:
     encode_key: Callable[[Any], bytes] = key_encode
     max_records_per_batch: int = 20_000
     on_error: ErrorPolicy = ErrorPolicy.DEAD_LETTER
+    workers: int | None = None  # worker processes of this stage; None: the job's (JobSpec.workers)
+    forwards_to: str | None = None  # set by runtime.physical_plan on a source stage's exchange reader
 
     @property
     def operator_id(self) -> OperatorId:
@@ -133,6 +135,7 @@ class JobSpec:
     output_partitions: int = 4
     changelog: bool = False
     options: dict[str, Any] = field(default_factory=dict)
+    workers: int = 1  # worker processes per stage, 1..parallelism (Stage.workers overrides it)
 
     def __post_init__(self) -> None:
         if not self.stages:
@@ -143,6 +146,10 @@ class JobSpec:
         check_max_parallelism(self.max_parallelism)
         if not 1 <= self.parallelism <= self.max_parallelism:
             raise ValueError(f"parallelism must be in 1..{self.max_parallelism}, got {self.parallelism}")
+        for where, workers in [("workers", self.workers), *((f"stage {s.name}: workers", s.workers)
+                                                          for s in self.stages if s.workers is not None)]:
+            if workers < 1:
+                raise ValueError(f"{where} must be at least 1, got {workers}")
 
     def stage(self, name: str) -> Stage:
         for stage in self.stages:

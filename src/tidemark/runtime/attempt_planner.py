@@ -46,7 +46,8 @@ COORDINATOR_PATIENCE_S = 180.0  # how long a restore or an epoch lookup waits fo
 
 @dataclass(frozen=True)
 class FaultPlan:
-    """Kill stage ``stage`` of attempt ``attempt`` (0 = first) at ``point`` (see runtime.faults)."""
+    """Kill stage ``stage`` of attempt ``attempt`` (0 = first) at ``point`` (see runtime.faults);
+    ``stage`` names a stage (its first worker) or one worker process (``<stage>.w<n>``)."""
 
     attempt: int
     stage: str
@@ -82,7 +83,8 @@ class RunOptions:
     fresh: bool = False
     force: bool = False
     start_id: str | None = None
-    standby: bool = True  # a warm standby worker per stage takes over the next attempt (runtime.standby)
+    standby: bool = True  # a warm standby per worker process takes over the next attempt (runtime.standby)
+    workers: int | None = None  # worker processes per stage (runtime.physical_plan); None: the job's
 
 
 @dataclass

@@ -6,8 +6,10 @@ or savepoint). Starting empty over results that are already committed writes the
 so the supervisor refuses unless told to (``--force``).
 
 The check is cheap and reads only Kafka: in exactly-once mode the newest commit marker of each
-output stage's sink on ``<prefix>.sink-commits`` (one per committed checkpoint, written in the
-same transaction as the results, see :mod:`tidemark.runtime.outputs`); in at-least-once mode, where
+output stage's sink on ``<prefix>.sink-commits`` (one per task and committed checkpoint, written
+in the same transaction as the results, see :mod:`tidemark.runtime.outputs`), over the slots of
+every task of the stage (the job's parallelism, and any other slot of the stage met by the same
+backward read, e.g. of a larger parallelism before a rescale); in at-least-once mode, where
 results are written at once, whether the output topic holds any record.
 """
 
@@ -20,7 +22,7 @@ from confluent_kafka import TopicPartition
 from tidemark.kafka.metadata import metadata_consumer, topic_partitions
 from tidemark.kafka.topics import TopicNames
 from tidemark.runtime.api import JobSpec
-from tidemark.kafka.commit_markers import newest_commit
+from tidemark.kafka.commit_markers import newest_commits
 from tidemark.types import CheckpointingMode
 
 _ANY_CHECKPOINT = 2**62
@@ -41,9 +43,10 @@ def newest_committed_checkpoint(client: dict[str, Any], topics: TopicNames, spec
         consumer.close()
     if not partitions:
         return 0
-    found = (newest_commit(client, markers, f"{spec.job_id}/{stage.operator_id}", 0, at_most=_ANY_CHECKPOINT,
-                           partitions=len(partitions)) for stage in spec.stages if not spec.is_channel(stage))
-    return max((marker.batch_id for marker in found if marker is not None), default=0)
+    found = (newest_commits(client, markers, f"{spec.job_id}/{stage.operator_id}", range(spec.parallelism),
+                            at_most=_ANY_CHECKPOINT, partitions=len(partitions))
+             for stage in spec.stages if not spec.is_channel(stage))
+    return max((commits.newest_batch for commits in found), default=0)
 
 
 def committed_output(client: dict[str, Any], topics: TopicNames, spec: JobSpec) -> str | None:

@@ -28,9 +28,10 @@ class ConsumerLag:
         self.inputs = list(inputs)
         self._error: str | None = None
 
-    def report(self, positions: Mapping[tuple[str, int], int]) -> None:
+    def report(self, positions: Mapping[tuple[str, int], int], reads: Sequence[tuple[str, int]] | None = None) -> None:
+        """``reads``: the partitions this worker reads (all of the inputs' by default)."""
         try:
-            marks = watermarks(self.metadata, list_partitions(self.metadata, self.inputs))
+            marks = watermarks(self.metadata, list(reads) if reads else list_partitions(self.metadata, self.inputs))
         except Exception as exc:
             if unavailable(exc):
                 broker_wait(self.client).failed("consumer lag", exc)

@@ -70,6 +70,9 @@ def run(
     job: str = JobRef,
     job_args: str = ArgsOption,
     parallelism: Optional[int] = typer.Option(None, "--parallelism", min=1, help="Tasks per stage (default: the job's)."),
+    workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Worker processes per stage, each owning a "
+                                          "share of its tasks (default: the job's; a stage's own setting wins; at "
+                                          "most the parallelism)."),
     from_checkpoint: Optional[int] = typer.Option(None, "--from-checkpoint", min=1,
                                                   help="Start from this retained checkpoint or savepoint id "
                                                        "(unless the job has newer state; see --force)."),
@@ -93,7 +96,7 @@ def run(
     url: str = typer.Option(DEFAULT_URL, "--url", envvar="TIDEMARK_COORDINATOR_URL", help="Coordinator HTTP address."),
     token: Optional[str] = typer.Option(None, "--token", envvar="TIDEMARK_API_TOKEN", show_default=False),
 ) -> None:
-    """Run a job: one PySpark worker per stage, checkpointed by the coordinator, restored on failure."""
+    """Run a job: PySpark workers for each stage, checkpointed by the coordinator, restored on failure."""
     if from_checkpoint is not None and from_savepoint is not None:
         _usage_error("jobs run", "give --from-checkpoint or --from-savepoint, not both")
     if fresh and (from_checkpoint is not None or from_savepoint is not None):
@@ -118,7 +121,7 @@ def run(
         _usage_error("jobs run", f"--fault: {exc}")
     settings = _settings("supervisor")
     options = RunOptions(job, args, parallelism, from_checkpoint, from_savepoint, max_restarts, faults,
-                         fresh=fresh, force=force, start_id=start_id, standby=standby)
+                         fresh=fresh, force=force, start_id=start_id, standby=standby, workers=workers)
     _require_kafka(settings, "jobs run")
     try:
         supervisor = JobSupervisor(settings, options, CoordinatorClient(url, token))
@@ -139,13 +142,16 @@ def worker(
     run_dir: Path = typer.Option(..., "--run-dir"),
     restore: Optional[str] = typer.Option(None, "--restore"),
     job_args: str = ArgsOption,
+    workers: str = typer.Option("{}", "--workers", help="Worker processes of each stage, a JSON object."),
+    worker_index: int = typer.Option(0, "--worker", min=0, help="Which of its stage's workers this one is."),
 ) -> None:
-    """Run one stage of a job (the supervisor starts these)."""
+    """Run one stage of a job, or one worker's share of it (the supervisor starts these)."""
     from tidemark.runtime.query import run_attempt
     from tidemark.runtime.stage_attempt import Attempt
 
     settings = _settings("worker")
-    attempt = Attempt(job, stage, Epoch(epoch), parallelism, run_dir, _job_args(job_args, "jobs worker"), restore)
+    attempt = Attempt(job, stage, Epoch(epoch), parallelism, run_dir, _job_args(job_args, "jobs worker"), restore,
+                      {str(k): int(v) for k, v in json.loads(workers).items()}, worker_index)
     raise typer.Exit(run_attempt(settings, attempt))
 
 

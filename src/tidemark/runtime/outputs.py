@@ -12,9 +12,12 @@ restored checkpoint) -> per micro-batch ``write(batch)`` -> at each checkpoint o
   after the checkpoint's data. Records of a failed attempt are dropped by the reading stage.
 * :class:`TwoPhaseCommitOutput` (exactly-once) keeps results in a write-ahead buffer that is part
   of the checkpoint (pre-commit), and on the completed notification writes every buffer up to
-  that checkpoint in one Kafka transaction together with a commit marker (commit). An aborted
-  checkpoint's buffer stays pending and is committed with the next completed one. After a
-  restore, buffers of the restored checkpoint whose marker is missing are committed first.
+  that checkpoint in one Kafka transaction together with one commit marker per task it commits
+  (commit). An aborted checkpoint's buffer stays pending and is committed with the next
+  completed one. After a restore, each restored buffer is committed first unless the markers of
+  its own task show it committed (:func:`uncommitted_buffers`), so outputs of one stage that run
+  in different worker processes, each with its own transactional id and tasks, commit
+  independently.
   (librdkafka cannot resume a transaction of a dead producer, which is what Flink's Kafka sink
   does; the write-ahead buffer gives the same guarantee.)
 * :class:`AtLeastOnceOutput` writes at once and flushes at ``pre_commit``: after a failure,
@@ -29,7 +32,8 @@ from __future__ import annotations
 
 import json
 import struct
-from collections.abc import Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -40,10 +44,11 @@ from tidemark.broker.engine import tansu_selected
 from tidemark.kafka.clients import produce_waiting, producer_config
 from tidemark.kafka.commit_markers import (
     CommitMarker,
+    SlotCommits,
     ensure_marker_topic,
     marker_partition,
     marker_partition_count,
-    newest_commit,
+    newest_commits,
 )
 from tidemark.kafka.outage import broker_wait
 from tidemark.kafka.transactions import init_transactions, run_transaction
@@ -51,12 +56,15 @@ from tidemark.protocol import codec
 from tidemark.protocol.messages import Barrier
 from tidemark.runtime.faults import FAULTS
 from tidemark.runtime.records import barrier_headers, channel_headers
-from tidemark.types import CheckpointId, Epoch, JobId, OperatorId, TaskId
+from tidemark.types import CheckpointId, Epoch, JobId, OperatorId, TaskId, parse_task_id
 
 _TIMEOUT_S = 30.0
 
 OutputRecord = tuple[bytes | None, bytes]
 """(key, value) as written to Kafka."""
+RoutedRecord = tuple[bytes | None, bytes, int]
+"""(key, value, partition): a record whose channel partition is already known (an exchange
+reader's, :mod:`tidemark.runtime.physical_plan`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,10 +146,11 @@ class ChannelOutput:
     """Transactional micro-batches of epoch-tagged records, then barriers (see module docstring)."""
 
     def __init__(self, client: dict[str, Any], topic: str, partitions: int, transactional_id: str,
-                 epoch: Epoch) -> None:
+                 epoch: Epoch, partitioner: Callable[[bytes | None, bytes], int] | None = None) -> None:
         self.topic = topic
         self.partitions = partitions
         self.epoch = epoch
+        self.partitioner = partitioner
         self.records_out = 0
         self._producer = Producer(producer_config(client, transactional_id))
         self._wait = broker_wait(client)
@@ -157,12 +166,25 @@ class ChannelOutput:
         def records() -> None:
             for task, records in batch.items():
                 headers = channel_headers(self.epoch, task)
-                for key, value in records:
-                    _produce(self._producer, self.topic, key, value, headers)
+                for record in records:
+                    _produce(self._producer, self.topic, record[0], record[1], headers, self._partition(record))
 
         run_transaction(self._producer, records, self._wait, f"write to {self.topic}", _TIMEOUT_S)
         self.records_out += sum(len(records) for records in batch.values())
         FAULTS.hit("after-channel-write")
+
+    def _partition(self, record: OutputRecord | RoutedRecord) -> int | None:
+        """Where a record goes: the partition it was routed to, or the partitioner's (a record the
+        reading stage cannot key goes to partition 0, where that stage dead-letters it), or the
+        producer's default partitioner when the reading stage has one worker."""
+        if len(record) == 3:
+            return record[2]  # type: ignore[misc]
+        if self.partitioner is None:
+            return None
+        try:
+            return self.partitioner(record[0], record[1])
+        except Exception:
+            return 0
 
     def pre_commit(self, barriers: Mapping[TaskId, Barrier]) -> dict[TaskId, list[bytes]]:
         def records() -> None:
@@ -212,15 +234,14 @@ class TwoPhaseCommitOutput:
         return sum(len(b.records) for b in self._sealed) + sum(len(r) for r in self._open.values())
 
     def recover(self, items: Sequence[bytes], checkpoint_id: CheckpointId) -> None:
-        """Commit the restored checkpoint's buffers unless its marker says they are committed."""
+        """Commit the restored buffers that the markers of their tasks do not show committed."""
         buffers = {(b.task, b.checkpoint_id): b for b in map(PendingBuffer.decode, items)}
         if not buffers:
             return
-        marker = newest_commit(self.client, self.marker_topic, self.query_id, 0, at_most=int(checkpoint_id),
-                               partitions=self._marker_partitions)
-        done = marker.batch_id if marker is not None else 0
-        self._sealed = sorted((b for b in buffers.values() if b.checkpoint_id > done),
-                              key=lambda b: (b.checkpoint_id, b.task))
+        commits = newest_commits(self.client, self.marker_topic, self.query_id,
+                                 {subtask_index(task) for task, _ in buffers}, at_most=int(checkpoint_id),
+                                 partitions=self._marker_partitions)
+        self._sealed = uncommitted_buffers(buffers.values(), commits)
         self.commit(checkpoint_id)
 
     def write(self, batch: Mapping[TaskId, list[OutputRecord]]) -> None:
@@ -240,15 +261,15 @@ class TwoPhaseCommitOutput:
         if not due:
             return
         count = sum(len(buffer.records) for buffer in due)
-        marker = CommitMarker(self.query_id, int(checkpoint_id), 0, self.transactional_id, count,
-                              now_ms())
+        markers = task_commit_markers(self.query_id, checkpoint_id, due, self.transactional_id, now_ms())
 
         def records() -> None:
             for buffer in due:
                 for key, value in buffer.records:
                     _produce(self._producer, self.topic, key, value)
-            _produce(self._producer, self.marker_topic, marker.key, marker.encode(), None,
-                     marker_partition(marker.key, self._marker_partitions))
+            for marker in markers:
+                _produce(self._producer, self.marker_topic, marker.key, marker.encode(), None,
+                         marker_partition(marker.key, self._marker_partitions))
             FAULTS.hit("during-commit")
 
         run_transaction(self._producer, records, self._wait, f"commit checkpoint {checkpoint_id} to {self.topic}",
@@ -263,6 +284,31 @@ class TwoPhaseCommitOutput:
 
     def close(self) -> None:
         self._producer.flush(_TIMEOUT_S)
+
+
+def subtask_index(task: TaskId) -> int:
+    """A task's commit-marker slot: its subtask index (``operator#index``)."""
+    return parse_task_id(task)[1]
+
+
+def task_commit_markers(query_id: str, checkpoint_id: CheckpointId, due: Iterable[PendingBuffer],
+                        transactional_id: str, written_at: int) -> list[CommitMarker]:
+    """The markers of one commit transaction: one per task whose buffers it commits, in the
+    task's slot, with the number of that task's records."""
+    records: Counter[TaskId] = Counter()
+    for buffer in due:
+        records[buffer.task] += len(buffer.records)
+    return [CommitMarker(query_id, int(checkpoint_id), subtask_index(task), transactional_id, count, written_at,
+                         task=task) for task, count in sorted(records.items(), key=lambda item: subtask_index(item[0]))]
+
+
+def uncommitted_buffers(buffers: Iterable[PendingBuffer], commits: SlotCommits) -> list[PendingBuffer]:
+    """The restored buffers still to commit, in commit order: a buffer of task *t* sealed by
+    checkpoint *c* is committed iff *t*'s slot is committed up to *c* or later
+    (:meth:`SlotCommits.committed_up_to`; ``commits`` were looked up with the restored checkpoint
+    as ``at_most``)."""
+    return sorted((b for b in buffers if b.checkpoint_id > commits.committed_up_to(subtask_index(b.task))),
+                  key=lambda b: (b.checkpoint_id, b.task))
 
 
 class AtLeastOnceOutput:

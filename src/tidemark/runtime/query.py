@@ -40,22 +40,17 @@ class QueryFailed(RuntimeError):
     """The streaming query stopped with an error."""
 
 
-def source_options(client: dict[str, Any], topics: list[str], starting_offsets: str,
-                   max_records: int) -> dict[str, str]:
-    """The ``tidemark-kafka`` options of a stage's query (see ``kafka-io.md``)."""
+def source_options(client: dict[str, Any], selection: dict[str, str], max_records: int) -> dict[str, str]:
+    """The ``tidemark-kafka`` options of a stage's query (see ``kafka-io.md``); ``selection``: what
+    it reads and from where (``subscribe`` or ``assign``, and ``startingOffsets``)."""
     options = {f"kafka.{k}": str(v) for k, v in client.items()}
-    options.update({
-        "subscribe": ",".join(topics),
-        "startingOffsets": starting_offsets,
-        "maxRecordsPerTrigger": str(max_records),
-        "isolationLevel": "read_committed",
-    })
+    options.update(selection)
+    options.update({"maxRecordsPerTrigger": str(max_records), "isolationLevel": "read_committed"})
     return options
 
 
 def _source_options(worker: StageWorker) -> dict[str, str]:
-    return source_options(worker.client, list(worker.stage.inputs), worker.starting_offsets(),
-                          worker.stage.max_records_per_batch)
+    return source_options(worker.client, worker.source_options(), worker.stage.max_records_per_batch)
 
 
 class _SessionStart(threading.Thread):
@@ -100,7 +95,7 @@ def run_attempt(settings: TidemarkSettings, attempt: Attempt, spark: Any = None)
             raise
         log.error("stage cannot run; a restart will not fix it", job_ref=attempt.job_ref, stage=attempt.stage,
                   epoch=attempt.epoch, reason=reason)
-        path = failed_file(attempt.run_dir, attempt.stage, attempt.epoch)
+        path = failed_file(attempt.run_dir, attempt.process, attempt.epoch)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(reason + "\n", encoding="utf-8")
         return EXIT_REFUSED
@@ -123,7 +118,7 @@ def _run_stage(settings: TidemarkSettings, attempt: Attempt, spark: Any) -> int:
         with worker.lock:
             worker.on_batch(records_of(table))
 
-    with query_checkpoint_location(f"{worker.job}-{worker.stage.name}") as spark_checkpoints:
+    with query_checkpoint_location(f"{worker.job}-{attempt.process}") as spark_checkpoints:
         return _run_query(worker, attempt, spark, on_batch, spark_checkpoints, watch)
 
 
@@ -134,10 +129,11 @@ def _run_query(worker: StageWorker, attempt: Attempt, spark: Any, on_batch: Any,
              .trigger(processingTime=TRIGGER).queryName(f"{worker.job}.{worker.stage.name}").start())
     attempt.ready_file.parent.mkdir(parents=True, exist_ok=True)
     attempt.ready_file.write_text(json.dumps({
-        "stage": worker.stage.name, "epoch": attempt.epoch, "pid": os.getpid(), "metrics_port": worker.settings.http_port,
+        "stage": worker.stage.name, "worker": attempt.worker, "epoch": attempt.epoch, "pid": os.getpid(), "metrics_port": worker.settings.http_port,
         "restored_from": worker.restored_from.checkpoint_id if worker.restored_from else None}))
     log.info("stage running", job=worker.job, stage=worker.stage.name, epoch=attempt.epoch,
-             parallelism=attempt.parallelism, starting_offsets=_source_options(worker)["startingOffsets"])
+             parallelism=attempt.parallelism, worker=attempt.worker, workers=worker.workers,
+             tasks=[t.task_id for t in worker.tasks], starting_offsets=_source_options(worker)["startingOffsets"])
     last_lag = 0.0
     try:
         while not worker.finished:

@@ -14,10 +14,17 @@ from typing import Any
 from tidemark.types import Epoch
 
 
-def stage_file(run_dir: Path, stage: str, epoch: int, kind: str) -> Path:
-    """``<run_dir>/<stage>.epoch-<epoch>.<kind>``: how a stage worker tells the supervisor where it is
-    (``ready``, ``processing``; ``failed`` in :mod:`tidemark.runtime.start_errors`)."""
-    return run_dir / f"{stage}.epoch-{epoch}.{kind}"
+def stage_file(run_dir: Path, process: str, epoch: int, kind: str) -> Path:
+    """``<run_dir>/<process>.epoch-<epoch>.<kind>``: how a stage worker (``process``, see
+    :func:`process_name`) tells the supervisor where it is (``ready``, ``processing``; ``failed``
+    in :mod:`tidemark.runtime.start_errors`)."""
+    return run_dir / f"{process}.epoch-{epoch}.{kind}"
+
+
+def process_name(stage: str, worker: int, workers: int) -> str:
+    """How one worker process of a stage is named in files and logs: the stage's name when it has
+    one worker, ``<stage>.w<worker>`` otherwise."""
+    return stage if workers == 1 else f"{stage}.w{worker}"
 
 
 @dataclass(frozen=True)
@@ -31,16 +38,22 @@ class Attempt:
     run_dir: Path
     job_args: dict[str, Any] = field(default_factory=dict)
     restore_path: str | None = None  # _metadata of the checkpoint or savepoint to restore
+    workers: dict[str, int] = field(default_factory=dict)  # worker processes of each stage as it runs
+    worker: int = 0  # which of its stage's workers this one is (runtime.ownership)
+
+    @property
+    def process(self) -> str:
+        return process_name(self.stage, self.worker, self.workers.get(self.stage, 1))
 
     @property
     def ready_file(self) -> Path:
         """Written when the stage's query started."""
-        return stage_file(self.run_dir, self.stage, self.epoch, "ready")
+        return stage_file(self.run_dir, self.process, self.epoch, "ready")
 
     @property
     def processing_file(self) -> Path:
         """Written when the stage processed its first records (the supervisor starts standbys then)."""
-        return stage_file(self.run_dir, self.stage, self.epoch, "processing")
+        return stage_file(self.run_dir, self.process, self.epoch, "processing")
 
 
 @dataclass(frozen=True)
@@ -61,5 +74,6 @@ class Assignment:
         doc = json.loads(line)
         attempt = doc["attempt"]
         return cls(Attempt(attempt["job_ref"], attempt["stage"], Epoch(attempt["epoch"]), attempt["parallelism"],
-                           Path(attempt["run_dir"]), attempt["job_args"], attempt["restore_path"]),
+                           Path(attempt["run_dir"]), attempt["job_args"], attempt["restore_path"],
+                           attempt.get("workers", {}), attempt.get("worker", 0)),
                    doc["fault"], doc["http_port"])

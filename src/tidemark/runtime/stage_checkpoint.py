@@ -77,17 +77,17 @@ class StageCheckpointer:
     def _snapshot(self, checkpoint_id: CheckpointId, kind: CheckpointType, storage: SnapshotStorage,
                   sink_items: Mapping[str, list[bytes]], positions: Mapping[tuple[str, int], int],
                   aligned: Aligned | None) -> list[TaskSnapshot]:
-        """Each task's state; the channel cut goes with the first task (union state: every task
-        sees it after a restore), each source partition with task ``partition % tasks``."""
+        """Each task's state; the worker's channel cut goes with its first task (union state: every
+        task sees it after a restore), its source partitions are dealt round-robin to its tasks."""
         cut_items = [json.dumps({"topic": t, "partition": p, "task": task, "offset": o}).encode()
                      for (t, p, task), o in sorted(aligned.cut.items())] if aligned is not None else []
+        ordered = sorted(positions.items())
         snapshots = []
-        for task in self.tasks:
+        for position, task in enumerate(self.tasks):
             index = task.assignment.subtask_index
             keyed, operator = task.snapshot(checkpoint_id, storage, canonical=kind.is_savepoint, operator_items={
-                SINK_STATE: sink_items.get(task.task_id, []), CUT_STATE: cut_items if index == 0 else []})
-            offsets = tuple(SourceOffset(t, p, o) for (t, p), o in sorted(positions.items())
-                            if p % len(self.tasks) == index)
+                SINK_STATE: sink_items.get(task.task_id, []), CUT_STATE: cut_items if position == 0 else []})
+            offsets = tuple(SourceOffset(t, p, o) for (t, p), o in ordered[position::len(self.tasks)])
             snapshots.append(TaskSnapshot(
                 task.task_id, self.operator_id, index, task.assignment.key_group_start,
                 task.assignment.key_group_end, state_handles=keyed.handles + operator, source_offsets=offsets,

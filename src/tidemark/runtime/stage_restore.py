@@ -1,11 +1,11 @@
 """Restoring a stage's tasks from a checkpoint or savepoint.
 
 ``restore_stage(...)`` reads nothing but the given ``_metadata`` and the files and changelog
-ranges it names. Every worker plans its own tasks with the same pure planner
-(:func:`tidemark.checkpoint.restore_planner.plan_restore`), so a different parallelism rescales:
-keyed state by key groups (each task's backend restores from the old tasks' keyed snapshots that
-overlap its key groups, whatever backend or mode wrote them), operator state by its mode, source
-positions dealt to the new tasks. What the stage needs besides the tasks' state comes back as a
+ranges it names. Every worker restores its own tasks the same way, so a different parallelism or
+number of workers rescales: keyed state by key groups (each task's backend restores from the old
+tasks' keyed snapshots that overlap its key groups, whatever backend or mode wrote them),
+operator state by its mode, and the source positions of the partitions the worker reads,
+whichever old tasks held them. What the stage needs besides the tasks' state comes back as a
 :class:`RestoredStage`: the source positions, the pending write-ahead buffers of the sink and the
 channel cut.
 """
@@ -13,14 +13,14 @@ channel cut.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tidemark.checkpoint.restore_planner import plan_restore
 from tidemark.keygroups import KeyGroupRange
 from tidemark.protocol.messages import CheckpointMetadata, StateHandleKind
 from tidemark.runtime.alignment import Channel
+from tidemark.runtime.outputs import PendingBuffer
 from tidemark.runtime.stage_tasks import key_group_range
 from tidemark.runtime.task import CUT_STATE, SINK_STATE, StageTask
 from tidemark.state import KeyedSnapshot
@@ -47,23 +47,48 @@ def keyed_snapshots(metadata: CheckpointMetadata, operator_id: OperatorId,
 
 
 def restore_stage(metadata: CheckpointMetadata, operator_id: OperatorId, tasks: Sequence[StageTask],
-                  parallelism: int, storage: CheckpointStorage) -> RestoredStage:
-    """``metadata`` must be the stage's job's (the worker checks it as it reads it)."""
-    plan = plan_restore(metadata, parallelism)
+                  storage: CheckpointStorage, source_operators: Sequence[OperatorId],
+                  reads: Collection[tuple[str, int]]) -> RestoredStage:
+    """``metadata`` must be the stage's job's (the worker checks it as it reads it). ``tasks``: the
+    worker's (all of the stage's, or its share); ``reads``: the partitions its query reads, whose
+    source positions (found under the first of ``source_operators`` that has any) and channel
+    cut it gets back."""
     operator_handles = [h for t in metadata.tasks if t.operator_id == operator_id
                         for h in t.state_handles if h.kind is StateHandleKind.OPERATOR]
     restored = RestoredStage(metadata)
     sink_items: dict[bytes, None] = {}
     for task in tasks:
-        part = plan.for_task(task.task_id)
         task.restore(keyed_snapshots(metadata, operator_id, task.key_groups), operator_handles, storage)
         if task.backend.rebased:
             restored.rebased.append(task.task_id)
         sink_items.update(dict.fromkeys(task.restored_items(SINK_STATE)))
         for item in task.restored_items(CUT_STATE):
             doc: dict[str, Any] = json.loads(item)
-            restored.cut[(doc["topic"], doc["partition"], TaskId(doc["task"]))] = doc["offset"]
-        for offset in part.source_offsets:
-            restored.positions[(offset.topic, offset.partition)] = offset.offset
-    restored.sink_items = list(sink_items)
+            if (doc["topic"], doc["partition"]) in reads:
+                restored.cut[(doc["topic"], doc["partition"], TaskId(doc["task"]))] = doc["offset"]
+    restored.positions = source_positions(metadata, source_operators, reads)
+    owners = inherited_tasks(metadata, operator_id, [task.key_groups for task in tasks])
+    restored.sink_items = [item for item in sink_items if PendingBuffer.decode(item).task in owners]
     return restored
+
+
+def inherited_tasks(metadata: CheckpointMetadata, operator_id: OperatorId,
+                    ranges: Sequence[KeyGroupRange]) -> set[TaskId]:
+    """The old tasks of ``operator_id`` whose first key group falls in ``ranges`` (the worker's):
+    their pending sink buffers are this worker's to commit. Every old task has exactly one such
+    worker at any parallelism and number of workers, so each buffer is committed by one worker
+    only (the buffers are union state: every task sees all of them after a restore)."""
+    return {t.task_id for t in metadata.tasks if t.operator_id == operator_id
+            and any(t.key_group_start in kgr for kgr in ranges)}
+
+
+def source_positions(metadata: CheckpointMetadata, operators: Sequence[OperatorId],
+                     reads: Collection[tuple[str, int]]) -> dict[tuple[str, int], int]:
+    """The positions of ``reads`` in ``metadata``, from the first of ``operators`` that has any of
+    them (an operator's positions in other topics, e.g. a keyed stage's in its exchange, do not count)."""
+    for operator in operators:
+        positions = {(o.topic, o.partition): o.offset for t in metadata.tasks if t.operator_id == operator
+                     for o in t.source_offsets if (o.topic, o.partition) in reads}
+        if positions:
+            return positions
+    return {}

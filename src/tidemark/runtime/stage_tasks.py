@@ -41,11 +41,14 @@ class ChangelogTarget:
 
 
 def build_stage_tasks(spec: JobSpec, stage: Stage, parallelism: int, local_dir: Path,
-                      changelog: ChangelogTarget | None) -> list[StageTask]:
+                      changelog: ChangelogTarget | None, subtasks: range | None = None) -> list[StageTask]:
+    """The tasks of ``subtasks`` (the worker's own, :mod:`tidemark.runtime.ownership`; all by default)."""
     reader = (ChangelogReader(changelog.client, partitions=changelog.partitions,
                               max_parallelism=spec.max_parallelism) if changelog is not None else None)
     tasks = []
     for assignment in plan_assignments((stage.operator_id,), parallelism, spec.max_parallelism):
+        if subtasks is not None and assignment.subtask_index not in subtasks:
+            continue
         context = BackendContext(key_group_range(assignment), spec.max_parallelism, stage.name,
                                  local_dir / assignment.task_id.replace("#", "-"))
         wirings: tuple[ChangelogWiring, ...] = ()

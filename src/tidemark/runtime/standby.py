@@ -1,6 +1,6 @@
 """A warm standby stage worker: a process whose SparkSession is started and warm, waiting for an attempt.
 
-Lifecycle: once an attempt runs, the supervisor starts one standby per stage (``tidemark jobs
+Lifecycle: once an attempt runs, the supervisor starts one standby per worker process (``tidemark jobs
 standby``). The standby imports the runtime, starts its local SparkSession (which registers
 Tidemark's data source) and runs one warm-up query (one record of the control topic, discarded),
 so the JVM, the SparkContext, the data-source lookup and Spark's Python workers are all started.
@@ -54,7 +54,8 @@ def warm_up(spark: Any, settings: TidemarkSettings, interrupt: threading.Event,
     """Run one micro-batch of one control-topic record through ``tidemark-kafka`` and discard it;
     True when the batch ran within ``timeout_s`` (within ``INTERRUPTED_WARM_UP_S`` once
     ``interrupt`` is set)."""
-    options = source_options(base_config(settings), [TopicNames(settings.topic_prefix).control], "earliest", 1)
+    options = source_options(base_config(settings), {"subscribe": TopicNames(settings.topic_prefix).control,
+                                                     "startingOffsets": "earliest"}, 1)
     ran = threading.Event()
 
     def on_batch(frame: Any, batch_id: int) -> None:

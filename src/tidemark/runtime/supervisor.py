@@ -1,12 +1,17 @@
 """The job supervisor: runs every stage of a job as worker processes and restores them on failure.
 
+Each stage runs as ``W`` worker processes owning blocks of its tasks (:mod:`tidemark.runtime.ownership`;
+a source stage with ``W > 1`` gets an exchange reader, :mod:`tidemark.runtime.physical_plan`), named
+``<stage>`` with one worker and ``<stage>.w<n>`` otherwise.
+
 Lifecycle: ``JobSupervisor(settings, options).run()`` blocks until the job finishes or is stopped:
 
 1. choose the first attempt's restore source (Flink's operator's upgrade modes;
    :mod:`tidemark.runtime.attempt_planner`, which also chooses every later attempt's);
-2. start one worker process per stage (or hand the attempt to the stage's warm standby,
+2. start every worker process (or hand the attempt to the process's warm standby,
    :mod:`tidemark.runtime.standby`), wait until each has restored and started its query;
-3. register the attempt (``JobRegistration``: every task, the source tasks, the mode) on the
+3. register the attempt (``JobRegistration``: every task, the source tasks, each task's worker,
+   the mode) on the
    control topic, so the coordinator starts triggering checkpoints (in changelog mode the
    attempt is first announced without tasks, so the changelog service creates the operators'
    changelog topics before the workers need them);
@@ -17,13 +22,13 @@ Lifecycle: ``JobSupervisor(settings, options).run()`` blocks until the job finis
    ``max_restarts``). A ``RestoreCommand`` of a newer epoch (the restore API called by an
    operator) replaces the attempt the same way with the attempt it names (not counted as a
    restart). Once every stage of the attempt processes records (or 30 s after it registered),
-   one warm standby per stage is started for the next attempt (``RunOptions.standby``);
+   one warm standby per worker process is started for the next attempt (``RunOptions.standby``);
 5. when every worker exits 0 (a stop-with-savepoint completed) the attempt is registered as
    finished and ``run`` returns 0. SIGTERM/SIGINT stop the workers and return 143/130.
 
 With ``TIDEMARK_HTTP_PORT`` set (a deployment), the supervisor serves ``/livez``, ``/readyz``
-(an attempt is registered and running) and ``/metrics`` on it, and stage ``i`` (in job order)
-serves its metrics on that port + 1 + i; otherwise the stages get free ports.
+(an attempt is registered and running) and ``/metrics`` on it, and worker process ``i`` (in job
+order) serves its metrics on that port + 1 + i; otherwise the workers get free ports.
 """
 
 from __future__ import annotations
@@ -53,7 +58,9 @@ from tidemark.runtime.attempt_planner import AttemptPlanner, AttemptState, RunOp
 from tidemark.runtime.control import AttemptSignals, ControlPublisher
 from tidemark.runtime.health import serve_health
 from tidemark.runtime.metrics import EPOCH, RESTARTS, RUNNING
-from tidemark.runtime.stage_attempt import Assignment, Attempt, stage_file
+from tidemark.runtime.ownership import worker_of
+from tidemark.runtime.physical_plan import physical_job, reader_workers, workers_per_stage
+from tidemark.runtime.stage_attempt import Assignment, Attempt, process_name, stage_file
 from tidemark.runtime.start_errors import failed_file, missing_topics_reason
 from tidemark.chassis.logs import get_logger
 from tidemark.storage import open_storage
@@ -69,21 +76,20 @@ class JobSupervisor:
         self.settings = settings
         self.options = options
         self.coordinator = coordinator
-        self.spec: JobSpec = load_job(options.job_ref, options.job_args)
+        self.spec: JobSpec = load_job(options.job_ref, options.job_args)  # as written; ``running`` as it runs
+        self.running_spec: JobSpec = self.spec
+        self._input_partitions: dict[str, int] = {}
         self.storage = open_storage(settings.resolved_storage_url)
         self.topics = TopicNames(settings.topic_prefix)
         self.run_dir = settings.home / "runs" / f"{self.spec.job_id}-{os.getpid()}"
         self.restarts = 0
         self.attempts: list[AttemptState] = []
-        # with a fixed HTTP port (a deployment), stage i serves its metrics on port + 1 + i
-        base = settings.http_port
-        self.ports = [base + 1 + i if base else free_port() for i in range(len(self.spec.stages))]
         self.running = False
         self._stop_signal: int | None = None
         self._control: ControlPublisher | None = None  # created at the first registration
         self._signals: AttemptSignals | None = None  # created before the first attempt
         self._restored_by_operator: RestoreCommand | None = None
-        self._standbys: dict[str, subprocess.Popen[bytes]] = {}  # stage -> a warm worker (runtime.standby)
+        self._standbys: dict[str, subprocess.Popen[bytes]] = {}  # process -> a warm worker (runtime.standby)
         self.planner = AttemptPlanner(settings, options, coordinator, self.spec, self.storage)
         self._failure: str | None = None  # why the current attempt failed, one line
         self.gave_up: str | None = None  # set when ``run`` returns 1: why, one line
@@ -154,6 +160,15 @@ class JobSupervisor:
         missing = [t for t in inputs if t not in found]
         if missing:
             raise StartRefused(missing_topics_reason(missing))
+        self._input_partitions = dict(found)
+
+    def _running_spec(self) -> JobSpec:
+        """The job as this attempt runs it: its worker processes per stage at the attempt's
+        parallelism, and the exchanges that needs (runtime.physical_plan)."""
+        written, parallelism = self.spec, self.planner.parallelism
+        workers = reader_workers(written, workers_per_stage(written, parallelism, self.options.workers),
+                                 self._input_partitions)
+        return physical_job(written, workers, lambda stage: self.topics.exchange(written.job_id, stage))
 
     def _report_ended(self, attempt: AttemptState | None, outcome: AttemptOutcome, reason: str) -> None:
         """Tell the coordinator how the attempt ended (its job state and reason); best effort,
@@ -174,12 +189,19 @@ class JobSupervisor:
         self._stop_signal = signum
 
     def _run_attempt(self, attempt: AttemptState) -> str:
+        running = self.running_spec = self._running_spec()
         log.info("starting attempt", job=self.spec.job_id, attempt=attempt.index, epoch=attempt.epoch,
-                 restore=attempt.restore_path, parallelism=self.planner.parallelism)
+                 restore=attempt.restore_path, parallelism=self.planner.parallelism,
+                 workers={s.name: s.workers for s in running.stages})
         if self.spec.changelog:  # announce first: the changelog service creates the changelog topics
             self._register(attempt, finished=False, announce_only=True)
-        for index, stage in enumerate(self.spec.stages):
-            attempt.processes[stage.name] = self._spawn(attempt, stage.name, self.ports[index])
+        # with a fixed HTTP port (a deployment), worker process i (in job order) serves its metrics on port + 1 + i
+        base = self.settings.http_port
+        for stage in running.stages:
+            for worker in range(stage.workers or 1):
+                name = process_name(stage.name, worker, stage.workers or 1)
+                port = base + 1 + len(attempt.processes) if base else free_port()
+                attempt.processes[name] = self._spawn(attempt, stage.name, worker, name, port)
         outcome = self._wait_ready(attempt)
         if outcome is None:
             self._register(attempt, finished=False)
@@ -220,9 +242,9 @@ class JobSupervisor:
             if self._stop_signal is not None:
                 return "stopped"
             if standbys_due and (time.monotonic() > standbys_due or all(
-                    stage_file(self.run_dir, s.name, attempt.epoch, "processing").exists() for s in self.spec.stages)):
+                    stage_file(self.run_dir, name, attempt.epoch, "processing").exists() for name in attempt.processes)):
                 standbys_due = 0.0  # after the attempt's first records: their JVMs must not slow a recovery
-                self._start_standbys()
+                self._start_standbys(attempt)
             signalled = self._control_signal(attempt)
             if signalled is not None:
                 return signalled
@@ -273,19 +295,21 @@ class JobSupervisor:
 
     # ------------------------------------------------------------------ processes
 
-    def _spawn(self, attempt: AttemptState, stage: str, port: int) -> subprocess.Popen[bytes]:
-        """The stage's warm standby takes the attempt when there is one; else a new worker."""
-        fault = next((f.point for f in self.options.faults if f.attempt == attempt.index and f.stage == stage), None)
+    def _spawn(self, attempt: AttemptState, stage: str, worker: int, name: str, port: int) -> subprocess.Popen[bytes]:
+        """The process's warm standby takes the attempt when there is one; else a new worker."""
+        fault = next((f.point for f in self.options.faults if f.attempt == attempt.index
+                      and (f.stage == name or (f.stage == stage and worker == 0))), None)
+        workers = {s.name: s.workers or 1 for s in self.running_spec.stages}
         worker_attempt = Attempt(self.options.job_ref, stage, attempt.epoch, self.planner.parallelism, self.run_dir,
-                                 self.options.job_args, attempt.restore_path)
-        standby = self._standbys.pop(stage, None)
+                                 self.options.job_args, attempt.restore_path, workers, worker)
+        standby = self._standbys.pop(name, None)
         if standby is not None and standby.poll() is None:
             try:
                 assert standby.stdin is not None
                 standby.stdin.write(Assignment(worker_attempt, fault, port).to_line())
                 standby.stdin.flush()
-                log.info("a warm standby takes the attempt", job=self.spec.job_id, stage=stage, epoch=attempt.epoch,
-                         pid=standby.pid)
+                log.info("a warm standby takes the attempt", job=self.spec.job_id, stage=stage, worker=worker,
+                         epoch=attempt.epoch, pid=standby.pid)
                 return standby
             except (BrokenPipeError, OSError) as exc:  # it died meanwhile: start a worker instead
                 log.warning("standby gone; starting a worker", stage=stage, error=str(exc))
@@ -295,28 +319,29 @@ class JobSupervisor:
             env["TIDEMARK_FAULT"] = fault
         command = [sys.executable, "-m", "tidemark.cli", "jobs", "worker", self.options.job_ref,
                    "--stage", stage, "--epoch", str(attempt.epoch), "--parallelism", str(self.planner.parallelism),
-                   "--run-dir", str(self.run_dir), "--job-args", json.dumps(self.options.job_args)]
+                   "--run-dir", str(self.run_dir), "--job-args", json.dumps(self.options.job_args),
+                   "--workers", json.dumps(workers), "--worker", str(worker)]
         if attempt.restore_path:
             command += ["--restore", attempt.restore_path]
-        return self._start_process(stage, command, env)
+        return self._start_process(name, command, env)
 
-    def _start_process(self, stage: str, command: list[str], env: dict[str, str],
+    def _start_process(self, name: str, command: list[str], env: dict[str, str],
                        stdin: int = subprocess.DEVNULL) -> subprocess.Popen[bytes]:
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        with open(self.run_dir / f"{stage}.log", "ab") as out:
+        with open(self.run_dir / f"{name}.log", "ab") as out:
             return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=stdin, env=env,
                                     preexec_fn=die_with_parent)
 
-    def _start_standbys(self) -> None:
-        """One warm standby per stage for the next attempt (``RunOptions.standby``)."""
+    def _start_standbys(self, attempt: AttemptState) -> None:
+        """One warm standby per worker process for the next attempt (``RunOptions.standby``)."""
         if not self.options.standby:
             return
         env = {k: v for k, v in os.environ.items() if k not in ("TIDEMARK_HTTP_PORT", "TIDEMARK_FAULT")}
-        for stage in self.spec.stages:
-            if stage.name in self._standbys and self._standbys[stage.name].poll() is None:
+        for name in attempt.processes:
+            if name in self._standbys and self._standbys[name].poll() is None:
                 continue
-            command = [sys.executable, "-m", "tidemark.cli", "jobs", "standby", "--stage", stage.name]
-            self._standbys[stage.name] = self._start_process(stage.name, command, env, stdin=subprocess.PIPE)
+            command = [sys.executable, "-m", "tidemark.cli", "jobs", "standby", "--stage", name]
+            self._standbys[name] = self._start_process(name, command, env, stdin=subprocess.PIPE)
 
     def _stop_standbys(self) -> None:
         for process in self._standbys.values():
@@ -341,14 +366,16 @@ class JobSupervisor:
         """Register the attempt; ``announce_only`` registers it without tasks (nothing is
         triggered yet), so the changelog service can create the changelog topics first; a
         ``finished`` one carries how it ended (``outcome``, ``reason``)."""
-        spec = self.spec
+        spec, parallelism = self.running_spec, self.planner.parallelism
         operators = tuple(s.operator_id for s in spec.stages)
-        tasks = () if announce_only else plan_assignments(operators, self.planner.parallelism, spec.max_parallelism)
+        tasks = () if announce_only else plan_assignments(operators, parallelism, spec.max_parallelism)
         sources = tuple(t.task_id for t in tasks if spec.upstream_of(spec.stage(t.operator_id)) is None)
+        workers = tuple(worker_of(t.subtask_index, parallelism, spec.stage(t.operator_id).workers or 1) for t in tasks)
         registration = JobRegistration(spec.job_id, attempt.epoch, spec.mode, spec.max_parallelism, tasks,
                                        sources, now_ms(), finished,
                                        changelog_operators=operators if spec.changelog else (),
-                                       outcome=outcome.value if outcome is not None else "", reason=reason)
+                                       outcome=outcome.value if outcome is not None else "", reason=reason,
+                                       workers=workers if any(workers) else ())
         if self._control is None:
             self._control = ControlPublisher(base_config(self.settings), self.topics, spec.job_id)
         self._control.register(registration, patience_s=patience_s)

@@ -41,7 +41,9 @@ from tidemark.checkpoint_store.metadata_codec import MetadataFormatError
 from tidemark.checkpoint_store.persistent_store import read_metadata
 from tidemark.clock import now_ms
 from tidemark.config.settings import TidemarkSettings
+from tidemark.keygroups import KeyGroupRange, compute_key_group_range
 from tidemark.kafka.admin import ensure_topics
+from tidemark.kafka.transactions import fence_transactional_ids
 from tidemark.kafka.clients import base_config
 from tidemark.kafka.metadata import TopicNotFoundError, list_partitions, metadata_consumer
 from tidemark.kafka.topics import TopicNames, TopicSpec
@@ -68,7 +70,9 @@ from tidemark.runtime.outputs import (
 from tidemark.runtime.stage_attempt import Attempt
 from tidemark.runtime.record_errors import FunctionFailed, MalformedHeaders, MalformedInput, RecordFailures
 from tidemark.runtime.records import InputRecord
-from tidemark.runtime.routing import KeyGroupRouter
+from tidemark.runtime.ownership import channel_partitions_of, input_partitions_of, subtasks_of
+from tidemark.runtime.physical_plan import physical_job, source_operators
+from tidemark.runtime.routing import ChannelPartitioner, KeyGroupRouter
 from tidemark.runtime.stage_checkpoint import StageCheckpointer
 from tidemark.runtime.stage_restore import RestoredStage, restore_stage
 from tidemark.runtime.stage_tasks import ChangelogTarget, build_stage_tasks
@@ -86,13 +90,19 @@ class StageWorker:
     def __init__(self, settings: TidemarkSettings, attempt: Attempt) -> None:
         self.settings = settings
         self.attempt = attempt
-        self.spec: JobSpec = load_job(attempt.job_ref, attempt.job_args)
+        self.topics = TopicNames(settings.topic_prefix)
+        written = load_job(attempt.job_ref, attempt.job_args)
+        self.spec: JobSpec = physical_job(written, attempt.workers,
+                                          lambda stage: self.topics.exchange(written.job_id, stage))
         self.stage: Stage = self.spec.stage(attempt.stage)
         self.upstream = self.spec.upstream_of(self.stage)
+        self.downstream = next((s for s in self.spec.stages if self.stage.output in s.inputs), None)
         self.job = self.spec.job_id
         self.epoch = attempt.epoch
+        self.workers = self.stage.workers or 1
+        self.subtasks = subtasks_of(attempt.worker, attempt.parallelism, self.workers)
         self.client = base_config(settings)
-        self.topics = TopicNames(settings.topic_prefix)
+        self.read_partitions: list[tuple[str, int]] = []  # what this worker's query reads (prepare)
         self.storage = open_storage(settings.resolved_storage_url)
         self.lock = threading.RLock()
         self.tasks: list[StageTask] = []
@@ -111,7 +121,8 @@ class StageWorker:
                                        settings.dead_letter_max_bytes)
         self._metadata = metadata_consumer(self.client)  # topic metadata and watermarks, for the attempt's life
         self._lag = ConsumerLag(self.client, self._metadata, self.job, self.stage.name, self.stage.inputs)
-        self._local = (settings.state_dir or settings.home / "state") / self.job / self.stage.name / f"epoch-{self.epoch}"
+        self._local = ((settings.state_dir or settings.home / "state") / self.job / self.stage.name
+                       / f"epoch-{self.epoch}" / f"worker-{attempt.worker}")
 
     # ------------------------------------------------------------------ set-up
 
@@ -128,6 +139,7 @@ class StageWorker:
         ensure_topics(admin, [TopicSpec(stage.output, spec.output_partitions)])
         if self.upstream is not None:
             ensure_topics(admin, [TopicSpec(self.upstream.output, spec.output_partitions)])
+        self.read_partitions = self._read_partitions()
         init_worker_metrics(self.job)
         self.control = ControlPlane(self.client, self.topics, self.job,  # before anything can trigger
                                     materializations=spec.changelog)
@@ -135,8 +147,9 @@ class StageWorker:
         shutil.rmtree(self._local, ignore_errors=True)
         changelog = (ChangelogTarget(self.client, self.changelog_topic, self._changelog_partitions(), self.epoch,
                                      self.storage) if spec.changelog else None)
-        self.tasks = build_stage_tasks(spec, stage, self.attempt.parallelism, self._local, changelog)
-        self.router = KeyGroupRouter(spec.max_parallelism, [t.key_groups for t in self.tasks])
+        self.tasks = build_stage_tasks(spec, stage, self.attempt.parallelism, self._local, changelog, self.subtasks)
+        self.router = KeyGroupRouter(spec.max_parallelism, [t.key_groups for t in self.tasks],
+                                     complete=self.workers == 1)
         restored = self._restore() if self.attempt.restore_path else None
         self.output = self._create_output()
         self.output.recover(restored.sink_items if restored else [],
@@ -155,8 +168,8 @@ class StageWorker:
             metadata = read_metadata(self.storage, path)
             if metadata.job_id != self.job:
                 raise ValueError(f"{path} belongs to job {metadata.job_id}, not {self.job}")
-            restored = restore_stage(metadata, self.stage.operator_id, self.tasks,
-                                     self.attempt.parallelism, self.storage)
+            restored = restore_stage(metadata, self.stage.operator_id, self.tasks, self.storage,
+                                     source_operators(self.stage), set(self.read_partitions))
         except (CorruptStateFile, MetadataFormatError) as exc:  # the supervisor will not restore it again
             log.error("restore failed: checkpoint corrupted", job=self.job, stage=self.stage.name, checkpoint=path,
                       error=str(exc))
@@ -168,11 +181,34 @@ class StageWorker:
                  rebased=restored.rebased)
         return restored
 
+    def _transactional_id(self, worker: int) -> str:
+        """Worker 0's is the stage's (as with one worker), the others' get ``.w<n>``."""
+        base = f"{self.topics.prefix}.{self.job}.{self.stage.name}"
+        return base if worker == 0 else f"{base}.w{worker}"
+
+    def _fence_orphans(self) -> None:
+        """Abort what workers of an earlier attempt with more workers left open: worker ``w`` fences
+        the ids of ``w + W``, ``w + 2W``, ... below the parallelism (no live worker has them; an open
+        transaction would hold the readers of the output back until the broker times it out; ids of
+        workers beyond an earlier, larger parallelism are left to that timeout)."""
+        if self.spec.mode is CheckpointingMode.AT_LEAST_ONCE and not self.spec.is_channel(self.stage):
+            return  # the at-least-once sink is not transactional
+        ids = [self._transactional_id(w) for w in range(self.attempt.worker + self.workers,
+                                                          self.attempt.parallelism, self.workers)]
+        if ids:  # in the background: it only unblocks readers sooner, and must not delay the start
+            threading.Thread(target=fence_transactional_ids, args=(self.client, ids), name="fence-orphans",
+                             daemon=True).start()
+
     def _create_output(self) -> StageOutput:
         spec, stage = self.spec, self.stage
-        txid = f"{self.topics.prefix}.{self.job}.{stage.name}"
+        txid = self._transactional_id(self.attempt.worker)
+        self._fence_orphans()
         if spec.is_channel(stage):
-            return ChannelOutput(self.client, stage.output, self._partitions(stage.output), txid, self.epoch)
+            partitions = self._partitions(stage.output)
+            assert self.downstream is not None
+            partitioner = (ChannelPartitioner(self.downstream, spec.max_parallelism, partitions)
+                           if (self.downstream.workers or 1) > 1 else None)
+            return ChannelOutput(self.client, stage.output, partitions, txid, self.epoch, partitioner)
         if spec.mode is CheckpointingMode.EXACTLY_ONCE:
             return TwoPhaseCommitOutput(self.client, stage.output, self.job, stage.operator_id, txid,
                                         self.topics.sink_commits)
@@ -199,16 +235,40 @@ class StageWorker:
     def _partitions(self, topic: str) -> int:
         return len(list_partitions(self._metadata, [topic]))
 
+    def _read_partitions(self) -> list[tuple[str, int]]:
+        """The input partitions this worker reads (runtime.ownership): all of them with one worker;
+        a share of them in a source stage's worker; the partitions of its own key groups in a
+        channel stage's."""
+        partitions = sorted(list_partitions(self._metadata, self.stage.inputs))
+        if self.workers == 1:
+            return partitions
+        if self.is_source:
+            return input_partitions_of(self.attempt.worker, self.workers, partitions)
+        first, last = self.subtasks[0], self.subtasks[-1]
+        owned = KeyGroupRange(compute_key_group_range(self.spec.max_parallelism, self.attempt.parallelism, first).start,
+                              compute_key_group_range(self.spec.max_parallelism, self.attempt.parallelism, last).end)
+        counts = defaultdict(int)
+        for topic, _ in partitions:
+            counts[topic] += 1
+        return [(topic, p) for topic in sorted(counts)
+                for p in channel_partitions_of(owned, self.spec.max_parallelism, counts[topic])]
+
     def _channels(self) -> set[Channel]:
         assert self.upstream is not None
         upstream = [a.task_id for a in plan_assignments((self.upstream.operator_id,), self.attempt.parallelism,
                                                         self.spec.max_parallelism)]
-        partitions = list_partitions(self._metadata, self.stage.inputs)
-        return {(topic, partition, task) for topic, partition in partitions for task in upstream}
+        return {(topic, partition, task) for topic, partition in self.read_partitions for task in upstream}
 
-    def starting_offsets(self) -> str:
-        """Restored positions (partitions not named start at earliest), else earliest."""
-        return json.dumps(PartitionOffsets.of(self.positions.items()).to_json()) if self.positions else "earliest"
+    def source_options(self) -> dict[str, str]:
+        """Which partitions the query reads and from where: the restored positions (partitions not
+        named start at earliest), else earliest."""
+        offsets = json.dumps(PartitionOffsets.of(self.positions.items()).to_json()) if self.positions else "earliest"
+        if self.workers == 1:
+            return {"subscribe": ",".join(self.stage.inputs), "startingOffsets": offsets}
+        assign: dict[str, list[int]] = defaultdict(list)
+        for topic, partition in self.read_partitions:
+            assign[topic].append(partition)
+        return {"assign": json.dumps(assign), "startingOffsets": offsets}
 
     # ------------------------------------------------------------------ records
 
@@ -224,7 +284,11 @@ class StageWorker:
                 self.positions[record.position] = record.offset + 1
                 if record.header_error is not None:
                     self.failures.record_failed(record, MalformedHeaders(record.header_error))
-                elif record.barrier is None:  # a barrier copied into an input topic means nothing here
+                elif record.barrier is not None:
+                    pass  # a barrier copied into an input topic means nothing here
+                elif self.stage.forwards_to is not None:
+                    self._forward(record)
+                else:
                     self._process(record)
             else:
                 self._feed(record)
@@ -265,10 +329,13 @@ class StageWorker:
         try:
             value = self.stage.decode(record.key, record.value)
             key = self.stage.key_by(value)
-            task = self.tasks[self.router.task_index(key)]  # type: ignore[union-attr]
+            index = self.router.task_index(key)  # type: ignore[union-attr]
         except Exception as exc:
             self.failures.record_failed(record, MalformedInput(f"{type(exc).__name__}: {exc}"))
             return
+        if index < 0:  # another worker's key group, in a partition both read (runtime.ownership)
+            return
+        task = self.tasks[index]
         try:
             outputs = task.process(key, value, record.timestamp_ms)
         except Exception as exc:
@@ -276,6 +343,20 @@ class StageWorker:
             return
         if outputs:
             self._batch[task.task_id].extend(outputs)
+
+    def _forward(self, record: InputRecord) -> None:
+        """An exchange reader's record (runtime.physical_plan): checked to decode and key as its
+        stage will, then forwarded unchanged into the partition of its key group."""
+        output = self.output
+        assert isinstance(output, ChannelOutput) and output.partitioner is not None
+        try:
+            partition = output.partitioner(record.key, record.value)
+        except Exception as exc:
+            self.failures.record_failed(record, MalformedInput(f"{type(exc).__name__}: {exc}"))
+            return
+        task = self.tasks[record.partition % len(self.tasks)]
+        task.records_in += 1
+        self._batch[task.task_id].append((record.key, record.value, partition))
 
     def flush_outputs(self) -> None:
         """Hand the results gathered so far to the output; count what the tasks read meanwhile."""
@@ -339,7 +420,7 @@ class StageWorker:
     # ------------------------------------------------------------------ monitoring
 
     def report_lag(self) -> None:
-        self._lag.report(self.positions)
+        self._lag.report(self.positions, self.read_partitions)
 
     def close(self) -> None:
         for task in self.tasks:

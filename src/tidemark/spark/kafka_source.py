@@ -5,6 +5,8 @@ micro-batch ``latestOffset(start, limit)`` -> ``partitions(start, end)`` -> (exe
 ``read(partition)``) -> ``commit(end)``; ``stop`` when the query ends. A restarted query skips
 ``initialOffset`` and resumes from the offsets in its checkpoint. While the broker is unreachable
 the planning calls wait for it (:mod:`tidemark.kafka.outage`) instead of failing the query.
+It reads every partition of the ``subscribe``-d topics or only the ``assign``-ed partitions
+(:func:`tidemark.spark.offset_planning.source_partitions` decides, for every planning call).
 
 The planning and reading functions are plain Python in :mod:`tidemark.spark.offset_planning` and
 :mod:`tidemark.spark.arrow_range_reader` (re-exported here); the Kafka-only parts they build on (metadata
@@ -84,7 +86,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def initialOffset(self) -> dict:
         offsets = self._planning("resolve the starting offsets", lambda: resolve_starting(
-            self._metadata(), self.options.topics, self.options.starting, self.options.metadata_timeout_s))
+            self._metadata(), self.options.topics, self.options.starting, self.options.metadata_timeout_s,
+            assigned=self.options.assigned))
         log.info("tidemark-kafka initial offsets %s", offsets.to_json())
         return offsets.to_json()
 
@@ -96,7 +99,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def prepareForTriggerAvailableNow(self) -> None:
         empty = PartitionOffsets()
         self._available_now_target = self._planning("plan the available-now target", lambda: plan_latest(
-            self._metadata(), self.options.topics, empty, timeout_s=self.options.metadata_timeout_s))
+            self._metadata(), self.options.topics, empty, timeout_s=self.options.metadata_timeout_s,
+            assigned=self.options.assigned))
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         if isinstance(limit, ReadMaxRows):
@@ -107,7 +111,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             raise ValueError(f"tidemark-kafka supports ReadAllAvailable and ReadMaxRows, not {limit!r}")
         end = self._planning("plan the next micro-batch", lambda: plan_latest(
             self._metadata(), self.options.topics, PartitionOffsets.from_json(start), max_records,
-            self._available_now_target, self.options.metadata_timeout_s))
+            self._available_now_target, self.options.metadata_timeout_s, assigned=self.options.assigned))
         return end.to_json()
 
     def reportLatestOffset(self) -> dict | None:
@@ -146,9 +150,9 @@ class KafkaBatchReader(DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         consumer = metadata_consumer(self.options.client, self.options.isolation_level)
         try:
-            timeout = self.options.metadata_timeout_s
-            start = resolve_starting(consumer, self.options.topics, self.options.starting, timeout)
-            end = resolve_starting(consumer, self.options.topics, self.options.ending, timeout)
+            timeout, topics, assigned = self.options.metadata_timeout_s, self.options.topics, self.options.assigned
+            start = resolve_starting(consumer, topics, self.options.starting, timeout, assigned=assigned)
+            end = resolve_starting(consumer, topics, self.options.ending, timeout, assigned=assigned)
             ranges = plan_ranges(consumer, start, end, timeout)
         finally:
             consumer.close()

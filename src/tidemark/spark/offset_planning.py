@@ -12,19 +12,53 @@ batch, so a short end delays records and never loses or repeats them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 
 from confluent_kafka import Consumer
 
-from tidemark.kafka.metadata import list_partitions, watermarks
-from tidemark.spark.offsets import EARLIEST, LATEST, OffsetRange, PartitionOffsets, StartingOffsets, StartKind
+from tidemark.kafka.metadata import TopicNotFoundError, list_partitions, topic_partitions, watermarks
+from tidemark.spark.offsets import (
+    EARLIEST,
+    LATEST,
+    OffsetRange,
+    PartitionOffsets,
+    StartingOffsets,
+    StartKind,
+    TopicPartitionKey,
+)
+
+
+def source_partitions(
+    consumer: Consumer, topics: Iterable[str], assigned: Collection[TopicPartitionKey] | None = None,
+    timeout_s: float = 10.0,
+) -> list[TopicPartitionKey]:
+    """The partitions the source reads, sorted: every partition of ``topics`` as the broker lists
+    it now (``subscribe``), or exactly ``assigned`` (``assign``; ``topics`` are then its topics).
+
+    Raises TopicNotFoundError naming the option and the missing topics or assigned partitions.
+    """
+    if assigned is None:
+        return list_partitions(consumer, topics, timeout_s)
+    existing = {topic: set(topic_partitions(consumer, topic, timeout_s)) for topic in sorted({t for t, _ in assigned})}
+    missing_topics = [topic for topic, found in existing.items() if not found]
+    if missing_topics:
+        raise TopicNotFoundError(f"tidemark-kafka option 'assign': topic(s) not found: {missing_topics}")
+    missing = sorted((topic, partition) for topic, partition in assigned if partition not in existing[topic])
+    if missing:
+        names = [f"{topic}/{partition}" for topic, partition in missing]
+        counts = {topic: len(existing[topic]) for topic, _ in missing}
+        raise TopicNotFoundError(f"tidemark-kafka option 'assign': partition(s) not found: {names} "
+                                 f"(partitions per topic: {counts})")
+    return sorted(assigned)
 
 
 def resolve_starting(
-    consumer: Consumer, topics: Iterable[str], starting: StartingOffsets, timeout_s: float = 10.0
+    consumer: Consumer, topics: Iterable[str], starting: StartingOffsets, timeout_s: float = 10.0,
+    *, assigned: Collection[TopicPartitionKey] | None = None,
 ) -> PartitionOffsets:
-    """Concrete offsets for every partition of ``topics`` (earliest, latest or the JSON's)."""
-    marks = watermarks(consumer, list_partitions(consumer, topics, timeout_s), timeout_s)
+    """Concrete offsets for every partition the source reads (earliest, latest or the JSON's);
+    see :func:`source_partitions` for ``topics`` and ``assigned``."""
+    marks = watermarks(consumer, source_partitions(consumer, topics, assigned, timeout_s), timeout_s)
     resolved = {}
     for key, (low, high) in marks.items():
         wanted = {StartKind.EARLIEST: EARLIEST, StartKind.LATEST: LATEST}.get(starting.kind)
@@ -66,15 +100,18 @@ def plan_latest(
     max_records: int | None = None,
     cap: PartitionOffsets | None = None,
     timeout_s: float = 10.0,
+    *,
+    assigned: Collection[TopicPartitionKey] | None = None,
 ) -> PartitionOffsets:
-    """End offsets of the next batch after ``start``.
+    """End offsets of the next batch after ``start``, for the partitions of
+    :func:`source_partitions` (``topics``, or only ``assigned``): only those are in the result.
 
     Partitions absent from ``start`` (new ones) start at their earliest offset. Each end is
     ``max(start, reported end)``, lowered to ``cap`` when given (Trigger.AvailableNow target),
     and the total offset span is limited to ``max_records`` when given. Offsets of committed
     records are not contiguous under transactions, so a span of N offsets holds at most N records.
     """
-    marks = watermarks(consumer, list_partitions(consumer, topics, timeout_s), timeout_s)
+    marks = watermarks(consumer, source_partitions(consumer, topics, assigned, timeout_s), timeout_s)
     begin = {key: start.get(key, low) for key, (low, _) in marks.items()}
     latest = {}
     for key, (_, high) in marks.items():

@@ -8,11 +8,12 @@ timeouts...), except the ones the source or sink must control itself.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tidemark.spark.offsets import OffsetFormatError, StartingOffsets, StartKind
+from tidemark.spark.offsets import OffsetFormatError, StartingOffsets, StartKind, TopicPartitionKey
 
 BOOTSTRAP = "kafka.bootstrap.servers"
 _CONTROLLED = {
@@ -79,14 +80,62 @@ def _starting(options: dict[str, str], name: str, default: str) -> StartingOffse
         raise InvalidOptionError(name, f"expected earliest, latest or offset JSON ({exc})") from None
 
 
+def _subscribed(options: dict[str, str]) -> tuple[str, ...]:
+    topics = tuple(t.strip() for t in options["subscribe"].split(",") if t.strip())
+    if not topics:
+        raise InvalidOptionError("subscribe", "names no topic")
+    return topics
+
+
+def _assigned(options: dict[str, str]) -> frozenset[TopicPartitionKey]:
+    """``{"topic": [partition, ...]}`` as (topic, partition) pairs: non-empty lists of partitions >= 0."""
+    expected = 'expected JSON {"topic": [partition, ...]}'
+    try:
+        doc = json.loads(options["assign"])
+    except json.JSONDecodeError as exc:
+        raise InvalidOptionError("assign", f"{expected} ({exc})") from None
+    if not isinstance(doc, dict) or not doc:
+        raise InvalidOptionError("assign", f"{expected}, got {options['assign']!r}")
+    assigned = set()
+    for topic, partitions in doc.items():
+        if not topic.strip():
+            raise InvalidOptionError("assign", "names an empty topic")
+        if not isinstance(partitions, list) or not partitions:
+            raise InvalidOptionError("assign", f"topic {topic!r}: expected a non-empty list of partitions")
+        for partition in partitions:
+            if isinstance(partition, bool) or not isinstance(partition, int) or partition < 0:
+                raise InvalidOptionError("assign", f"topic {topic!r}: bad partition {partition!r}")
+            assigned.add((topic, partition))
+    return frozenset(assigned)
+
+
+def _check_named_partitions(name: str, spec: StartingOffsets, topics: tuple[str, ...],
+                            assigned: frozenset[TopicPartitionKey] | None) -> None:
+    """``startingOffsets``/``endingOffsets`` JSON may name only partitions the source reads."""
+    source = "subscribe" if assigned is None else "assign"
+    unknown = spec.specific.topics() - set(topics)
+    if unknown:
+        raise InvalidOptionError(name, f"names topics not in {source}: {sorted(unknown)}")
+    if assigned is not None:
+        outside = sorted(key for key in spec.specific if key not in assigned)
+        if outside:
+            names = [f"{topic}/{partition}" for topic, partition in outside]
+            raise InvalidOptionError(name, f"names partitions not in assign: {names}")
+
+
 @dataclass(frozen=True, slots=True)
 class KafkaSourceOptions:
-    """What the source reads and how; built by :meth:`parse`."""
+    """What the source reads and how; built by :meth:`parse`.
+
+    ``assigned`` is None with ``subscribe`` (every partition of ``topics``, new ones included);
+    with ``assign`` it holds exactly the partitions to read, and ``topics`` are their topics.
+    """
 
     client: dict[str, Any]
     topics: tuple[str, ...]
     starting: StartingOffsets
     ending: StartingOffsets  # batch reads only; never EARLIEST-only in practice
+    assigned: frozenset[TopicPartitionKey] | None = None
     max_records_per_trigger: int | None = None
     isolation_level: str = "read_committed"
     arrow_batch_rows: int = 10_000
@@ -98,9 +147,13 @@ class KafkaSourceOptions:
     def parse(cls, options: Mapping[str, str], *, streaming: bool = True) -> KafkaSourceOptions:
         lowered = _lower(options)
         client = client_config(lowered)
-        topics = tuple(t.strip() for t in _required(lowered, "subscribe").split(",") if t.strip())
-        if not topics:
-            raise InvalidOptionError("subscribe", "names no topic")
+        given = [name for name in ("subscribe", "assign") if lowered.get(name, "").strip()]
+        if not given:
+            raise InvalidOptionError("subscribe", "is required (or 'assign'): give exactly one of them")
+        if len(given) == 2:
+            raise InvalidOptionError("assign", "cannot be combined with 'subscribe': give exactly one of them")
+        assigned = _assigned(lowered) if given == ["assign"] else None
+        topics = _subscribed(lowered) if assigned is None else tuple(sorted({t for t, _ in assigned}))
         isolation = lowered.get("isolationlevel", "read_committed").strip().lower()
         if isolation not in ISOLATION_LEVELS:
             raise InvalidOptionError("isolationLevel", f"expected one of {ISOLATION_LEVELS}, got {isolation!r}")
@@ -108,15 +161,14 @@ class KafkaSourceOptions:
         ending = _starting(lowered, "endingOffsets", "latest")
         if ending.kind is StartKind.EARLIEST:
             raise InvalidOptionError("endingOffsets", "cannot be earliest")
-        for name, spec in (("startingOffsets", starting), ("endingOffsets", ending)):
-            unknown = spec.specific.topics() - set(topics)
-            if unknown:
-                raise InvalidOptionError(name, f"names topics not in subscribe: {sorted(unknown)}")
+        _check_named_partitions("startingOffsets", starting, topics, assigned)
+        _check_named_partitions("endingOffsets", ending, topics, assigned)
         return cls(
             client=client,
             topics=topics,
             starting=starting,
             ending=ending,
+            assigned=assigned,
             max_records_per_trigger=_positive_int(lowered, "maxRecordsPerTrigger", None),
             isolation_level=isolation,
             arrow_batch_rows=_positive_int(lowered, "arrowBatchRows", 10_000) or 10_000,

@@ -82,7 +82,8 @@ def end_offsets(client: dict[str, Any]) -> Callable[[str], int]:
     transaction markers, committed or not) reached the broker."""
 
     def total(topic: str) -> int:
-        consumer = Consumer({**client, "group.id": "contract-watermarks"})
+        # read_uncommitted: a read_committed consumer's high watermark is the last stable offset
+        consumer = Consumer({**client, "group.id": "contract-watermarks", "isolation.level": "read_uncommitted"})
         try:
             partitions = consumer.list_topics(topic, timeout=10.0).topics[topic].partitions
             return sum(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10.0, cached=False)[1]

@@ -16,16 +16,26 @@ Where the guarantees differ by design, ``DECLARED`` states each output's documen
   to it in one transaction; an aborted checkpoint's buffer waits for the next completed one;
 * the at-least-once output writes at once and has everything delivered when ``pre_commit``
   returns; after a failure, results since the last completed checkpoint may be written twice.
+
+The last tests run one stage's two-phase-commit output as several workers (each its own
+``TwoPhaseCommitOutput``, transactional id and tasks): each commits on its own, with one commit
+marker per task, and a recovery commits exactly the buffers whose own task's marker is missing.
 """
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from confluent_kafka import Producer
+
+from tidemark.kafka.clients import producer_config
+from tidemark.kafka.commit_markers import CommitMarker
+from tidemark.kafka.transactions import fence_transactional_ids
 from tidemark.protocol import codec
 from tidemark.protocol.messages import BARRIER_HEADER, Barrier
 from tidemark.runtime.outputs import (
@@ -35,6 +45,7 @@ from tidemark.runtime.outputs import (
     PendingBuffer,
     StageOutput,
     TwoPhaseCommitOutput,
+    task_commit_markers,
 )
 from tidemark.runtime.records import EPOCH_HEADER, TASK_HEADER
 from tidemark.types import CheckpointId, CheckpointingMode, CheckpointType, Epoch, JobId, OperatorId, TaskId
@@ -107,18 +118,18 @@ def make_output(request: pytest.FixtureRequest, client: dict[str, Any], new_topi
         output.close()
 
 
-def _batch(tag: str, per_task: int = 3) -> dict[TaskId, list[OutputRecord]]:
-    return {task: [(f"k{i}".encode(), f"{tag}/{task}/{i}".encode()) for i in range(per_task)] for task in TASKS}
+def _batch(tag: str, per_task: int = 3, tasks: tuple[TaskId, ...] = TASKS) -> dict[TaskId, list[OutputRecord]]:
+    return {task: [(f"k{i}".encode(), f"{tag}/{task}/{i}".encode()) for i in range(per_task)] for task in tasks}
 
 
 def _values(batch: dict[TaskId, list[OutputRecord]]) -> list[bytes]:
     return [value for records in batch.values() for _, value in records]
 
 
-def _barriers(checkpoint_id: int, epoch: int = 1) -> dict[TaskId, Barrier]:
+def _barriers(checkpoint_id: int, epoch: int = 1, tasks: tuple[TaskId, ...] = TASKS) -> dict[TaskId, Barrier]:
     return {task: Barrier(JOB, CheckpointId(checkpoint_id), CheckpointType.CHECKPOINT,
                           CheckpointingMode.EXACTLY_ONCE, task, 1_000 * checkpoint_id, Epoch(epoch))
-            for task in TASKS}
+            for task in tasks}
 
 
 def _data(records: list[Any]) -> list[Any]:
@@ -267,3 +278,125 @@ def test_records_headers_and_barriers_are_as_declared(make_output, read_topic) -
         assert all(BARRIER_HEADER in r.headers for r in tail)
         assert {codec.decode(r.value) for r in tail} == set(_barriers(1).values())
         assert all(codec.decode(r.headers[BARRIER_HEADER]) == codec.decode(r.value) for r in tail)
+
+
+# --- one stage's two-phase-commit output spread over worker processes ------------------------
+
+WORKER_TASKS = ((TaskId("sink#0"),), (TaskId("sink#1"), TaskId("sink#2")))
+
+
+@dataclass
+class SinkStage:
+    """The output topic, marker topic and per-worker transactional ids of one sink stage."""
+
+    client: dict[str, Any]
+    topic: str
+    markers: str
+    txids: tuple[str, ...]
+    opened: list[TwoPhaseCommitOutput]
+
+    def worker(self, index: int) -> TwoPhaseCommitOutput:
+        """An attempt of worker ``index`` (its init_transactions fences the previous one)."""
+        output = TwoPhaseCommitOutput(self.client, self.topic, JOB, OperatorId("sink"), self.txids[index],
+                                      self.markers)
+        self.opened.append(output)
+        return output
+
+    def checkpoint(self, worker: TwoPhaseCommitOutput, index: int, checkpoint_id: int, tag: str) -> tuple[
+            list[bytes], list[bytes]]:
+        """Worker ``index`` writes a batch of its tasks and seals it by ``checkpoint_id``: (its
+        operator-state items, the values written)."""
+        batch = _batch(tag, tasks=WORKER_TASKS[index])
+        worker.write(batch)
+        state = worker.pre_commit(_barriers(checkpoint_id, tasks=WORKER_TASKS[index]))
+        return [item for items in state.values() for item in items], _values(batch)
+
+
+@pytest.fixture
+def sink_stage(client: dict[str, Any], new_topic: Callable[[str, int], str],
+               unique_name: Callable[[str], str]) -> Iterator[SinkStage]:
+    stage = SinkStage(client, new_topic("out", 1), unique_name("sink-commits"),
+                      (unique_name("txn-w0"), unique_name("txn-w1")), [])
+    yield stage
+    for output in stage.opened:
+        output.close()
+
+
+def _markers(read_topic: Callable[..., list[Any]], topic: str, expected: int) -> set[tuple[int, int, str | None, str]]:
+    return {(m.partition, m.batch_id, m.task, m.transactional_id)
+            for m in (CommitMarker.decode(r.value) for r in read_topic(topic, "read_committed", expected))}
+
+
+def test_workers_commit_a_checkpoint_independently_and_a_dead_workers_buffers_once(sink_stage, read_topic) -> None:
+    worker0, worker1 = sink_stage.worker(0), sink_stage.worker(1)
+    state0, first0 = sink_stage.checkpoint(worker0, 0, 1, "b1")
+    state1, first1 = sink_stage.checkpoint(worker1, 1, 1, "b1")
+    worker0.commit(CheckpointId(1))  # worker 1 dies before it commits checkpoint 1
+    _, second0 = sink_stage.checkpoint(worker0, 0, 2, "b2")
+    worker0.commit(CheckpointId(2))  # and worker 0 commits checkpoint 2 before the restore
+
+    # both restart from checkpoint 1, each with its own transactional id and its own tasks' state
+    restarted1 = sink_stage.worker(1)
+    restarted1.recover(state1, CheckpointId(1))
+    restarted0 = sink_stage.worker(0)
+    restarted0.recover(state0, CheckpointId(1))
+
+    assert restarted1.records_out == len(first1) and restarted0.records_out == 0
+    expected = Counter(first0 + first1 + second0)
+    seen = Counter(r.value for r in read_topic(sink_stage.topic, "read_committed", expected.total()))
+    assert seen == expected
+    tx0, tx1 = sink_stage.txids
+    assert _markers(read_topic, sink_stage.markers, 4) == {
+        (0, 1, "sink#0", tx0), (0, 2, "sink#0", tx0), (1, 1, "sink#1", tx1), (2, 1, "sink#2", tx1)}
+
+
+def test_a_smaller_worker_count_fences_the_gone_workers_id_and_commits_its_buffers_once(
+        sink_stage, client, read_topic) -> None:
+    worker0, worker1 = sink_stage.worker(0), sink_stage.worker(1)
+    state0, first0 = sink_stage.checkpoint(worker0, 0, 1, "b1")
+    state1, first1 = sink_stage.checkpoint(worker1, 1, 1, "b1")
+    worker0.commit(CheckpointId(1))
+    # worker 1 dies inside its commit: its transaction (results and markers) stays open
+    dying = Producer(producer_config(client, sink_stage.txids[1]))
+    dying.init_transactions(30)
+    dying.begin_transaction()
+    for value in first1:
+        dying.produce(sink_stage.topic, value=value)
+    due = [PendingBuffer.decode(item) for item in state1]
+    for marker in task_commit_markers(f"{JOB}/sink", CheckpointId(1), due, sink_stage.txids[1], 0):
+        dying.produce(sink_stage.markers, key=marker.key, value=marker.encode())
+    assert dying.flush(10) == 0
+
+    # the stage goes on with one worker: worker 1's id is fenced, worker 0 restores every task
+    fence_transactional_ids(client, [sink_stage.txids[1]])
+    started = time.monotonic()
+    survivor = sink_stage.worker(0)
+    survivor.recover(state0 + state1, CheckpointId(1))
+    # the marker lookup was not held back by the open transaction until its 60 s timeout
+    assert time.monotonic() - started < 30.0
+    assert survivor.records_out == len(first1)
+    expected = Counter(first0 + first1)
+    seen = Counter(r.value for r in read_topic(sink_stage.topic, "read_committed", expected.total()))
+    assert seen == expected
+    tx0 = sink_stage.txids[0]
+    assert _markers(read_topic, sink_stage.markers, 3) == {
+        (0, 1, "sink#0", tx0), (1, 1, "sink#1", tx0), (2, 1, "sink#2", tx0)}
+
+
+def test_a_commit_marker_written_before_markers_were_per_task_still_counts(sink_stage, client, read_topic) -> None:
+    worker1 = sink_stage.worker(1)
+    state1, first1 = sink_stage.checkpoint(worker1, 1, 1, "b1")
+    # checkpoint 1 was committed as the sink did before markers were per task: one marker, slot 0
+    older_sink = Producer(producer_config(client, sink_stage.txids[1]))
+    older_sink.init_transactions(30)
+    older_sink.begin_transaction()
+    for value in first1:
+        older_sink.produce(sink_stage.topic, value=value)
+    marker = CommitMarker(f"{JOB}/sink", 1, 0, sink_stage.txids[1], len(first1), 0)
+    older_sink.produce(sink_stage.markers, key=marker.key, value=marker.encode())
+    older_sink.commit_transaction(30)
+
+    restarted = sink_stage.worker(1)
+    restarted.recover(state1, CheckpointId(1))
+    assert restarted.records_out == 0
+    assert Counter(r.value for r in read_topic(sink_stage.topic, "read_committed", 6)) == Counter(first1)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from broker_gaps import tansu_gap
@@ -15,8 +16,10 @@ pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 
 def _stream(spark, bootstrap, topic, **options):
+    """A stream of ``subscribe=topic``; pass ``topic=None`` and ``assign=...`` to assign partitions."""
     reader = spark.readStream.format("tidemark-kafka").option("kafka.bootstrap.servers", bootstrap)
-    reader = reader.option("subscribe", topic)
+    if topic is not None:
+        reader = reader.option("subscribe", topic)
     for key, value in options.items():
         reader = reader.option(key, str(value))
     return reader.load()
@@ -152,3 +155,43 @@ def test_aborted_transactions_between_committed_ones_are_not_read(
     df = _stream(spark, kafka_bootstrap, topic, startingOffsets="earliest", maxRecordsPerTrigger=7)
     _run_available_now(df, temp_checkpoint_location(root=tmp_path), str(tmp_path / "out"))
     assert sorted((r["partition"], r["value"]) for r in _read_out(spark, str(tmp_path / "out"))) == sorted(committed)
+
+
+def _checkpointed_source_offsets(checkpoint: str) -> list[dict]:
+    """The source offsets of every batch in the query's offset log (line 3 of ``offsets/N``)."""
+    logs = sorted(Path(checkpoint, "offsets").glob("[0-9]*"), key=lambda f: int(f.name))
+    return [json.loads(f.read_text().splitlines()[2]) for f in logs]
+
+
+def test_assign_reads_only_the_assigned_partitions_in_a_stream_and_a_batch(
+        spark, kafka_bootstrap, unique_name, tmp_path):
+    topic = unique_name("assign")
+    create_topic(kafka_bootstrap, topic, 4)
+    produced = _produce_batches(kafka_bootstrap, topic, 4, transactions=2, per_txn=40)
+    wanted = sorted((p, v) for p, v in produced if p in (1, 3))
+    assign = json.dumps({topic: [1, 3]})
+
+    checkpoint, out = temp_checkpoint_location(root=tmp_path), str(tmp_path / "out")
+    df = _stream(spark, kafka_bootstrap, None, assign=assign, startingOffsets="earliest", maxRecordsPerTrigger=15)
+    progress = _run_available_now(df, checkpoint, out)
+    streamed = _read_out(spark, out)
+    assert sorted((r["partition"], r["value"]) for r in streamed) == wanted
+    assert sum(p["numInputRows"] for p in progress) == len(wanted) == 40
+    logged = _checkpointed_source_offsets(checkpoint)
+    assert len(logged) >= 3 and all(set(doc) == {topic} and set(doc[topic]) == {"1", "3"} for doc in logged)
+
+    batch = (spark.read.format("tidemark-kafka").option("kafka.bootstrap.servers", kafka_bootstrap)
+             .option("assign", assign).option("startingOffsets", json.dumps({topic: {"3": 5}})).load())
+    rows = batch.select("partition", "offset", "value").collect()
+    expected = sorted((r["partition"], r["value"]) for r in streamed if r["partition"] == 1 or r["offset"] >= 5)
+    assert len(expected) == 35  # partition 3 holds offsets 0-9, a commit marker, then 11-20
+    assert sorted((r["partition"], r["value"]) for r in rows) == expected
+
+
+def test_an_assigned_partition_that_does_not_exist_fails_naming_it(spark, kafka_bootstrap, unique_name):
+    topic = unique_name("assign-missing")
+    create_topic(kafka_bootstrap, topic, 4)
+    df = (spark.read.format("tidemark-kafka").option("kafka.bootstrap.servers", kafka_bootstrap)
+          .option("assign", json.dumps({topic: [1, 4, 7]})).load())
+    with pytest.raises(Exception, match=f"option 'assign': partition\\(s\\) not found: \\['{topic}/4', '{topic}/7'\\]"):
+        df.collect()

@@ -14,7 +14,7 @@ from tidemark.kafka.range_reader import RangeNotReachedError
 from tidemark.protocol.messages import SourceOffset
 from tidemark.spark.offsets import OffsetFormatError, OffsetRange, PartitionOffsets, StartingOffsets, StartKind
 from tidemark.spark.options import InvalidOptionError, KafkaSinkOptions, KafkaSourceOptions
-from tidemark.spark.offset_planning import fair_budget, plan_latest, plan_ranges, resolve_starting
+from tidemark.spark.offset_planning import fair_budget, plan_latest, plan_ranges, resolve_starting, source_partitions
 from tidemark.spark.arrow_range_reader import read_range
 
 from kafka_test_helpers import create_topic, produce_transaction
@@ -127,6 +127,30 @@ def test_plan_latest_resolves_and_plans_partitions_missing_from_start(kafka_boot
         assert OffsetRange(topic, 1, 0, end[(topic, 1)]) in plan_ranges(consumer, partial, planned)
         with pytest.raises(TopicNotFoundError, match="subscribe"):
             plan_latest(consumer, [unique_name("missing")], end)
+    finally:
+        consumer.close()
+
+
+def test_assigned_partitions_are_the_only_ones_resolved_and_planned(kafka_bootstrap, unique_name):
+    topic = unique_name("plan-assign")
+    create_topic(kafka_bootstrap, topic, 3)
+    produce_transaction(kafka_bootstrap, topic, [(p, None, b"x", None) for p in (0, 1, 1, 2)])
+    consumer = metadata_consumer({"bootstrap.servers": kafka_bootstrap})
+    assigned = frozenset({(topic, 1), (topic, 2)})
+    try:
+        assert source_partitions(consumer, [topic], assigned) == [(topic, 1), (topic, 2)]
+        assert source_partitions(consumer, [topic]) == [(topic, 0), (topic, 1), (topic, 2)]
+        start = resolve_starting(consumer, [topic], StartingOffsets.parse("earliest"), assigned=assigned)
+        assert start.to_json() == {topic: {"1": 0, "2": 0}}
+        every = plan_latest(consumer, [topic], PartitionOffsets())
+        end = plan_latest(consumer, [topic], every.merged(start), assigned=assigned)  # partition 0 is dropped
+        assert end.to_json() == {topic: {"1": every[(topic, 1)], "2": every[(topic, 2)]}}
+        assert [(r.partition, r.start) for r in plan_ranges(consumer, start, end)] == [(1, 0), (2, 0)]
+        with pytest.raises(TopicNotFoundError, match=rf"option 'assign': partition\(s\) not found: \['{topic}/5'\]"):
+            plan_latest(consumer, [topic], start, assigned=assigned | {(topic, 5)})
+        missing = unique_name("missing")
+        with pytest.raises(TopicNotFoundError, match=rf"option 'assign': topic\(s\) not found: \['{missing}'\]"):
+            resolve_starting(consumer, [missing], StartingOffsets.parse("earliest"), assigned={(missing, 0)})
     finally:
         consumer.close()
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -28,12 +29,25 @@ def test_job_documents_and_the_jobs_table_show_state_and_reason() -> None:
     assert (docs[0]["state"], docs[0]["state_reason"]) == ("RUNNING", None)
     assert (docs[1]["state"], docs[1]["state_reason"]) == ("FAILED", "input topic 'orders' does not exist (create it)")
     lines = render.jobs_text({"jobs": docs}).splitlines()
-    assert lines[0].split() == ["JOB", "STATE", "EPOCH", "COMPLETED", "FAILED", "LAST", "ID", "REASON"]
-    assert lines[1].split() == ["job", "RUNNING", "2", "0", "0", "-"]
-    assert lines[2].split()[:6] == ["orders", "FAILED", "1", "0", "0", "-"]
+    assert lines[0].split() == ["JOB", "STATE", "EPOCH", "COMPLETED", "FAILED", "LAST", "ID", "WORKERS", "REASON"]
+    assert lines[1].split() == ["job", "RUNNING", "2", "0", "0", "-", "src:1", "agg:1"]
+    assert lines[2].split()[:8] == ["orders", "FAILED", "1", "0", "0", "-", "src:1", "agg:1"]
     assert lines[2].endswith("input topic 'orders' does not exist (create it)")
 
 
 def test_a_stop_with_savepoint_in_flight_shows_as_running_stopping() -> None:
     assert render.job_state({"state": "RUNNING", "stopping": True}) == "RUNNING(stopping)"
     assert render.job_state({"state": "CANCELLED", "stopping": False}) == "CANCELLED"
+
+
+def test_the_job_document_and_the_jobs_table_show_each_stages_workers() -> None:
+    coordinator = CheckpointCoordinator(JOB, OPTS)
+    assert job_document(JOB, coordinator)["workers"] == {}  # nothing registered yet
+    base = registration(epoch=1, parallelism=3)  # src#0..2, agg#0..2
+    coordinator.apply(replace(base, workers=(0, 0, 1, 0, 1, 2)), 0)
+    document = job_document(JOB, coordinator)
+    assert document["workers"] == {"src": [["src#0", "src#1"], ["src#2"]],
+                                   "agg": [["agg#0"], ["agg#1"], ["agg#2"]]}
+    assert json.loads(json.dumps(document)) == document
+    (row,) = render.jobs_text({"jobs": [document]}).splitlines()[1:]
+    assert row.split()[6:] == ["src:2", "agg:3"]

@@ -52,6 +52,7 @@ ASSIGNMENTS = (
     m.TaskAssignment(TaskId("op-a#0"), OperatorId("op-a"), 0, KeyGroup(0), KeyGroup(63)),
     m.TaskAssignment(TaskId("op-a#1"), OperatorId("op-a"), 1, KeyGroup(64), KeyGroup(127)),
 )
+WORKER_TWO_TASK = m.TaskAssignment(TaskId("op-a#2"), OperatorId("op-a"), 2, KeyGroup(128), KeyGroup(191))
 
 SAMPLES: dict[type, tuple[Any, ...]] = {
     m.CheckpointTrigger: (
@@ -83,6 +84,8 @@ SAMPLES: dict[type, tuple[Any, ...]] = {
                           changelog_operators=(OperatorId("op-a"),), changelog_partitions=8),
         m.JobRegistration(JOB, Epoch(7), CheckpointingMode.EXACTLY_ONCE, 128, (), (), T0, finished=True,
                           outcome="FAILED", reason="input topic 'orders' does not exist"),
+        m.JobRegistration(JOB, Epoch(8), CheckpointingMode.EXACTLY_ONCE, 192, (*ASSIGNMENTS, WORKER_TWO_TASK),
+                          (TaskId("op-a#0"), TaskId("op-a#1"), TaskId("op-a#2")), T0, workers=(0, 0, 1)),
     ),
     m.TaskAck: (
         m.TaskAck(JOB, CheckpointId(42), SNAPSHOT, m.TaskTimings(12, 3, 250, 65_536), T0 + 400, Epoch(1)),
@@ -148,7 +151,7 @@ def to_jsonable(value: Any) -> Any:
 _INT32 = st.integers(-(2**31), 2**31 - 1)
 _INT64 = st.integers(-(2**63), 2**63 - 1)
 _INT32_FIELDS = {"partition", "subtask_index", "key_group", "key_group_start", "key_group_end", "changelog_partitions",
-                 "parallelism", "max_parallelism", "producer_epoch", "origin_partition"}
+                 "parallelism", "max_parallelism", "producer_epoch", "origin_partition", "workers"}
 
 
 def _strategy(hint: Any, field_name: str) -> st.SearchStrategy[Any]:

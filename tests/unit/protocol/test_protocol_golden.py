@@ -102,3 +102,13 @@ def test_job_registration_v1_reads_no_changelog_operators(local: codec.Codec) ->
     assert (old.changelog_operators, old.changelog_partitions) == ((), 0)
     assert (new.changelog_operators, new.changelog_partitions) == (("op-a",), 8)
     assert old.tasks == new.tasks and old.max_parallelism == new.max_parallelism
+
+
+def test_job_registration_v3_reads_every_task_in_worker_zero(local: codec.Codec) -> None:
+    v3 = _load(GOLDEN / "JobRegistration" / "v3.json")
+    v4 = _load(GOLDEN / "JobRegistration" / "v4.json")
+    old = local.decode_as(bytes.fromhex(v3["samples"][0]["hex"]), messages.JobRegistration)
+    new = local.decode_as(bytes.fromhex(v4["samples"][4]["hex"]), messages.JobRegistration)
+    assert old.workers == () and len(old.tasks) == 2
+    assert new.workers == (0, 0, 1) and [t.task_id for t in new.tasks] == ["op-a#0", "op-a#1", "op-a#2"]
+    assert new.tasks[:2] == old.tasks

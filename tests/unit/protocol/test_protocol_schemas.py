@@ -166,12 +166,24 @@ def test_job_registration_v2_adds_changelog_fields_with_defaults() -> None:
 
 
 def test_job_registration_v3_adds_the_attempt_outcome_with_defaults() -> None:
-    _, v2, v3 = CATALOG.versions("tidemark.protocol.JobRegistration")
+    _, v2, v3, *_ = CATALOG.versions("tidemark.protocol.JobRegistration")
     assert [f["name"] for f in v3.schema_json["fields"]] == [
         *(f["name"] for f in v2.schema_json["fields"]), "outcome", "reason"]
     assert all(f["default"] == "" for f in v3.schema_json["fields"][-2:])
     result = ReaderWriterCompatibilityChecker().get_compatibility(v3.schema, v2.schema)
     assert result.compatibility is SchemaCompatibilityType.compatible
+
+
+def test_job_registration_v4_adds_the_worker_of_each_task_with_a_default() -> None:
+    _, _, v3, v4 = CATALOG.versions("tidemark.protocol.JobRegistration")
+    assert [f["name"] for f in v4.schema_json["fields"]] == [
+        *(f["name"] for f in v3.schema_json["fields"]), "workers"]
+    added = v4.schema_json["fields"][-1]
+    assert added["type"] == {"type": "array", "items": "int"} and added["default"] == []
+    checker = ReaderWriterCompatibilityChecker()
+    assert checker.get_compatibility(v4.schema, v3.schema).compatibility is SchemaCompatibilityType.compatible
+    # an older reader skips the field it does not know: a v3 coordinator reads v4 registrations
+    assert checker.get_compatibility(v3.schema, v4.schema).compatibility is SchemaCompatibilityType.compatible
 
 
 def test_a_required_field_without_default_is_detected_as_incompatible() -> None:

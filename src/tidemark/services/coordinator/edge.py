@@ -9,6 +9,11 @@ from then on every record is applied as it arrives and ``tick`` runs periodicall
 A ``CheckpointMetadata`` on the *control* topic is this coordinator's request to the
 checkpoint-store; only the one on the *checkpoint-events* topic (the store's confirmation that
 ``_metadata`` is durable) is folded.
+
+A ``JobRegistration`` whose worker assignment does not fit its tasks
+(:func:`tidemark.checkpoint.task_workers.registration_problem`) is rejected before it is folded:
+:class:`InvalidRegistration` logs the problem and dead-letters the record (live) or only logs it
+again (replayed).
 """
 
 from __future__ import annotations
@@ -30,10 +35,11 @@ from tidemark.checkpoint import (
     PersistCheckpoint,
     RestoreRequest,
 )
+from tidemark.checkpoint.task_workers import registration_problem
 from tidemark.clock import now_ms
-from tidemark.protocol.messages import CheckpointMetadata, RestoreCommand, SavepointRequest
+from tidemark.protocol.messages import CheckpointMetadata, JobRegistration, RestoreCommand, SavepointRequest
 from tidemark.chassis.app import ServiceApp
-from tidemark.chassis.dead_letter_publisher import RawRecord
+from tidemark.chassis.dead_letter_publisher import RawRecord, RejectedRecord
 from tidemark.chassis.logs import get_logger
 from tidemark.services.coordinator.metrics import JOB_FAILURES, SAVEPOINTS, CoordinatorMetrics
 from tidemark.types import JobId
@@ -41,6 +47,12 @@ from tidemark.types import JobId
 log = get_logger(__name__)
 RECORD_TYPES: tuple[type, ...] = get_args(CoordinatorRecord)
 PERSIST_RESEND_S = 10.0
+
+
+class InvalidRegistration(RejectedRecord):
+    """A job registration the coordinator does not fold (the message says why)."""
+
+    reason = "invalid-registration"
 
 
 class CoordinatorEdge:
@@ -65,6 +77,9 @@ class CoordinatorEdge:
             return
         if isinstance(message, CheckpointMetadata) and raw.topic != self.app.topics.checkpoint_events:
             return
+        if isinstance(message, JobRegistration) and (problem := registration_problem(message)) is not None:
+            raise InvalidRegistration(f"registration of job {message.job_id} attempt {message.epoch} "
+                                      f"rejected: {problem}")
         if isinstance(message, SavepointRequest):
             self.savepoint_requests.setdefault(message.request_id, message)
         if not self.live:
