@@ -104,7 +104,8 @@ def main() -> None:
     options = parser.parse_args()
     rates: dict[int, list[float]] = {w: [] for w in options.workers}
     peaks: dict[int, list[float]] = {w: [] for w in options.workers}
-    with kafka_or_embedded() as bootstrap, tempfile.TemporaryDirectory(prefix="tidemark-bench-scaling-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="tidemark-bench-scaling-") as tmp, \
+            kafka_or_embedded(Path(tmp) / "broker") as (bootstrap, _):
         for index in range(options.rounds):
             for workers in options.workers:
                 print(f"round {index + 1}/{options.rounds}, W={workers}", flush=True)
