@@ -177,10 +177,10 @@ class ChannelOutput:
         """Where a record goes: the partition it was routed to, or the partitioner's (a record the
         reading stage cannot key goes to partition 0, where that stage dead-letters it), or the
         producer's default partitioner when the reading stage has one worker."""
-        if len(record) == 3:
-            return record[2]  # type: ignore[misc]
-        if self.partitioner is None:
+        if self.partitioner is None:  # the one-worker reader's case, per record: decided first
             return None
+        if len(record) == 3:  # routed records exist only with a partitioner (an exchange reader's)
+            return record[2]  # type: ignore[misc]
         try:
             return self.partitioner(record[0], record[1])
         except Exception:
