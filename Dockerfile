@@ -20,6 +20,11 @@ RUN python -m pip wheel --no-deps --wheel-dir /wheels .
 RUN python -m venv /opt/tidemark \
  && /opt/tidemark/bin/pip install "$(ls /wheels/tidemark-*.whl)[s3]" \
  && /opt/tidemark/bin/python -c "from tidemark.protocol.codec import Codec; Codec.local()"
+# Spark's Kafka connector, which the stage workers read Kafka with (tidemark.spark.kafka_connector):
+# fetched with Maven here, so a worker never needs Maven or Maven Central at run time.
+RUN command -v mvn >/dev/null || (apt-get update && apt-get install -y --no-install-recommends maven) \
+ && TIDEMARK_CACHE_DIR=/opt/tidemark/cache /opt/tidemark/bin/python -c \
+    "from tidemark.spark.kafka_connector import connector_jars; print(len(connector_jars()), 'connector jars')"
 
 FROM ${PYTHON_IMAGE} AS runtime
 # Java 17 for PySpark; tini reaps the JVM children and forwards signals; no other packages.
@@ -40,6 +45,7 @@ ENV PATH=/opt/tidemark/bin:$PATH \
     JAVA_HOME=/usr/lib/jvm/java-17 \
     HOME=/tmp \
     TIDEMARK_HOME=/var/lib/tidemark/state \
+    TIDEMARK_CACHE_DIR=/opt/tidemark/cache \
     TIDEMARK_HTTP_HOST=0.0.0.0 \
     TIDEMARK_STATE_DIR=/var/lib/tidemark/state \
     TIDEMARK_CHECKPOINT_STORAGE_URL=file:///var/lib/tidemark/checkpoints

@@ -241,10 +241,12 @@ class ScratchImage:
             raise AssertionError(f"{command} is not on the image's PATH {self.env['PATH']}")
         return Path(found)
 
-    def exec(self, argv: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
-        """Run ``argv`` with the image's environment, its command looked up on the image's PATH."""
-        return subprocess.run([str(self.which(argv[0])), *argv[1:]], env=self.env, capture_output=True,
-                              text=True, **kwargs)
+    def exec(self, argv: list[str], env: dict[str, str] | None = None, **kwargs: Any
+             ) -> subprocess.CompletedProcess[str]:
+        """Run ``argv`` with the image's environment (``env`` overriding some of it), its command
+        looked up on the image's PATH."""
+        return subprocess.run([str(self.which(argv[0])), *argv[1:]], env={**self.env, **(env or {})},
+                              capture_output=True, text=True, **kwargs)
 
 
 def third_party_site(target: Path) -> Path:

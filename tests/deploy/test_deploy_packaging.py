@@ -136,6 +136,23 @@ def test_the_worker_image_runs_the_installed_example_job(image: ScratchImage, tm
     assert result.returncode == 0, result.stderr
 
 
+def test_the_image_carries_sparks_kafka_connector_and_needs_no_maven_at_run_time(
+        image: ScratchImage, tmp_path: Path) -> None:
+    """The build stage fetched the connector into the image's cache (TIDEMARK_CACHE_DIR); a
+    worker resolves it there with no ``mvn`` on its PATH, as in the runtime image."""
+    no_maven = tmp_path / "bin"
+    no_maven.mkdir()
+    (no_maven / "mvn").write_text("#!/bin/sh\necho 'mvn must not run' >&2\nexit 9\n")
+    (no_maven / "mvn").chmod(0o755)
+    result = image.exec(["python", "-c", "from tidemark.spark.kafka_connector import connector_jars; "
+                         "print('\\n'.join(str(j) for j in connector_jars()))"],
+                        cwd=tmp_path, timeout=120, env={"PATH": f"{no_maven}:{image.env['PATH']}"})
+    assert result.returncode == 0, result.stderr
+    jars = [Path(line) for line in result.stdout.split()]
+    assert {j.name.split("-")[0] for j in jars} >= {"spark", "kafka", "commons"}, jars
+    assert all(j.is_relative_to(image.root) and j.exists() for j in jars), jars
+
+
 @pytest.mark.parametrize("name", [n for n in SERVICE_NAMES if n != "worker"])
 def test_each_service_image_starts_its_service_against_the_broker(
         image: ScratchImage, name: str, kafka_bootstrap: str, topic_names: TopicNames, tmp_path: Path) -> None:

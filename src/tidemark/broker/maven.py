@@ -6,6 +6,10 @@
 once without running Maven. A file lock keeps two processes (a test session and a demo) from
 fetching into the same folder at the same time. Maven is Debian's ``maven`` package
 (``scripts/install-system-deps.sh`` installs it when ``mvn`` is missing).
+
+Without a user's own ``~/.m2/settings.xml``, Maven runs with settings that send every repository
+to Maven Central: POMs may name repositories of their own (Spark's parent POM names a Google
+Cloud mirror), and a machine that reaches Central only must not fail on those.
 """
 
 from __future__ import annotations
@@ -22,6 +26,11 @@ from xml.sax.saxutils import escape
 
 COMPLETE_MARKER = ".complete"
 FETCH_TIMEOUT_S = 900.0
+MAVEN_CENTRAL = "https://repo.maven.apache.org/maven2"
+CENTRAL_ONLY_SETTINGS = f"""<settings xmlns="http://maven.apache.org/SETTINGS/1.0.0">
+  <mirrors><mirror><id>tidemark-central</id><mirrorOf>*</mirrorOf><url>{MAVEN_CENTRAL}</url></mirror></mirrors>
+</settings>
+"""
 
 
 class MavenFetchError(RuntimeError):
@@ -91,6 +100,9 @@ def fetch_classpath(
         (root / "pom.xml").write_text(_pom(coordinates))
         argv = [mvn, "-q", "-B", "-f", str(root / "pom.xml"), "dependency:copy-dependencies",
                 f"-DoutputDirectory={libs}", "-DincludeScope=runtime"]
+        if not (Path.home() / ".m2" / "settings.xml").exists():  # the user's own settings win
+            (root / "settings.xml").write_text(CENTRAL_ONLY_SETTINGS)
+            argv[1:1] = ["-s", str(root / "settings.xml")]
         try:
             done = subprocess.run(argv, capture_output=True, text=True, timeout=FETCH_TIMEOUT_S,
                                   stdin=subprocess.DEVNULL)

@@ -71,6 +71,12 @@ class SparkSettings(BaseModel):
                     "empty: the JVM's defaults; the local pipeline (demo, tests) sets -XX:TieredStopAtLevel=1, "
                     "the C1 compiler only, which halves the CPU of a JVM that lives minutes",
     )
+    source: Literal["auto", "kafka", "tidemark-kafka"] = Field(
+        "auto",
+        description="how a stage's query reads Kafka: 'kafka' is Spark's own Kafka connector (fetched from Maven "
+                    "Central), 'tidemark-kafka' Tidemark's Python data source; 'auto': the connector, except on "
+                    "the Tansu engine (tidemark.spark.stage_source)",
+    )
 
 
 class _ConfigFileSource(YamlConfigSettingsSource):

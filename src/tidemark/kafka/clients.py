@@ -3,8 +3,9 @@
 Group settings keep a consumer-group join at a few seconds (the broker waits on the rebalance
 timeout; see docs/architecture.md), on the embedded broker and on Apache Kafka alike. How a client
 authenticates and encrypts is decided once, by :func:`kafka_security`, from the ``kafka`` settings;
-:func:`base_config` turns that into librdkafka keys and :mod:`tidemark.chassis.app` into Faust's
-credentials, so the two client stacks of a service always connect the same way.
+:func:`base_config` turns that into librdkafka keys, :mod:`tidemark.chassis.app` into Faust's
+credentials and :func:`java_security` into the Java client's keys (Spark's Kafka connector), so
+every client stack connects the same way.
 """
 
 from __future__ import annotations
@@ -76,6 +77,29 @@ def librdkafka_security(security: KafkaSecurity) -> dict[str, Any]:
         config["sasl.password"] = security.sasl_password or ""
     if security.ca_location:
         config["ssl.ca.location"] = security.ca_location
+    return config
+
+
+_JAAS_MODULES = {"PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule"}
+_SCRAM_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"
+
+
+def _jaas_string(value: str | None) -> str:
+    escaped = (value or "").replace("\\", "\\\\").replace('"', '\\"')
+    return f'"{escaped}"'
+
+
+def java_security(security: KafkaSecurity) -> dict[str, str]:
+    """``security`` as the Java client's configuration keys (Spark's Kafka connector)."""
+    config = {"security.protocol": security.protocol}
+    if security.sasl_mechanism:
+        module = _JAAS_MODULES.get(security.sasl_mechanism, _SCRAM_MODULE)
+        config["sasl.mechanism"] = security.sasl_mechanism
+        config["sasl.jaas.config"] = (f"{module} required username={_jaas_string(security.sasl_username)} "
+                                      f"password={_jaas_string(security.sasl_password)};")
+    if security.ca_location:
+        config["ssl.truststore.type"] = "PEM"
+        config["ssl.truststore.location"] = security.ca_location
     return config
 
 

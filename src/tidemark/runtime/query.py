@@ -2,7 +2,8 @@
 
 Lifecycle: ``run_attempt(settings, attempt)`` prepares the worker (restore included) while a
 local SparkSession starts in the background (or takes the warm session of a standby,
-:mod:`tidemark.runtime.standby`), starts the streaming query (``tidemark-kafka`` source -> ``foreachBatch``), writes
+:mod:`tidemark.runtime.standby`), starts the streaming query (the stage's Kafka source,
+:mod:`tidemark.spark.stage_source`, -> ``foreachBatch``), writes
 the attempt's ready file, then loops: the control plane between micro-batches, consumer lag every
 few seconds, until the stage finishes (stop-with-savepoint completed: returns 0) or the query
 fails (raises). ``/metrics``, ``/livez`` and ``/readyz`` (ready: the query has started) are
@@ -30,6 +31,7 @@ from tidemark.runtime.stage_attempt import Attempt
 from tidemark.runtime.worker import StageWorker
 from tidemark.chassis.logs import get_logger
 from tidemark.spark.session import LocalSessionOptions, local_session, query_checkpoint_location
+from tidemark.spark.stage_source import StageSource, stage_source
 
 log = get_logger(__name__)
 TRIGGER = "200 milliseconds"
@@ -40,17 +42,10 @@ class QueryFailed(RuntimeError):
     """The streaming query stopped with an error."""
 
 
-def source_options(client: dict[str, Any], selection: dict[str, str], max_records: int) -> dict[str, str]:
-    """The ``tidemark-kafka`` options of a stage's query (see ``kafka-io.md``); ``selection``: what
-    it reads and from where (``subscribe`` or ``assign``, and ``startingOffsets``)."""
-    options = {f"kafka.{k}": str(v) for k, v in client.items()}
-    options.update(selection)
-    options.update({"maxRecordsPerTrigger": str(max_records), "isolationLevel": "read_committed"})
-    return options
-
-
-def _source_options(worker: StageWorker) -> dict[str, str]:
-    return source_options(worker.client, worker.source_options(), worker.stage.max_records_per_batch)
+def session_options(settings: TidemarkSettings, app_name: str, source: StageSource) -> LocalSessionOptions:
+    """The local session of a stage worker (or its standby), with what its source needs."""
+    return LocalSessionOptions(app_name=app_name, java_options=settings.spark.java_options,
+                               extra_conf=source.session_conf())
 
 
 class _SessionStart(threading.Thread):
@@ -103,9 +98,9 @@ def run_attempt(settings: TidemarkSettings, attempt: Attempt, spark: Any = None)
 
 def _run_stage(settings: TidemarkSettings, attempt: Attempt, spark: Any) -> int:
     starting = None
+    source = stage_source(settings)
     if spark is None:  # the JVM starts while the worker restores
-        starting = _SessionStart(LocalSessionOptions(app_name=f"tidemark-{attempt.stage}",
-                                                     java_options=settings.spark.java_options))
+        starting = _SessionStart(session_options(settings, f"tidemark-{attempt.stage}", source))
         starting.start()
     worker = StageWorker(settings, attempt)
     watch = BrokerWatch(worker.client).start()
@@ -119,12 +114,13 @@ def _run_stage(settings: TidemarkSettings, attempt: Attempt, spark: Any) -> int:
             worker.on_batch(records_of(table))
 
     with query_checkpoint_location(f"{worker.job}-{attempt.process}") as spark_checkpoints:
-        return _run_query(worker, attempt, spark, on_batch, spark_checkpoints, watch)
+        return _run_query(worker, attempt, spark, source, on_batch, spark_checkpoints, watch)
 
 
-def _run_query(worker: StageWorker, attempt: Attempt, spark: Any, on_batch: Any, spark_checkpoints: str,
-               watch: BrokerWatch) -> int:
-    stream = spark.readStream.format("tidemark-kafka").options(**_source_options(worker)).load()
+def _run_query(worker: StageWorker, attempt: Attempt, spark: Any, source: StageSource, on_batch: Any,
+               spark_checkpoints: str, watch: BrokerWatch) -> int:
+    options = source.options(worker.read_selection())
+    stream = spark.readStream.format(source.format).options(**options).load()
     query = (stream.writeStream.foreachBatch(on_batch).option("checkpointLocation", spark_checkpoints)
              .trigger(processingTime=TRIGGER).queryName(f"{worker.job}.{worker.stage.name}").start())
     attempt.ready_file.parent.mkdir(parents=True, exist_ok=True)
@@ -133,7 +129,8 @@ def _run_query(worker: StageWorker, attempt: Attempt, spark: Any, on_batch: Any,
         "restored_from": worker.restored_from.checkpoint_id if worker.restored_from else None}))
     log.info("stage running", job=worker.job, stage=worker.stage.name, epoch=attempt.epoch,
              parallelism=attempt.parallelism, worker=attempt.worker, workers=worker.workers,
-             tasks=[t.task_id for t in worker.tasks], starting_offsets=_source_options(worker)["startingOffsets"])
+             tasks=[t.task_id for t in worker.tasks], source=source.format,
+             starting_offsets=options["startingOffsets"])
     last_lag = 0.0
     try:
         while not worker.finished:

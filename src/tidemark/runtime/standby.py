@@ -23,13 +23,13 @@ import time
 from typing import Any
 
 from tidemark.config.settings import TidemarkSettings
-from tidemark.kafka.clients import base_config
 from tidemark.kafka.topics import TopicNames
 from tidemark.runtime.faults import FAULTS
-from tidemark.runtime.query import TRIGGER, run_attempt, source_options
+from tidemark.runtime.query import TRIGGER, run_attempt, session_options
 from tidemark.runtime.stage_attempt import Assignment
 from tidemark.chassis.logs import get_logger
-from tidemark.spark.session import LocalSessionOptions, local_session, query_checkpoint_location
+from tidemark.spark.session import local_session, query_checkpoint_location
+from tidemark.spark.stage_source import ReadSelection, StageSource, stage_source
 
 log = get_logger(__name__)
 WARM_UP_TIMEOUT_S = 30.0
@@ -49,13 +49,12 @@ class _AssignmentReader(threading.Thread):
         self.arrived.set()
 
 
-def warm_up(spark: Any, settings: TidemarkSettings, interrupt: threading.Event,
+def warm_up(spark: Any, settings: TidemarkSettings, source: StageSource, interrupt: threading.Event,
             timeout_s: float = WARM_UP_TIMEOUT_S) -> bool:
-    """Run one micro-batch of one control-topic record through ``tidemark-kafka`` and discard it;
+    """Run one micro-batch of one control-topic record through the stage's source and discard it;
     True when the batch ran within ``timeout_s`` (within ``INTERRUPTED_WARM_UP_S`` once
     ``interrupt`` is set)."""
-    options = source_options(base_config(settings), {"subscribe": TopicNames(settings.topic_prefix).control,
-                                                     "startingOffsets": "earliest"}, 1)
+    options = source.options(ReadSelection((TopicNames(settings.topic_prefix).control,), max_records=1))
     ran = threading.Event()
 
     def on_batch(frame: Any, batch_id: int) -> None:
@@ -63,7 +62,7 @@ def warm_up(spark: Any, settings: TidemarkSettings, interrupt: threading.Event,
         ran.set()
 
     with query_checkpoint_location("standby-warm-up") as location:
-        query = (spark.readStream.format("tidemark-kafka").options(**options).load().writeStream
+        query = (spark.readStream.format(source.format).options(**options).load().writeStream
                  .foreachBatch(on_batch).option("checkpointLocation", location).trigger(processingTime=TRIGGER)
                  .start())
         deadline = time.monotonic() + timeout_s
@@ -80,10 +79,10 @@ def warm_up(spark: Any, settings: TidemarkSettings, interrupt: threading.Event,
 def run_standby(settings: TidemarkSettings, stage: str) -> int:
     reader = _AssignmentReader()
     reader.start()
-    spark = local_session(LocalSessionOptions(app_name=f"tidemark-standby-{stage}",
-                                              java_options=settings.spark.java_options))
+    source = stage_source(settings)
+    spark = local_session(session_options(settings, f"tidemark-standby-{stage}", source))
     if not reader.arrived.is_set():
-        warm = warm_up(spark, settings, reader.arrived)
+        warm = warm_up(spark, settings, source, reader.arrived)
         log.info("standby warm; waiting for an attempt", stage=stage, warm_up_batch=warm, pid=os.getpid())
     reader.arrived.wait()
     if not reader.line.strip():

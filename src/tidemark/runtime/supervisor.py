@@ -51,6 +51,7 @@ from tidemark.kafka.metadata import partition_counts
 from tidemark.kafka.outage import PATIENCE_S, BrokerWatch
 from tidemark.kafka.topics import TopicNames
 from tidemark.admin.client import CoordinatorClient
+from tidemark.broker.maven import MavenFetchError
 from tidemark.processes import die_with_parent, free_port
 from tidemark.protocol.messages import AttemptFailed, JobRegistration, RestoreCommand
 from tidemark.runtime.api import JobSpec, load_job
@@ -63,6 +64,7 @@ from tidemark.runtime.physical_plan import physical_job, reader_workers, workers
 from tidemark.runtime.stage_attempt import Assignment, Attempt, process_name, stage_file
 from tidemark.runtime.start_errors import failed_file, missing_topics_reason
 from tidemark.chassis.logs import get_logger
+from tidemark.spark.stage_source import stage_source
 from tidemark.storage import open_storage
 from tidemark.types import Epoch
 
@@ -117,6 +119,7 @@ class JobSupervisor:
         """The attempt loop; each ending is registered with its outcome (checkpoint.job_state)."""
         job = self.spec.job_id
         self._check_inputs()
+        self._prepare_source()
         attempt = self.planner.first()
         while True:
             self.attempts.append(attempt)
@@ -161,6 +164,17 @@ class JobSupervisor:
         if missing:
             raise StartRefused(missing_topics_reason(missing))
         self._input_partitions = dict(found)
+
+    def _prepare_source(self) -> None:
+        """Fetch what the stages' source needs (Spark's Kafka connector, with Maven, the first time
+        on a machine) once, before any worker starts; a fetch that fails refuses the start."""
+        try:
+            source = stage_source(self.settings)
+        except MavenFetchError as exc:
+            log.error("Spark's Kafka connector could not be fetched", error=str(exc))  # Maven's output
+            raise StartRefused(f"Spark's Kafka connector could not be fetched (spark.source: "
+                               f"{self.settings.spark.source}): {str(exc).splitlines()[0]}") from None
+        log.info("stage source ready", job=self.spec.job_id, source=source.format)
 
     def _running_spec(self) -> JobSpec:
         """The job as this attempt runs it: its worker processes per stage at the attempt's

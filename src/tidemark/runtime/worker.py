@@ -26,7 +26,6 @@ the outputs (:mod:`~tidemark.runtime.outputs`) and the consumer lag
 
 from __future__ import annotations
 
-import json
 import shutil
 import threading
 import time
@@ -78,7 +77,7 @@ from tidemark.runtime.stage_restore import RestoredStage, restore_stage
 from tidemark.runtime.stage_tasks import ChangelogTarget, build_stage_tasks
 from tidemark.runtime.task import StageTask
 from tidemark.chassis.logs import get_logger
-from tidemark.spark.offsets import PartitionOffsets
+from tidemark.spark.stage_source import ReadSelection
 from tidemark.storage import open_storage
 from tidemark.storage.base import CorruptStateFile
 from tidemark.types import CheckpointId, CheckpointingMode, CheckpointType, TaskId
@@ -259,16 +258,11 @@ class StageWorker:
                                                         self.spec.max_parallelism)]
         return {(topic, partition, task) for topic, partition in self.read_partitions for task in upstream}
 
-    def source_options(self) -> dict[str, str]:
-        """Which partitions the query reads and from where: the restored positions (partitions not
-        named start at earliest), else earliest."""
-        offsets = json.dumps(PartitionOffsets.of(self.positions.items()).to_json()) if self.positions else "earliest"
-        if self.workers == 1:
-            return {"subscribe": ",".join(self.stage.inputs), "startingOffsets": offsets}
-        assign: dict[str, list[int]] = defaultdict(list)
-        for topic, partition in self.read_partitions:
-            assign[topic].append(partition)
-        return {"assign": json.dumps(assign), "startingOffsets": offsets}
+    def read_selection(self) -> ReadSelection:
+        """What the query reads and from where: the restored positions (partitions not named
+        start at the earliest), else the earliest; subscribed with one worker, assigned with more."""
+        return ReadSelection(tuple(self.stage.inputs), tuple(self.read_partitions), assigned=self.workers > 1,
+                             positions=dict(self.positions), max_records=self.stage.max_records_per_batch)
 
     # ------------------------------------------------------------------ records
 

@@ -1,4 +1,4 @@
-"""Fixtures for the tidemark-kafka tests: one SparkSession per module."""
+"""Fixtures for the Spark source and sink tests: one SparkSession per module."""
 
 from __future__ import annotations
 
@@ -13,11 +13,14 @@ if TYPE_CHECKING:
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator["SparkSession"]:
-    """One local SparkSession per test module, with tidemark-kafka registered; stopped after it."""
+    """One local SparkSession per test module, with tidemark-kafka registered and Spark's Kafka
+    connector on its classpath (``tidemark.spark.kafka_connector``); stopped after it."""
     from tidemark.jvm import QUICK_START_JVM_OPTIONS
+    from tidemark.spark.kafka_connector import connector_jars
     from tidemark.spark.session import LocalSessionOptions, local_session
 
-    session = local_session(LocalSessionOptions(java_options=QUICK_START_JVM_OPTIONS))
+    jars = ",".join(str(jar) for jar in connector_jars())
+    session = local_session(LocalSessionOptions(java_options=QUICK_START_JVM_OPTIONS, extra_conf={"spark.jars": jars}))
     try:
         yield session
     finally:

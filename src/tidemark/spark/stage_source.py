@@ -1,0 +1,152 @@
+"""How a stage's streaming query reads Kafka: one interface, two sources.
+
+A stage worker says *what* it reads (:class:`ReadSelection`: its partitions, subscribed or
+assigned, the restored positions, the batch size); a :class:`StageSource` says *how*: the Spark
+format, its options, and what the session needs for it. Both produce the same rows (``key``,
+``value``, ``topic``, ``partition``, ``offset``, ``timestamp``, ``headers``), read_committed,
+so :func:`tidemark.runtime.records.records_of` reads either.
+
+* :class:`SparkKafkaSource` (``format("kafka")``, Spark's own connector,
+  :mod:`tidemark.spark.kafka_connector`): offsets are planned in the driver's JVM and partitions
+  are read by the executors' Java consumers, with no Python process per query or per partition
+  read. Faster to a query's first batch and per record (``bench/bench_kafka_source.py``); the
+  default (``spark.source: auto``).
+* :class:`TidemarkKafkaSource` (``format("tidemark-kafka")``, Tidemark's Python data source,
+  ``docs/concepts/kafka-io.md``): kept for the Tansu engine, whose gaps (aborted records visible,
+  short high watermarks) the Python source's offset planning allows for, and for
+  ``spark.source: tidemark-kafka``.
+
+A broker outage must not fail a query (``docs/concepts/kafka-io.md``): the Python source waits
+for the broker in every call; the connector gets timeouts and retries long enough to wait
+through an outage of several minutes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from tidemark.config.settings import TidemarkSettings
+from tidemark.kafka.clients import base_config, java_security, kafka_security, resolve_bootstrap
+from tidemark.spark.offsets import PartitionOffsets
+
+EARLIEST = -2  # Spark's connector: "earliest" for one partition in a startingOffsets JSON
+OUTAGE_PATIENCE_MS = 300_000  # how long the connector's Kafka calls wait through a broker outage
+
+
+@dataclass(frozen=True)
+class ReadSelection:
+    """What one stage worker's query reads, and from where."""
+
+    topics: tuple[str, ...]
+    partitions: tuple[tuple[str, int], ...] = ()  # every partition the worker reads, as known at the start
+    assigned: bool = False  # False: subscribe to ``topics`` (partitions added later are read too)
+    positions: Mapping[tuple[str, int], int] = field(default_factory=dict)  # restored; others from earliest
+    max_records: int = 20_000  # records (or offsets) per micro-batch at most
+
+    def assignment(self) -> dict[str, list[int]]:
+        assign: dict[str, list[int]] = {}
+        for topic, partition in sorted(self.partitions):
+            assign.setdefault(topic, []).append(partition)
+        return assign
+
+
+class StageSource(Protocol):
+    """How a stage's query reads Kafka (see the module docstring)."""
+
+    format: str
+
+    def session_conf(self) -> dict[str, str]:
+        """Spark settings the session needs for this source (jars)."""
+        ...
+
+    def options(self, selection: ReadSelection) -> dict[str, str]:
+        """The ``readStream`` options reading ``selection``."""
+        ...
+
+
+class TidemarkKafkaSource:
+    """Tidemark's Python data source (``tidemark-kafka``); librdkafka settings."""
+
+    format = "tidemark-kafka"
+
+    def __init__(self, client: Mapping[str, Any]) -> None:
+        self.client = dict(client)
+
+    def session_conf(self) -> dict[str, str]:
+        return {}
+
+    def options(self, selection: ReadSelection) -> dict[str, str]:
+        options = {f"kafka.{k}": str(v) for k, v in self.client.items()}
+        if selection.assigned:
+            options["assign"] = json.dumps(selection.assignment())
+        else:
+            options["subscribe"] = ",".join(selection.topics)
+        options["startingOffsets"] = (json.dumps(PartitionOffsets.of(selection.positions.items()).to_json())
+                                      if selection.positions else "earliest")
+        options.update({"maxRecordsPerTrigger": str(selection.max_records), "isolationLevel": "read_committed"})
+        return options
+
+
+class SparkKafkaSource:
+    """Spark's own Kafka connector (``kafka``); Java client settings."""
+
+    format = "kafka"
+
+    def __init__(self, bootstrap: str, security: Mapping[str, str], jars: list[str]) -> None:
+        self.bootstrap = bootstrap
+        self.security = dict(security)
+        self.jars = jars
+
+    def session_conf(self) -> dict[str, str]:
+        return {"spark.jars": ",".join(self.jars)}
+
+    def options(self, selection: ReadSelection) -> dict[str, str]:
+        options = {"kafka.bootstrap.servers": self.bootstrap,
+                   **{f"kafka.{k}": v for k, v in self.security.items()},
+                   "kafka.isolation.level": "read_committed",
+                   "includeHeaders": "true",
+                   "maxOffsetsPerTrigger": str(selection.max_records),
+                   # wait through a broker outage instead of failing the query
+                   "kafka.default.api.timeout.ms": str(OUTAGE_PATIENCE_MS),
+                   "kafka.request.timeout.ms": "30000",
+                   "kafkaConsumer.pollTimeoutMs": str(OUTAGE_PATIENCE_MS),
+                   "fetchOffset.numRetries": "60",
+                   "fetchOffset.retryIntervalMs": "5000"}
+        if selection.assigned:
+            options["assign"] = json.dumps(selection.assignment())
+        else:
+            options["subscribe"] = ",".join(selection.topics)
+        options["startingOffsets"] = self._starting(selection)
+        return options
+
+    @staticmethod
+    def _starting(selection: ReadSelection) -> str:
+        """The connector needs an offset for every partition once one is given: the others start
+        at the earliest (``-2``), as with the Python source."""
+        if not selection.positions:
+            return "earliest"
+        offsets = {key: EARLIEST for key in selection.partitions}
+        offsets.update(selection.positions)
+        return json.dumps(PartitionOffsets.of(offsets.items()).to_json())
+
+
+def source_kind(settings: TidemarkSettings) -> str:
+    """``kafka`` or ``tidemark-kafka``: ``spark.source``, where ``auto`` is the connector except
+    on the Tansu engine."""
+    chosen = settings.spark.source
+    if chosen == "auto":
+        return "tidemark-kafka" if settings.broker_engine == "tansu" else "kafka"
+    return chosen
+
+
+def stage_source(settings: TidemarkSettings, bootstrap: str | None = None) -> StageSource:
+    """The source stage queries use under ``settings`` (fetches the connector's jars the first time)."""
+    if source_kind(settings) == "tidemark-kafka":
+        return TidemarkKafkaSource(base_config(settings, bootstrap))
+    from tidemark.spark.kafka_connector import connector_jars  # imports pyspark; fetches with Maven once
+
+    return SparkKafkaSource(bootstrap or resolve_bootstrap(settings), java_security(kafka_security(settings)),
+                            [str(jar) for jar in connector_jars()])
