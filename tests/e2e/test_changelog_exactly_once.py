@@ -30,19 +30,23 @@ SERVICES = ("coordinator", "checkpoint-store", "changelog", "materializer")
 
 
 def test_changelog_mode_is_exactly_once_across_sigkills(tmp_path, kafka_bootstrap, unique_name):
+    """``top_urls`` runs on two workers (``top_urls`` in a fault is its worker 0): each worker
+    appends its own tasks' changes to the changelog and restores exactly its own ranges."""
     topics = topics_for(unique_name)
     env = {"TIDEMARK_CHECKPOINT__INTERVAL_MS": "1500", "TIDEMARK_MATERIALIZATION__INTERVAL_MS": "3000"}
     with pipeline(tmp_path, kafka_bootstrap, unique_name, services=SERVICES, env=env, standby=True) as pipe:
         pipe.create_topic(topics.input, 4)
-        job = pipe.start_job(TOP_URLS, topics.args(changelog=True, state_backend="rocksdb"), faults=KILLS,
-                             max_restarts=len(KILLS) + 2)
+        job = pipe.start_job(TOP_URLS, topics.args(changelog=True, state_backend="rocksdb", top_urls_workers=2),
+                             faults=KILLS, max_restarts=len(KILLS) + 2)
         all_killed = lambda: len(job.events("starting attempt")) > len(KILLS) or job.process.poll() is not None  # noqa: E731
         records = InputFeeder(kafka_bootstrap, topics.input, total=4000, chunk=100, pause_s=0.5,
                               until=all_killed).start().join(timeout_s=720)
         verdict = verify_two_stage(kafka_bootstrap, topics, records, timeout_s=300)
         failures = job.events("worker failed")
+        started = job.events("starting attempt")
         materializer_log = (tmp_path / "home" / "logs" / "materializer.log").read_text(errors="replace")
         job.stop()
+    assert started[0]["workers"] == {"minute_counts": 1, "top_urls": 2}
     assert len(failures) == len(KILLS), [(f["stage"], f["epoch"]) for f in failures]
     assert verdict.exactly_once, verdict
     assert '"event": "materialized"' in materializer_log  # materializations ran alongside
@@ -51,10 +55,11 @@ def test_changelog_mode_is_exactly_once_across_sigkills(tmp_path, kafka_bootstra
 def test_changelog_mode_stops_with_a_savepoint_and_resumes_rescaled(tmp_path, kafka_bootstrap, unique_name):
     """A savepoint of a changelog-mode job is self-contained (canonical state, no changelog
     ranges); the job resumes from it at another parallelism, again in changelog mode, and its
-    checkpoints and materializations go on from there."""
+    checkpoints and materializations go on from there: from 2 tasks on 2 workers of ``top_urls``
+    to 3 tasks on 3 workers."""
     topics = topics_for(unique_name)
     first, second = list(generate(2500, seed=21)), list(generate(2500, seed=22))
-    args = topics.args(changelog=True, state_backend="rocksdb", parallelism=2)
+    args = topics.args(changelog=True, state_backend="rocksdb", parallelism=2, top_urls_workers=2)
     env = {"TIDEMARK_CHECKPOINT__INTERVAL_MS": "1500", "TIDEMARK_MATERIALIZATION__INTERVAL_MS": "2000"}
     with pipeline(tmp_path, kafka_bootstrap, unique_name, services=SERVICES, env=env) as pipe:
         pipe.create_topic(topics.input, 4)
@@ -68,7 +73,8 @@ def test_changelog_mode_stops_with_a_savepoint_and_resumes_rescaled(tmp_path, ka
         assert job.wait(timeout_s=120) == 0
         saved = client.history(topics.job_id)["checkpoints"]
         produce(kafka_bootstrap, topics.input, second, 4)
-        resumed = pipe.start_job(TOP_URLS, args, parallelism=3, from_savepoint=savepoint["metadata_path"])
+        resumed = pipe.start_job(TOP_URLS, {**args, "top_urls_workers": 3}, parallelism=3,
+                                 from_savepoint=savepoint["metadata_path"])
         verdict = verify_two_stage(kafka_bootstrap, topics, first + second, timeout_s=300)
         newest = max(c["id"] for c in saved)
         materializer_log = tmp_path / "home" / "logs" / "materializer.log"
@@ -85,4 +91,5 @@ def test_changelog_mode_stops_with_a_savepoint_and_resumes_rescaled(tmp_path, ka
         attempts = resumed.events("starting attempt")
         resumed.stop()
     assert attempts[0]["parallelism"] == 3 and attempts[0]["restore"] == savepoint["metadata_path"]
+    assert attempts[0]["workers"] == {"minute_counts": 1, "top_urls": 3}
     assert verdict.exactly_once, verdict

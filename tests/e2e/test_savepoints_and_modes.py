@@ -25,12 +25,14 @@ pytestmark = pytest.mark.timeout(900)
 
 
 def test_stop_with_savepoint_then_restore_at_another_parallelism(tmp_path, kafka_bootstrap, unique_name):
+    """Parallelism 2 with ``top_urls`` on 2 workers, stopped with a savepoint, restored at
+    parallelism 3 on 3 workers."""
     topics = topics_for(unique_name)
     first, second = list(generate(3000, seed=11)), list(generate(3000, seed=12))
     with pipeline(tmp_path, kafka_bootstrap, unique_name) as pipe:
         pipe.create_topic(topics.input, 4)
         produce(kafka_bootstrap, topics.input, first, 4)
-        job = pipe.start_job(TOP_URLS, topics.args(parallelism=2))
+        job = pipe.start_job(TOP_URLS, topics.args(parallelism=2, top_urls_workers=2))
         read_committed(kafka_bootstrap, topics.output, expect=len(first), timeout_s=240, settle_s=0)
         client = pipe.client()
         request = client.trigger_savepoint(topics.job_id, stop=True)
@@ -38,12 +40,13 @@ def test_stop_with_savepoint_then_restore_at_another_parallelism(tmp_path, kafka
         assert savepoint["status"] == "COMPLETED", savepoint
         assert job.wait(timeout_s=120) == 0  # every stage finished after the savepoint completed
         produce(kafka_bootstrap, topics.input, second, 4)
-        rescaled = pipe.start_job(TOP_URLS, topics.args(parallelism=2), parallelism=3,
+        rescaled = pipe.start_job(TOP_URLS, topics.args(parallelism=2, top_urls_workers=3), parallelism=3,
                                   from_savepoint=savepoint["metadata_path"])
         verdict = verify_two_stage(kafka_bootstrap, topics, first + second, timeout_s=300)
         attempts = rescaled.events("starting attempt")
         rescaled.stop()
     assert attempts[0]["parallelism"] == 3 and attempts[0]["restore"] == savepoint["metadata_path"]
+    assert attempts[0]["workers"] == {"minute_counts": 1, "top_urls": 3}
     assert verdict.exactly_once, verdict
 
 
@@ -55,11 +58,17 @@ def test_at_least_once_skips_alignment_and_duplicates_only_after_the_last_checkp
         # input faster than the second stage reads it (small micro-batches): it lags behind the
         # first stage, so one checkpoint's barriers reach it in different batches on different
         # partitions, with data after them - what alignment would hold back
-        job = pipe.start_job(TOP_URLS, topics.args(mode="AT_LEAST_ONCE", top_urls_batch_records=24),
-                             faults=("0@top_urls@after-batch:40",))  # mid-stream, past the last checkpoint
+        # ``top_urls`` on two workers, each with its own batches; worker 0 is killed mid-stream
+        job = pipe.start_job(TOP_URLS, topics.args(mode="AT_LEAST_ONCE", top_urls_batch_records=24,
+                                                   top_urls_workers=2),
+                             faults=("0@top_urls@after-batch:20",))  # mid-stream, past the last checkpoint
         wait_for(lambda: job.events("attempt registered"), 300, "the workers running")  # input must interleave with barriers
-        # 1600 records: about 67 second-stage batches of 24, the kill after the 40th is mid-stream
-        records = InputFeeder(kafka_bootstrap, topics.input, total=1600, chunk=100, pause_s=0.3).start().join(600)
+        # 1600 records: about 67 second-stage batches of 24 over two workers, the kill after
+        # worker 0's 20th is mid-stream
+        # 100 records per minute of event time: 16 minutes, so both workers get minutes, spread
+        # over the channel's partitions (a worker overtakes a barrier only between partitions)
+        records = InputFeeder(kafka_bootstrap, topics.input, total=1600, chunk=100, pause_s=0.3,
+                              per_minute=100).start().join(600)
         wait_for(lambda: job.events("restore issued"), 600, "the restore after the kill")
         restored_id = job.events("restore issued")[0]["checkpoint"]
         wanted = {(m, i) for m, (n, _) in expected_top_urls(records).items() for i in range(1, n + 1)}

@@ -10,6 +10,7 @@ every client stack connects the same way.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -160,6 +161,24 @@ def produce_waiting(producer: Any, topic: str, **kwargs: Any) -> None:
             return
         except BufferError:
             producer.poll(0.05)
+
+
+def produce_all(producer: Any, topic: str, records: Iterable[tuple[bytes | None, bytes]],
+                headers: list[tuple[str, bytes]] | None = None) -> None:
+    """Produce every ``(key, value)`` of ``records`` to ``topic`` (the producer partitions them),
+    with ``headers`` on each, waiting while the local queue is full as :func:`produce_waiting`
+    does; the per-record path of the sinks, so one C call per record and nothing else."""
+    produce, poll = producer.produce, producer.poll
+    for key, value in records:
+        while True:
+            try:
+                if headers is None:
+                    produce(topic, value, key)
+                else:
+                    produce(topic, value, key, headers=headers)
+                break
+            except BufferError:
+                poll(0.05)
 
 
 def producer_config(base: dict[str, Any], transactional_id: str | None = None, **extra: Any) -> dict[str, Any]:

@@ -116,6 +116,7 @@ class InputFeeder:
     pause_s: float = 0.5
     partitions: int = 4
     seed: int = 7
+    per_minute: int = 1000  # records per minute of event time (tidemark.examples.generator)
     until: Callable[[], bool] | None = None
     records: list[bytes] = field(default_factory=list)
     error: BaseException | None = None
@@ -128,7 +129,7 @@ class InputFeeder:
 
     def _run(self) -> None:
         try:
-            source = generate(10**9, self.seed)
+            source = generate(10**9, self.seed, per_minute=self.per_minute)
             while len(self.records) < self.total or (self.until is not None and not self.until()):
                 part = [next(source) for _ in range(self.chunk)]
                 produce(self.bootstrap, self.topic, part, self.partitions, chunk=self.chunk)

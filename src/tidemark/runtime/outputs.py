@@ -41,7 +41,7 @@ from confluent_kafka import Producer
 
 from tidemark.clock import now_ms
 from tidemark.broker.engine import tansu_selected
-from tidemark.kafka.clients import produce_waiting, producer_config
+from tidemark.kafka.clients import produce_all, produce_waiting, producer_config
 from tidemark.kafka.commit_markers import (
     CommitMarker,
     SlotCommits,
@@ -69,19 +69,87 @@ reader's, :mod:`tidemark.runtime.physical_plan`)."""
 
 @dataclass(frozen=True, slots=True)
 class PendingBuffer:
-    """Results of one task between two checkpoints, sealed by checkpoint ``checkpoint_id``."""
+    """Results of one task between two checkpoints, sealed by checkpoint ``checkpoint_id``.
+
+    Stored in the checkpoint as ``TMP2``, a 4-byte big-endian length and a JSON head (task,
+    checkpoint, record count n), then n key lengths and n value lengths (little-endian int32; -1:
+    no key), then every key and every value, each concatenated: written and read with one
+    ``struct`` call and two joins instead of four calls per record. Buffers of checkpoints taken
+    before (``TMPB``: length-prefixed key and value per record) are still read."""
 
     task: TaskId
     checkpoint_id: CheckpointId
     records: tuple[OutputRecord, ...]
 
-    _MAGIC = b"TMPB"
+    _MAGIC = b"TMP2"
+    _MAGIC_V1 = b"TMPB"
     _LEN = struct.Struct(">i")
 
     def encode(self) -> bytes:
         head = json.dumps({"task": self.task, "checkpoint_id": int(self.checkpoint_id),
                            "records": len(self.records)}).encode()
-        parts = [self._MAGIC, self._LEN.pack(len(head)), head]
+        keys = [key for key, _ in self.records]
+        values = [value for _, value in self.records]
+        lengths = struct.pack(f"<{2 * len(keys)}i", *[-1 if key is None else len(key) for key in keys],
+                              *map(len, values))
+        return b"".join((self._MAGIC, self._LEN.pack(len(head)), head, lengths,
+                         b"".join(key for key in keys if key), b"".join(values)))
+
+    @classmethod
+    def decode(cls, data: bytes) -> PendingBuffer:
+        magic = data[:4]
+        if magic not in (cls._MAGIC, cls._MAGIC_V1):
+            raise ValueError("not a pending sink buffer")
+        try:
+            (size,) = cls._LEN.unpack_from(data, 4)
+            head = json.loads(data[8:8 + size])
+            decode = cls._records if magic == cls._MAGIC else cls._records_v1
+            records = decode(data, 8 + size, int(head["records"]))
+        except (struct.error, json.JSONDecodeError, KeyError, TypeError) as exc:
+            raise ValueError(f"truncated pending sink buffer ({type(exc).__name__}: {exc})") from None
+        return cls(TaskId(head["task"]), CheckpointId(head["checkpoint_id"]), records)
+
+    @staticmethod
+    def _records(data: bytes, pos: int, n: int) -> tuple[OutputRecord, ...]:
+        lengths = struct.unpack_from(f"<{2 * n}i", data, pos)
+        key_lengths, value_lengths = lengths[:n], lengths[n:]
+        pos += 8 * n
+        if pos + sum(k for k in key_lengths if k > 0) + sum(value_lengths) != len(data):
+            raise ValueError("truncated pending sink buffer")
+        keys: list[bytes | None] = []
+        for length in key_lengths:
+            keys.append(None if length < 0 else data[pos:pos + length])
+            pos += max(length, 0)
+        values = []
+        for length in value_lengths:
+            values.append(data[pos:pos + length])
+            pos += length
+        return tuple(zip(keys, values))
+
+    @classmethod
+    def _records_v1(cls, data: bytes, pos: int, n: int) -> tuple[OutputRecord, ...]:
+        view = memoryview(data)
+
+        def take(size: int) -> bytes:
+            nonlocal pos
+            chunk = bytes(view[pos:pos + size])
+            if len(chunk) != size:
+                raise ValueError("truncated pending sink buffer")
+            pos += size
+            return chunk
+
+        records: list[OutputRecord] = []
+        for _ in range(n):
+            klen = cls._LEN.unpack(take(4))[0]
+            key = None if klen < 0 else take(klen)
+            records.append((key, take(cls._LEN.unpack(take(4))[0])))
+        return tuple(records)
+
+    def encode_v1(self) -> bytes:
+        """The format of checkpoints taken before ``TMP2`` (kept to test that they still restore)."""
+        head = json.dumps({"task": self.task, "checkpoint_id": int(self.checkpoint_id),
+                           "records": len(self.records)}).encode()
+        parts = [self._MAGIC_V1, self._LEN.pack(len(head)), head]
         for key, value in self.records:
             parts.append(self._LEN.pack(-1 if key is None else len(key)))
             if key is not None:
@@ -89,29 +157,6 @@ class PendingBuffer:
             parts.append(self._LEN.pack(len(value)))
             parts.append(value)
         return b"".join(parts)
-
-    @classmethod
-    def decode(cls, data: bytes) -> PendingBuffer:
-        if data[:4] != cls._MAGIC:
-            raise ValueError("not a pending sink buffer")
-        view = memoryview(data)
-        pos = 4
-
-        def take(n: int) -> bytes:
-            nonlocal pos
-            chunk = bytes(view[pos:pos + n])
-            if len(chunk) != n:
-                raise ValueError("truncated pending sink buffer")
-            pos += n
-            return chunk
-
-        head = json.loads(take(cls._LEN.unpack(take(4))[0]))
-        records: list[OutputRecord] = []
-        for _ in range(head["records"]):
-            klen = cls._LEN.unpack(take(4))[0]
-            key = None if klen < 0 else take(klen)
-            records.append((key, take(cls._LEN.unpack(take(4))[0])))
-        return cls(TaskId(head["task"]), CheckpointId(head["checkpoint_id"]), tuple(records))
 
 
 class StageOutput(Protocol):
@@ -166,6 +211,9 @@ class ChannelOutput:
         def records() -> None:
             for task, records in batch.items():
                 headers = channel_headers(self.epoch, task)
+                if self.partitioner is None:  # the one-worker reader's case: the producer partitions
+                    produce_all(self._producer, self.topic, records, headers)  # type: ignore[arg-type]
+                    continue
                 for record in records:
                     _produce(self._producer, self.topic, record[0], record[1], headers, self._partition(record))
 
@@ -177,7 +225,7 @@ class ChannelOutput:
         """Where a record goes: the partition it was routed to, or the partitioner's (a record the
         reading stage cannot key goes to partition 0, where that stage dead-letters it), or the
         producer's default partitioner when the reading stage has one worker."""
-        if self.partitioner is None:  # the one-worker reader's case, per record: decided first
+        if self.partitioner is None:
             return None
         if len(record) == 3:  # routed records exist only with a partitioner (an exchange reader's)
             return record[2]  # type: ignore[misc]
@@ -265,8 +313,7 @@ class TwoPhaseCommitOutput:
 
         def records() -> None:
             for buffer in due:
-                for key, value in buffer.records:
-                    _produce(self._producer, self.topic, key, value)
+                produce_all(self._producer, self.topic, buffer.records)
             for marker in markers:
                 _produce(self._producer, self.marker_topic, marker.key, marker.encode(), None,
                          marker_partition(marker.key, self._marker_partitions))
@@ -325,8 +372,7 @@ class AtLeastOnceOutput:
 
     def write(self, batch: Mapping[TaskId, list[OutputRecord]]) -> None:
         for records in batch.values():
-            for key, value in records:
-                _produce(self._producer, self.topic, key, value)
+            produce_all(self._producer, self.topic, records)
             self.records_out += len(records)
         self._producer.poll(0)
 

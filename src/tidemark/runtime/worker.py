@@ -271,20 +271,19 @@ class StageWorker:
         if self.finished:
             return
         self.wait_while_stopping()
-        for record in records:
-            if self.finished:
-                return
-            if self.aligner is None:
-                self.positions[record.position] = record.offset + 1
+        if self.aligner is None:  # a source stage: it checkpoints between batches, never inside one
+            positions = self.positions
+            handle = self._forward if self.stage.forwards_to is not None else self._process
+            for record in records:
+                positions[(record.topic, record.partition)] = record.offset + 1
                 if record.header_error is not None:
                     self.failures.record_failed(record, MalformedHeaders(record.header_error))
-                elif record.barrier is not None:
-                    pass  # a barrier copied into an input topic means nothing here
-                elif self.stage.forwards_to is not None:
-                    self._forward(record)
-                else:
-                    self._process(record)
-            else:
+                elif record.barrier is None:  # a barrier copied into an input topic means nothing here
+                    handle(record)
+        else:
+            for record in records:
+                if self.finished:  # a stop-with-savepoint completed while aligning
+                    return
                 self._feed(record)
         if not self.processing and any(t.records_in for t in self.tasks):
             self.processing = True  # the moment a recovery ends (bench/bench_recovery.py)

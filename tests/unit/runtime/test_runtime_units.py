@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tidemark.protocol.messages import Barrier
 from tidemark.runtime.alignment import Aligned, BarrierAligner, Cancelled, Process
 from tidemark.runtime.outputs import PendingBuffer
@@ -69,6 +71,19 @@ def test_a_newer_barrier_cancels_an_unfinished_alignment_and_releases_its_record
 def test_pending_buffers_round_trip_with_empty_and_missing_keys():
     buffer = PendingBuffer(TaskId("s#1"), CheckpointId(7), ((None, b""), (b"k", b"v" * 1000), (b"", b"x")))
     assert PendingBuffer.decode(buffer.encode()) == buffer
+    assert PendingBuffer.decode(buffer.encode_v1()) == buffer  # buffers of checkpoints taken before TMP2
+    empty = PendingBuffer(TaskId("s#0"), CheckpointId(1), ())
+    assert PendingBuffer.decode(empty.encode()) == empty
+
+
+@pytest.mark.parametrize("encode", [PendingBuffer.encode, PendingBuffer.encode_v1])
+def test_a_damaged_pending_buffer_is_refused_not_misread(encode):
+    data = encode(PendingBuffer(TaskId("s#1"), CheckpointId(7), ((b"k", b"value"), (None, b"v2"))))
+    for cut in (len(data) - 1, 12, 6):
+        with pytest.raises(ValueError, match="truncated|not a pending"):
+            PendingBuffer.decode(data[:cut])
+    with pytest.raises(ValueError, match="not a pending"):
+        PendingBuffer.decode(b"XXXX" + data[4:])
 
 
 def test_the_router_sends_every_key_to_the_task_owning_its_key_group():
