@@ -4,9 +4,10 @@ and an exactly-once verdict.
 Steps (each printed with the time since start): the embedded broker (unless
 ``KAFKA_BOOTSTRAP_SERVERS`` names one) -> the four services as local processes -> the job
 (per-URL counts per minute -> per-minute top URLs, two PySpark queries connected by a Kafka
-topic) with checkpoints every 2 s -> a generator writing access-log records -> once checkpoints
-complete, the ``top_urls`` worker is killed with SIGKILL -> the supervisor restores both stages
-from the newest checkpoint -> the output is read read_committed and compared with what the input
+topic) with checkpoints every 2 s -> a generator writing access-log records until the kill -> once
+checkpoints complete and every worker process has its warm standby (``tidemark.runtime.standby``),
+a ``top_urls`` worker is killed with SIGKILL -> the supervisor restores every stage from the newest
+checkpoint, in the standbys -> the output is read read_committed and compared with what the input
 topic implies (the check ``tidemark verify --example top_urls`` runs) -> stop-with-savepoint ->
 everything stops. Exit 0 only when the output is exactly once.
 Ctrl-C at any point stops everything (exit 130).
@@ -29,12 +30,13 @@ from confluent_kafka import Consumer, TopicPartition
 from tidemark.broker.embedded import BrokerStatus, EmbeddedBroker, kafka_or_embedded
 from tidemark.examples.verify import EXAMPLES, example_expectation
 from tidemark.kafka.clients import consumer_config
-from tidemark.local.pipeline import InputFeeder, JobRun, LocalPipeline, wait_for
+from tidemark.local.pipeline import InputFeeder, JobRun, LocalPipeline, json_events, wait_for
 from tidemark.config.service_modules import SERVICES
 from tidemark.verification.output_check import check_output
 
 JOB = "tidemark.examples.access_log:top_urls"
-RECORDS = 6_000
+RECORDS = 6_000  # at least; the generator goes on until the kill
+STANDBY_WAIT_S = 120.0  # how long the kill waits for every worker process's standby to be warm
 WORKERS = 2  # worker processes per stage (issue #14): each owns half of its stage's tasks
 
 
@@ -98,6 +100,17 @@ def _worker(home: Path, stage: str) -> dict | None:
     return json.loads(ready[-1].read_text()) if ready else None
 
 
+def _stage_events(home: Path, event: str) -> list[dict]:
+    """``event`` in every worker process's log (standbys log into their process's log)."""
+    return [e for log in home.glob("runs/*/*.log") for e in json_events(log.read_text(errors="replace"))
+            if e.get("event") == event]
+
+
+def _processing_again(home: Path, stages: set[str], epoch: int) -> bool:
+    """Every stage (some worker of it) processed records of an attempt after ``epoch``."""
+    return stages <= {e["stage"] for e in _stage_events(home, "first records processed") if e["epoch"] > epoch}
+
+
 def _registered_after(run: JobRun, epoch: int) -> dict | None:
     return next((e for e in run.events("attempt registered") if e["epoch"] > epoch and not e["finished"]), None)
 
@@ -153,16 +166,28 @@ def _run(home: Path, bootstrap: str, status: BrokerStatus | None, progress: _Pro
         registered = wait_for(lambda: job.events("attempt registered"), 300, "the workers starting")[0]
         progress.step(f"both stages running on {sum(started['workers'].values())} worker processes, "
                       f"{registered['tasks']} tasks (Spark local mode); the coordinator is checkpointing")
-        feeder = InputFeeder(bootstrap, names["input_topic"], total=RECORDS, chunk=200, pause_s=0.5).start()
-        progress.step(f"generator writing {RECORDS} access-log records to {names['input_topic']}")
+        killed = threading.Event()
+        feeder = InputFeeder(bootstrap, names["input_topic"], total=RECORDS, chunk=100, pause_s=0.5,
+                             until=killed.is_set).start()
+        progress.step(f"generator writing access-log records to {names['input_topic']} (200/s, until the kill)")
         status_line = _LiveStatus(progress, bootstrap, names["output_topic"], lambda: len(feeder.records),
                                   lambda: pipe.completed_checkpoints(names["job_id"]))
+        processes = sum(started["workers"].values())
         with status_line:
             wait_for(lambda: pipe.completed_checkpoints(names["job_id"]) >= 3, 180, "3 completed checkpoints")
+            try:
+                warm = wait_for(lambda: len(_stage_events(home, "standby warm; waiting for an attempt")) >= processes,
+                                STANDBY_WAIT_S, "the warm standbys")
+            except TimeoutError:
+                warm = False
+            progress.step(f"{processes} warm standbys waiting, one per worker process (a JVM and a SparkSession "
+                          "started, ready to take the next attempt)" if warm else
+                          f"the warm standbys were not ready within {STANDBY_WAIT_S:.0f}s; killing anyway")
             victim = _worker(home, f"top_urls.w{WORKERS - 1}")
             assert victim is not None
             os.kill(victim["pid"], signal.SIGKILL)
             killed_at = time.monotonic()
+            killed.set()
             progress.step(f"SIGKILL -> top_urls worker {WORKERS - 1} of {WORKERS}, pid {victim['pid']} "
                           f"(epoch {victim['epoch']}) after "
                           f"{pipe.completed_checkpoints(names['job_id'])} completed checkpoints")
@@ -171,6 +196,10 @@ def _run(home: Path, bootstrap: str, status: BrokerStatus | None, progress: _Pro
             restore_from = job.events("restore issued")[-1]
             progress.step(f"restored both stages from checkpoint {restore_from['checkpoint']} as epoch "
                           f"{restored['epoch']} in {restore_s:.1f}s")
+            wait_for(lambda: _processing_again(home, set(started["workers"]), victim["epoch"]) or None, 300,
+                     "every stage processing again")
+            processing_s = time.monotonic() - killed_at
+            progress.step(f"every stage processing records again {processing_s:.1f}s after the kill")
             records = feeder.join(timeout_s=300)
             progress.step(f"generator done: {len(records)} records; waiting for the output")
             client = {"bootstrap.servers": bootstrap}  # what `tidemark verify --example top_urls` runs
@@ -192,7 +221,9 @@ def _run(home: Path, bootstrap: str, status: BrokerStatus | None, progress: _Pro
     print("  worker processes         ", f"{sum(started['workers'].values())} "
           f"({', '.join(f'{stage} x{count}' for stage, count in started['workers'].items())})")
     print("  checkpoints completed    ", checkpoints)
-    print("  restore time             ", f"{restore_s:.1f}s (kill -> both stages restored and running)")
+    print("  restore time             ", f"{restore_s:.1f}s (kill -> every stage restored and running), "
+          f"{processing_s:.1f}s (kill -> every stage processing records)"
+          + ("" if warm else "; the standbys were not warm yet"))
     if status is not None:
         print("  broker start-up          ", f"{status.engine} {status.startup_s:.1f}s"
               + (f" (after fetching its jars for {status.fetch_s:.1f}s)" if status.fetch_s else ""))

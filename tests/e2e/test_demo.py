@@ -47,6 +47,7 @@ def test_demo_runs_twice_through_a_sigkill_and_reports_exactly_once(tmp_path):
         assert "embedded broker ready: kafka at 127.0.0.1:" in output
         assert "live: " in output and "checkpoints completed" in output  # progress while it waits
         assert "SIGKILL -> top_urls worker 1 of 2" in output and "restored both stages from checkpoint" in output
+        assert "every stage processing records again" in output
         assert "worker processes          6 (minute_counts.read x2, minute_counts x2, top_urls x2)" in output
         assert "exactly-once verdict      PASS" in output
         assert "broker start-up           kafka" in output

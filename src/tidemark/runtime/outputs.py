@@ -145,19 +145,6 @@ class PendingBuffer:
             records.append((key, take(cls._LEN.unpack(take(4))[0])))
         return tuple(records)
 
-    def encode_v1(self) -> bytes:
-        """The format of checkpoints taken before ``TMP2`` (kept to test that they still restore)."""
-        head = json.dumps({"task": self.task, "checkpoint_id": int(self.checkpoint_id),
-                           "records": len(self.records)}).encode()
-        parts = [self._MAGIC_V1, self._LEN.pack(len(head)), head]
-        for key, value in self.records:
-            parts.append(self._LEN.pack(-1 if key is None else len(key)))
-            if key is not None:
-                parts.append(key)
-            parts.append(self._LEN.pack(len(value)))
-            parts.append(value)
-        return b"".join(parts)
-
 
 class StageOutput(Protocol):
     """See the module docstring for the lifecycle."""
