@@ -2,7 +2,7 @@
 the jars of Apache Kafka's own Maven artifacts.
 
 First start in a state directory: fetch ``org.apache.kafka:kafka_2.13:KAFKA_VERSION`` and its
-runtime dependencies with Maven into the cache (once per machine, :mod:`tidemark.broker.maven`),
+runtime dependencies with Maven into the cache (once per machine, :mod:`tidemark.maven`),
 write ``kafka/server.properties`` with two free ports (client and controller) and settings fit for
 one node, and format ``kafka/data`` as KRaft storage with a fresh cluster id. Later starts in the
 same state directory reuse the ports, the properties and the data: topics, committed offsets and
@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tidemark.broker.engine import EmbeddedBrokerError, EngineName, LaunchPlan
-from tidemark.broker.maven import MavenFetchError, fetch_classpath
+from tidemark.maven import MavenFetchError, fetch_classpath
 from tidemark.jvm import QUICK_START_JVM_OPTIONS, java_binary
 from tidemark.processes import free_port
 

@@ -51,7 +51,7 @@ from tidemark.kafka.metadata import partition_counts
 from tidemark.kafka.outage import PATIENCE_S, BrokerWatch
 from tidemark.kafka.topics import TopicNames
 from tidemark.admin.client import CoordinatorClient
-from tidemark.broker.maven import MavenFetchError
+from tidemark.maven import MavenFetchError
 from tidemark.processes import die_with_parent, free_port
 from tidemark.protocol.messages import AttemptFailed, JobRegistration, RestoreCommand
 from tidemark.runtime.api import JobSpec, load_job

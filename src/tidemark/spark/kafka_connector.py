@@ -1,7 +1,7 @@
 """Spark's own Kafka connector (``spark-sql-kafka-0-10``): its jars, fetched from Maven Central.
 
 ``connector_jars()`` fetches the connector and its runtime dependencies once per machine into the
-cache (:func:`tidemark.broker.maven.fetch_classpath`) and returns the jars Spark does not ship
+cache (:func:`tidemark.maven.fetch_classpath`) and returns the jars Spark does not ship
 itself (the connector, Spark's Kafka token provider, ``kafka-clients`` and ``commons-pool2``): a
 jar whose artifact PySpark already has stays out, so the session keeps PySpark's own version.
 
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pyspark
 
-from tidemark.broker.maven import fetch_classpath
+from tidemark.maven import fetch_classpath
 
 SCALA_VERSION = "2.13"
 CONNECTOR_VERSION = "4.2.0"
