@@ -97,6 +97,7 @@ class PendingBuffer:
 
     @classmethod
     def decode(cls, data: bytes) -> PendingBuffer:
+        data = bytes(data)  # records are bytes whatever the storage handed over
         magic = data[:4]
         if magic not in (cls._MAGIC, cls._MAGIC_V1):
             raise ValueError("not a pending sink buffer")
