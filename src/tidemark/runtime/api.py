@@ -112,7 +112,7 @@ class Stage:
     decode: Callable[[bytes | None, bytes | None], Any] = json_decode
     encode_value: Callable[[Any], bytes] = json_encode
     encode_key: Callable[[Any], bytes] = key_encode
-    max_records_per_batch: int = 20_000
+    max_records_per_batch: int = 20_000  # per micro-batch of a worker (offsets with Spark's Kafka connector)
     on_error: ErrorPolicy = ErrorPolicy.DEAD_LETTER
     workers: int | None = None  # worker processes of this stage; None: the job's (JobSpec.workers)
     forwards_to: str | None = None  # set by runtime.physical_plan on a source stage's exchange reader
