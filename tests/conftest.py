@@ -31,7 +31,8 @@ _INTEGRATION_FIXTURES = {"kafka_bootstrap", "spark", "topic_names"}
 # the longest files of their tier first (about the seconds of the whole file under ``make test``
 # on a 2-core machine, from ``--durations``); a file missing here runs after them, in its tier
 _LONGEST_FIRST = {name: rank for rank, name in enumerate((
-    "test_scale_out.py",  # not measured yet: 8 SIGKILLs over more workers than test_exactly_once's 7
+    "test_scale_out.py",  # ~750: 7 SIGKILLs of one of 3 workers, and a rescale 1 -> 2 -> 1 workers
+    "test_demo.py",  # ~600+: two demo runs of 6 worker processes, each waiting for 6 warm standbys
     "test_savepoints_and_modes.py",  # ~590
     "test_changelog_exactly_once.py",  # ~570
     "test_production_continuity.py",  # ~560
@@ -39,7 +40,6 @@ _LONGEST_FIRST = {name: rank for rank, name in enumerate((
     "test_chart_started_worker.py",  # ~350
     "test_no_leaks.py",  # ~325: a 5-minute run by definition
     "test_corrupted_checkpoint.py",  # ~290
-    "test_demo.py",  # ~255
     "test_broker_faults.py",  # ~250
     "test_readme_commands.py",  # ~210
     "test_monitoring_live_pipeline.py",  # ~100 (tests/monitoring, e2e by its fixtures)
