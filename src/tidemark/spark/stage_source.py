@@ -46,11 +46,14 @@ class ReadSelection:
     positions: Mapping[tuple[str, int], int] = field(default_factory=dict)  # restored; others from earliest
     max_records: int = 20_000  # records (or offsets) per micro-batch at most
 
-    def assignment(self) -> dict[str, list[int]]:
+    def partition_options(self) -> dict[str, str]:
+        """``assign`` (JSON, topic -> partitions) or ``subscribe``: the same option in both sources."""
+        if not self.assigned:
+            return {"subscribe": ",".join(self.topics)}
         assign: dict[str, list[int]] = {}
         for topic, partition in sorted(self.partitions):
             assign.setdefault(topic, []).append(partition)
-        return assign
+        return {"assign": json.dumps(assign)}
 
 
 class StageSource(Protocol):
@@ -80,10 +83,7 @@ class TidemarkKafkaSource:
 
     def options(self, selection: ReadSelection) -> dict[str, str]:
         options = {f"kafka.{k}": str(v) for k, v in self.client.items()}
-        if selection.assigned:
-            options["assign"] = json.dumps(selection.assignment())
-        else:
-            options["subscribe"] = ",".join(selection.topics)
+        options.update(selection.partition_options())
         options["startingOffsets"] = (json.dumps(PartitionOffsets.of(selection.positions.items()).to_json())
                                       if selection.positions else "earliest")
         options.update({"maxRecordsPerTrigger": str(selection.max_records), "isolationLevel": "read_committed"})
@@ -115,10 +115,7 @@ class SparkKafkaSource:
                    "kafkaConsumer.pollTimeoutMs": str(OUTAGE_PATIENCE_MS),
                    "fetchOffset.numRetries": "60",
                    "fetchOffset.retryIntervalMs": "5000"}
-        if selection.assigned:
-            options["assign"] = json.dumps(selection.assignment())
-        else:
-            options["subscribe"] = ",".join(selection.topics)
+        options.update(selection.partition_options())
         options["startingOffsets"] = self._starting(selection)
         return options
 
