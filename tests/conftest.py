@@ -38,6 +38,7 @@ _LONGEST_FIRST = {name: rank for rank, name in enumerate((
     "test_production_continuity.py",  # ~560
     "test_exactly_once.py",  # ~460
     "test_chart_started_worker.py",  # ~350
+    "test_chart_worker_hosts.py",  # ~330: 4 worker-host pods, a host pod's and the supervisor's restarts
     "test_no_leaks.py",  # ~325: a 5-minute run by definition
     "test_corrupted_checkpoint.py",  # ~290
     "test_broker_faults.py",  # ~250

@@ -295,6 +295,8 @@ def test_single_stage_job_variant() -> None:
 
 @pytest.mark.parametrize("worker, ports", [({}, ["http", "stage-0", "stage-1"]),
                                           ({"stages": 1}, ["http", "stage-0"]),
+                                          ({"workers": 2, "hosts": {"enabled": True}},
+                                           ["http", "process-0", "process-1"]),
                                           ({"enabled": False}, ["http"])])
 def test_monitors_scrape_every_stage_of_the_worker(worker: dict[str, Any], ports: list[str]) -> None:
     values = {"worker": worker, "metrics": {"serviceMonitor": {"enabled": True}, "podMonitor": {"enabled": True}}}
@@ -303,6 +305,34 @@ def test_monitors_scrape_every_stage_of_the_worker(worker: dict[str, Any], ports
     assert [e["port"] for e in monitors["PodMonitor"]["podMetricsEndpoints"]] == ports
     endpoints = monitors["ServiceMonitor"]["endpoints"] + monitors["PodMonitor"]["podMetricsEndpoints"]
     assert all(e["honorLabels"] is True and e["path"] == "/metrics" for e in endpoints)
+
+
+def test_worker_hosts_run_w_pods_per_stage_each_knowing_its_stage_and_index() -> None:
+    manifests = render_chart(load_yaml(CHART_DIR / "ci" / "worker-hosts-values.yaml"))
+    supervisor = _deployments(manifests)["worker"]["spec"]["template"]["spec"]["containers"][0]
+    assert supervisor["args"][-3:] == ["--workers", "2", "--worker-hosts"]
+    assert [p["name"] for p in supervisor["ports"]] == ["http"]  # no worker process runs there
+    hosts = {m.doc["metadata"]["name"]: m.doc for m in manifests if m.doc["kind"] == "StatefulSet"}
+    assert sorted(hosts) == ["tidemark-worker-s0", "tidemark-worker-s1"]
+    services = {m.doc["metadata"]["name"]: m.doc for m in manifests if m.doc["kind"] == "Service"}
+    pdbs = {m.doc["metadata"]["name"] for m in manifests if m.doc["kind"] == "PodDisruptionBudget"}
+    for i, (name, host) in enumerate(sorted(hosts.items())):
+        assert host["spec"]["replicas"] == 2 and host["spec"]["podManagementPolicy"] == "Parallel"
+        assert host["spec"]["serviceName"] == name and services[name]["spec"]["clusterIP"] == "None"
+        assert name in pdbs
+        pod = host["spec"]["template"]["spec"]
+        container = pod["containers"][0]
+        assert container["args"] == ["jobs", "host", "tidemark.examples.access_log:top_urls", "--job-args", "{}",
+                                     "--stage-index", str(i)]
+        index = {e["name"]: e for e in container["env"]}["TIDEMARK_WORKER_INDEX"]
+        assert index["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.labels['apps.kubernetes.io/pod-index']"
+        assert [p["name"] for p in container["ports"]] == ["http", "process-0", "process-1"]
+        assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+        assert container["resources"]["requests"]["memory"] == "3Gi"
+        assert container["securityContext"]["readOnlyRootFilesystem"] is True
+        assert pod["securityContext"]["runAsNonRoot"] is True
+        assert {m["mountPath"] for m in container["volumeMounts"]} >= {"/tmp", "/var/lib/tidemark/state",
+                                                                         "/var/lib/tidemark/checkpoints"}
 
 
 def test_large_integers_render_as_plain_digits() -> None:
@@ -351,6 +381,7 @@ def test_chart_created_sasl_secret_and_existing_claim() -> None:
         ({"kafka": {"securityProtocol": "SASL_SSL"}}, "kafka.sasl.username is required"),
         ({"checkpointStorage": {"type": "s3"}}, "checkpointStorage.s3.bucket is required"),
         ({"image": {"digest": "sha256:" + "0" * 64}}, "image.digest pins the one base image"),
+        ({"worker": {"hosts": {"enabled": True}}}, "worker.hosts.enabled needs worker.workers"),
     ],
 )
 def test_inconsistent_values_fail_rendering(values: dict[str, Any], message: str) -> None:

@@ -143,3 +143,22 @@ overrides the registry, repository, tag or digest of one component (a job's own 
 {{- fail "coordinator.replicaCount must be 1: the coordinator is a singleton" -}}
 {{- end -}}
 {{- end -}}
+
+{{/*
+The named metrics ports the monitors scrape, as a JSON list: "http" on every process; "stage-<i>" on
+the worker pod (stage i of the job), or "process-<i>" on the worker-host pods (worker.hosts).
+*/}}
+{{- define "tidemark.metricsPorts" -}}
+{{- $ports := list "http" }}
+{{- $w := .Values.worker }}
+{{- if $w.enabled }}
+{{- if $w.hosts.enabled }}
+{{- $ports = concat $ports (list "process-0" "process-1") }}
+{{- else }}
+{{- range $i := until (int $w.stages) }}
+{{- $ports = append $ports (printf "stage-%d" $i) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- toJson $ports }}
+{{- end -}}

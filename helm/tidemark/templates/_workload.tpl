@@ -1,5 +1,6 @@
 {{/*
-One Tidemark process as a Deployment, its Service and its PodDisruptionBudget.
+One Tidemark process as a Deployment (or, with "kind" "StatefulSet", a StatefulSet of
+values.replicaCount pods whose headless Service is its own), its Service and its PodDisruptionBudget.
 Call with (dict "root" $ "component" "coordinator" "values" .Values.coordinator
   "args" (list "run" "coordinator") "strategy" "Recreate" "env" <yaml list string> "apiToken" true),
 optionally "extraPorts" (list of dict "name" "port"): more metrics ports, on the container and the
@@ -78,8 +79,9 @@ image and leaves out args equal to that image's CMD (`run <component>`).
 {{- $v := .values -}}
 {{- $name := include "tidemark.componentName" . -}}
 {{- $fs := eq $root.Values.checkpointStorage.type "filesystem" -}}
+{{- $statefulSet := eq (.kind | default "Deployment") "StatefulSet" -}}
 apiVersion: apps/v1
-kind: Deployment
+kind: {{ .kind | default "Deployment" }}
 metadata:
   name: {{ $name }}
   namespace: {{ $root.Release.Namespace }}
@@ -91,8 +93,15 @@ metadata:
 spec:
   replicas: {{ $v.replicaCount }}
   revisionHistoryLimit: 5
+  {{- if $statefulSet }}
+  serviceName: {{ $name }}
+  podManagementPolicy: Parallel
+  updateStrategy:
+    type: RollingUpdate
+  {{- else }}
   strategy:
     type: {{ .strategy }}
+  {{- end }}
   selector:
     matchLabels:
       {{- include "tidemark.componentSelectorLabels" . | nindent 6 }}
@@ -226,6 +235,9 @@ metadata:
   {{- end }}
 spec:
   type: ClusterIP
+  {{- if $statefulSet }}
+  clusterIP: None
+  {{- end }}
   selector:
     {{- include "tidemark.componentSelectorLabels" . | nindent 4 }}
   ports:

@@ -33,6 +33,7 @@ NOT_SETTINGS: frozenset[str] = frozenset({
     "TIDEMARK_CACHE_DIR",  # tidemark.maven: the jar cache (the embedded broker, Spark's Kafka connector)
     "TIDEMARK_FAULT",  # tidemark.runtime.faults: fault injection in a stage worker
     "TIDEMARK_COORDINATOR_URL",  # CLI option --url of the job and operator commands
+    "TIDEMARK_WORKER_INDEX",  # CLI option --worker of `tidemark jobs host` (a StatefulSet pod's index)
     "TIDEMARK_S3__ENDPOINT_URL",  # tidemark.storage.s3
     "TIDEMARK_S3__ADDRESSING_STYLE",  # tidemark.storage.s3
 })

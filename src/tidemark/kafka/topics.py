@@ -46,6 +46,11 @@ class TopicNames:
         """The exactly-once sinks' commit markers (:mod:`tidemark.kafka.commit_markers`)."""
         return f"{self.prefix}.sink-commits"
 
+    @property
+    def worker_hosts(self) -> str:
+        """Supervisors' assignments to worker hosts and the hosts' reports (:mod:`tidemark.runtime.host_channel`)."""
+        return f"{self.prefix}.worker-hosts"
+
     def changelog(self, job_id: str, operator_id: str) -> str:
         return f"{self.prefix}.changelog.{_UNSAFE.sub('_', job_id)}.{_UNSAFE.sub('_', operator_id)}"
 
@@ -62,4 +67,5 @@ class TopicNames:
             TopicSpec(self.checkpoint_events, 1, keep),
             TopicSpec(self.materializations, 1, keep),
             TopicSpec(self.dead_letters, 1, {"retention.ms": str(14 * 24 * 3600 * 1000)}),
+            TopicSpec(self.worker_hosts, 1, {"retention.ms": str(24 * 3600 * 1000)}),  # heartbeats: a day
         ]

@@ -12,7 +12,7 @@ Timestamps are ``int`` milliseconds since the epoch (Avro ``timestamp-millis``);
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tidemark.protocol.dead_letters import DeadLetter
 from tidemark.types import (
@@ -323,6 +323,75 @@ class CheckpointDiscarded:
     released_files: tuple[str, ...] = ()
 
 
+# --------------------------------------------------------------------------- worker hosts
+
+
+class HostAction(str, enum.Enum):
+    RUN = "RUN"  # start the launches of the epoch, after killing an older epoch's processes
+    STOP = "STOP"  # SIGTERM the epoch's processes (the supervisor was stopped)
+    KILL = "KILL"  # SIGKILL the epoch's processes (the attempt failed over)
+    HEARTBEAT = "HEARTBEAT"  # the supervisor is alive (host ""; every host reads it)
+
+
+@dataclass(frozen=True, slots=True)
+class HostLaunch:
+    """One worker process a host runs: worker ``worker`` of ``stage`` (as the job runs)."""
+
+    stage: str
+    worker: int
+    fault: str | None = None  # testing: TIDEMARK_FAULT of the process (runtime.faults)
+
+
+@dataclass(frozen=True, slots=True)
+class HostAssignment:
+    """Job supervisor -> worker host ``host`` (``<stage>/<n>``): run, stop or kill the processes
+    of attempt ``epoch`` placed there, or the supervisor's heartbeat (worker-hosts)."""
+
+    job_id: JobId
+    host: str
+    epoch: Epoch
+    action: HostAction
+    job_ref: str = ""
+    job_args: str = "{}"  # a JSON object
+    parallelism: int = 0
+    restore_path: str | None = None
+    workers: dict[str, int] = field(default_factory=dict)  # worker processes of each stage as it runs
+    launches: tuple[HostLaunch, ...] = ()
+    standby: bool = True
+    issued_at: int = 0
+
+
+class ProcessPhase(str, enum.Enum):
+    STARTING = "STARTING"  # restoring its state, starting its query
+    READY = "READY"  # its query started
+    PROCESSING = "PROCESSING"  # it processed records of the attempt
+    EXITED = "EXITED"
+
+
+@dataclass(frozen=True, slots=True)
+class HostedProcess:
+    """Where one worker process of a host's attempt is."""
+
+    name: str
+    phase: ProcessPhase
+    exit_code: int | None = None
+    reason: str = ""  # why it cannot run (exit status 3, runtime.start_errors), one line
+    log: str = ""  # its log on the host
+
+
+@dataclass(frozen=True, slots=True)
+class HostReport:
+    """Worker host -> job supervisor, every second and on every change (worker-hosts): alive, as
+    ``incarnation`` (new at each start of the host), running attempt ``epoch``'s ``processes``."""
+
+    job_id: JobId
+    host: str
+    incarnation: str
+    epoch: Epoch
+    processes: tuple[HostedProcess, ...]
+    reported_at: int
+
+
 # --------------------------------------------------------------------------- state changelogs
 
 
@@ -380,6 +449,8 @@ MESSAGE_TYPES: tuple[type, ...] = (
     RestoreCommand,
     AttemptFailed,
     JobRegistration,
+    HostAssignment,
+    HostReport,
     TaskAck,
     TaskDecline,
     Barrier,

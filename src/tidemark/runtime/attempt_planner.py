@@ -20,7 +20,6 @@ the epoch; an empty start takes the coordinator's newest epoch + 1.
 
 from __future__ import annotations
 
-import subprocess
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -85,6 +84,7 @@ class RunOptions:
     start_id: str | None = None
     standby: bool = True  # a warm standby per worker process takes over the next attempt (runtime.standby)
     workers: int | None = None  # worker processes per stage (runtime.physical_plan); None: the job's
+    worker_hosts: bool = False  # run them on worker hosts (runtime.hosted_workers), not as children
 
 
 @dataclass
@@ -93,7 +93,6 @@ class AttemptState:
     epoch: Epoch
     restore_path: str | None
     restored_id: CheckpointId | None
-    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
 
 class AttemptPlanner:

@@ -42,7 +42,7 @@ Notification = CheckpointTrigger | CheckpointCompleted | CheckpointAborted | Mat
 _NOTIFICATIONS = (CheckpointTrigger, CheckpointCompleted, CheckpointAborted, MaterializationEvent)
 
 
-def _job_messages(consumer: Consumer, job_id: JobId, kinds: tuple[type, ...], max_records: int) -> list[Any]:
+def job_messages(consumer: Consumer, job_id: JobId, kinds: tuple[type, ...], max_records: int) -> list[Any]:
     """The records of ``kinds`` about ``job_id`` that ``consumer`` has now (non-blocking), in log
     order; malformed records are skipped (the services dead-letter them)."""
     found = []
@@ -108,7 +108,7 @@ class ControlPlane(ControlPublisher):
         self._consumer.assign(followed)
 
     def poll(self, max_records: int = 500) -> list[Notification]:
-        return _job_messages(self._consumer, self.job_id, _NOTIFICATIONS, max_records)
+        return job_messages(self._consumer, self.job_id, _NOTIFICATIONS, max_records)
 
     def close(self) -> None:
         self._consumer.close()
@@ -134,7 +134,7 @@ class AttemptSignals:
         self._consumer.assign([TopicPartition(topics.control, 0, end)])
 
     def poll(self, max_records: int = 500) -> list[AttemptFailed | RestoreCommand]:
-        return _job_messages(self._consumer, self.job_id, (AttemptFailed, RestoreCommand), max_records)
+        return job_messages(self._consumer, self.job_id, (AttemptFailed, RestoreCommand), max_records)
 
     def close(self) -> None:
         self._consumer.close()

@@ -91,6 +91,9 @@ def run(
     standby: bool = typer.Option(True, "--standby/--no-standby", help="Keep one warm worker per stage (its Spark "
                                  "session started) to take over the next attempt: recovery in seconds, for one "
                                  "more JVM per stage."),
+    worker_hosts: bool = typer.Option(False, "--worker-hosts", help="Run no worker process here: place worker w "
+                                      "of each stage on the worker host '<stage>/<w>' (`tidemark jobs host`, e.g. "
+                                      "one pod each) and follow them over Kafka."),
     fault: list[str] = typer.Option([], "--fault", help="Testing: 'attempt@stage@point[:n]' kills a worker "
                                     f"with SIGKILL; points: {', '.join(sorted(POINTS))}."),
     url: str = typer.Option(DEFAULT_URL, "--url", envvar="TIDEMARK_COORDINATOR_URL", help="Coordinator HTTP address."),
@@ -121,7 +124,8 @@ def run(
         _usage_error("jobs run", f"--fault: {exc}")
     settings = _settings("supervisor")
     options = RunOptions(job, args, parallelism, from_checkpoint, from_savepoint, max_restarts, faults,
-                         fresh=fresh, force=force, start_id=start_id, standby=standby, workers=workers)
+                         fresh=fresh, force=force, start_id=start_id, standby=standby, workers=workers,
+                         worker_hosts=worker_hosts)
     _require_kafka(settings, "jobs run")
     try:
         supervisor = JobSupervisor(settings, options, CoordinatorClient(url, token))
@@ -164,7 +168,40 @@ def standby(
     raise typer.Exit(run_standby(_settings("worker"), stage))
 
 
+def host(
+    job: str = JobRef,
+    job_args: str = ArgsOption,
+    stage: Optional[str] = typer.Option(None, "--stage", help="The job's stage this host runs workers of."),
+    stage_index: Optional[int] = typer.Option(None, "--stage-index", min=0, help="The same, by its place in the "
+                                              "job (0 = first stage)."),
+    worker_index: int = typer.Option(..., "--worker", min=0, envvar="TIDEMARK_WORKER_INDEX",
+                                     help="Which of the stage's workers this host runs (a StatefulSet pod's index)."),
+) -> None:
+    """Run the worker processes a job's supervisor (`jobs run --worker-hosts`) places on worker host <stage>/<worker>."""
+    from tidemark.runtime.worker_host import WorkerHost
+
+    if (stage is None) == (stage_index is None):
+        _usage_error("jobs host", "give --stage or --stage-index, one of them")
+    args = _job_args(job_args, "jobs host")
+    try:
+        spec = load_job(job, args)
+    except (JobSpecError, ValueError) as exc:
+        _usage_error("jobs host", str(exc))
+    names = [s.name for s in spec.stages]
+    if stage_index is not None:
+        if stage_index >= len(names):
+            _usage_error("jobs host", f"--stage-index {stage_index}: job {spec.job_id} has {len(names)} stage(s): "
+                                      f"{', '.join(names)}")
+        stage = names[stage_index]
+    if stage not in names:
+        _usage_error("jobs host", f"--stage {stage}: job {spec.job_id} has the stages {', '.join(names)}")
+    settings = _settings("worker-host")
+    _require_kafka(settings, "jobs host")
+    raise typer.Exit(WorkerHost(settings, spec.job_id, str(stage), worker_index).run())
+
+
 def install(jobs_app: typer.Typer) -> None:
     jobs_app.command("run")(run)
+    jobs_app.command("host")(host)
     jobs_app.command("worker", hidden=True)(worker)
     jobs_app.command("standby", hidden=True)(standby)

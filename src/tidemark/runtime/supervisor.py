@@ -8,8 +8,9 @@ Lifecycle: ``JobSupervisor(settings, options).run()`` blocks until the job finis
 
 1. choose the first attempt's restore source (Flink's operator's upgrade modes;
    :mod:`tidemark.runtime.attempt_planner`, which also chooses every later attempt's);
-2. start every worker process (or hand the attempt to the process's warm standby,
-   :mod:`tidemark.runtime.standby`), wait until each has restored and started its query;
+2. start every worker process through the worker pool (:mod:`tidemark.runtime.worker_pool`: as
+   children here, each handed to its warm standby where one waits, or on worker hosts with
+   ``--worker-hosts``), wait until each has restored and started its query;
 3. register the attempt (``JobRegistration``: every task, the source tasks, each task's worker,
    the mode) on the
    control topic, so the coordinator starts triggering checkpoints (in changelog mode the
@@ -22,7 +23,7 @@ Lifecycle: ``JobSupervisor(settings, options).run()`` blocks until the job finis
    ``max_restarts``). A ``RestoreCommand`` of a newer epoch (the restore API called by an
    operator) replaces the attempt the same way with the attempt it names (not counted as a
    restart). Once every stage of the attempt processes records (or 30 s after it registered),
-   one warm standby per worker process is started for the next attempt (``RunOptions.standby``);
+   the pool starts one warm standby per worker process for the next attempt (``RunOptions.standby``);
 5. when every worker exits 0 (a stop-with-savepoint completed) the attempt is registered as
    finished and ``run`` returns 0. SIGTERM/SIGINT stop the workers and return 143/130.
 
@@ -33,11 +34,8 @@ order) serves its metrics on that port + 1 + i; otherwise the workers get free p
 
 from __future__ import annotations
 
-import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from typing import Any
 
@@ -52,17 +50,20 @@ from tidemark.kafka.outage import PATIENCE_S, BrokerWatch
 from tidemark.kafka.topics import TopicNames
 from tidemark.admin.client import CoordinatorClient
 from tidemark.maven import MavenFetchError
-from tidemark.processes import die_with_parent, free_port
-from tidemark.protocol.messages import AttemptFailed, JobRegistration, RestoreCommand
+from tidemark.processes import free_port
+from tidemark.protocol.messages import AttemptFailed, JobRegistration, ProcessPhase, RestoreCommand
 from tidemark.runtime.api import JobSpec, load_job
 from tidemark.runtime.attempt_planner import AttemptPlanner, AttemptState, RunOptions, StartRefused
 from tidemark.runtime.control import AttemptSignals, ControlPublisher
 from tidemark.runtime.health import serve_health
+from tidemark.runtime.hosted_workers import HostedWorkers
+from tidemark.runtime.local_workers import LocalWorkers
 from tidemark.runtime.metrics import EPOCH, RESTARTS, RUNNING
 from tidemark.runtime.ownership import worker_of
 from tidemark.runtime.physical_plan import physical_job, reader_workers, workers_per_stage
-from tidemark.runtime.stage_attempt import Assignment, Attempt, process_name, stage_file
-from tidemark.runtime.start_errors import failed_file, missing_topics_reason
+from tidemark.runtime.stage_attempt import Assignment, Attempt, process_name
+from tidemark.runtime.start_errors import missing_topics_reason
+from tidemark.runtime.worker_pool import Launch, ProcessState, WorkerPool
 from tidemark.chassis.logs import get_logger
 from tidemark.spark.stage_source import stage_source
 from tidemark.storage import open_storage
@@ -91,7 +92,8 @@ class JobSupervisor:
         self._control: ControlPublisher | None = None  # created at the first registration
         self._signals: AttemptSignals | None = None  # created before the first attempt
         self._restored_by_operator: RestoreCommand | None = None
-        self._standbys: dict[str, subprocess.Popen[bytes]] = {}  # process -> a warm worker (runtime.standby)
+        self.pool: WorkerPool = (HostedWorkers(settings, self.topics, self.spec.job_id, options)
+                                 if options.worker_hosts else LocalWorkers(self.run_dir))
         self.planner = AttemptPlanner(settings, options, coordinator, self.spec, self.storage)
         self._failure: str | None = None  # why the current attempt failed, one line
         self.gave_up: str | None = None  # set when ``run`` returns 1: why, one line
@@ -113,7 +115,7 @@ class JobSupervisor:
             self._report_ended(self.attempts[-1] if self.attempts else None, AttemptOutcome.FAILED, str(exc))
             raise
         finally:
-            self._stop_standbys()
+            self.pool.close()
 
     def _run_attempts(self) -> int:
         """The attempt loop; each ending is registered with its outcome (checkpoint.job_state)."""
@@ -209,13 +211,7 @@ class JobSupervisor:
                  workers={s.name: s.workers for s in running.stages})
         if self.spec.changelog:  # announce first: the changelog service creates the changelog topics
             self._register(attempt, finished=False, announce_only=True)
-        # with a fixed HTTP port (a deployment), worker process i (in job order) serves its metrics on port + 1 + i
-        base = self.settings.http_port
-        for stage in running.stages:
-            for worker in range(stage.workers or 1):
-                name = process_name(stage.name, worker, stage.workers or 1)
-                port = base + 1 + len(attempt.processes) if base else free_port()
-                attempt.processes[name] = self._spawn(attempt, stage.name, worker, name, port)
+        self.pool.launch(self._launches(attempt), standby=self.options.standby)
         outcome = self._wait_ready(attempt)
         if outcome is None:
             self._register(attempt, finished=False)
@@ -223,54 +219,74 @@ class JobSupervisor:
             RUNNING.labels(self.spec.job_id).set(1)
             outcome = self._watch(attempt)
         if outcome != "finished":
-            self._kill_all(attempt, graceful=outcome == "stopped")
+            self.pool.kill(graceful=outcome == "stopped")
         return outcome
+
+    def _launches(self, attempt: AttemptState) -> list[Launch]:
+        """Every worker process of the attempt. With a fixed HTTP port (a deployment) and local
+        workers, process i (in job order) serves its metrics on port + 1 + i."""
+        workers = {s.name: s.workers or 1 for s in self.running_spec.stages}
+        launches: list[Launch] = []
+        for stage in self.running_spec.stages:
+            for worker in range(workers[stage.name]):
+                name = process_name(stage.name, worker, workers[stage.name])
+                fault = next((f.point for f in self.options.faults if f.attempt == attempt.index
+                              and (f.stage == name or (f.stage == stage.name and worker == 0))), None)
+                port = None if self.options.worker_hosts else (
+                    self.settings.http_port + 1 + len(launches) if self.settings.http_port else free_port())
+                worker_attempt = Attempt(self.options.job_ref, stage.name, attempt.epoch, self.planner.parallelism,
+                                         self.run_dir, self.options.job_args, attempt.restore_path, workers, worker)
+                launches.append(Launch(name, Assignment(worker_attempt, fault, port)))
+        return launches
 
     def _wait_ready(self, attempt: AttemptState) -> str | None:
         deadline = time.monotonic() + self.options.ready_timeout_s
-        pending = set(attempt.processes)
-        while pending:
+        logged_waiting = 0.0
+        while True:
             if self._stop_signal is not None:
                 return "stopped"
             signalled = self._control_signal(attempt)
             if signalled is not None:
                 return signalled
-            for name in list(pending):
-                if attempt.processes[name].poll() is not None:
-                    log.error("worker died while starting", stage=name, code=attempt.processes[name].returncode)
-                    return self._stage_failed(attempt, name)
-                if stage_file(self.run_dir, name, attempt.epoch, "ready").exists():
-                    pending.discard(name)
-            if pending and time.monotonic() > deadline:
-                log.error("workers not ready in time", stages=sorted(pending))
-                self._failure = (f"stage(s) {', '.join(sorted(pending))} not ready within "
-                                 f"{self.options.ready_timeout_s:g}s")
+            waiting = self.pool.waiting_for()
+            if waiting:  # worker hosts not seen yet (pods starting): no worker started, so no deadline yet
+                deadline = time.monotonic() + self.options.ready_timeout_s
+                if time.monotonic() - logged_waiting > 10.0:
+                    log.info("waiting for worker hosts", job=self.spec.job_id, epoch=attempt.epoch, hosts=waiting)
+                    logged_waiting = time.monotonic()
+            states = self.pool.states()
+            for name, state in states.items():
+                if state.exited:
+                    log.error("worker died while starting", stage=name, code=state.exit_code)
+                    return self._stage_failed(name, state)
+            pending = sorted(name for name, state in states.items() if not state.started)
+            if not pending:
+                return None
+            if time.monotonic() > deadline:
+                log.error("workers not ready in time", stages=pending)
+                self._failure = f"stage(s) {', '.join(pending)} not ready within {self.options.ready_timeout_s:g}s"
                 return "failed"
             time.sleep(0.2)
-        return None
 
     def _watch(self, attempt: AttemptState) -> str:
-        finished: set[str] = set()
         standbys_due = time.monotonic() + STANDBY_LATEST_S
         while True:
             if self._stop_signal is not None:
                 return "stopped"
+            states = self.pool.states()
             if standbys_due and (time.monotonic() > standbys_due or all(
-                    stage_file(self.run_dir, name, attempt.epoch, "processing").exists() for name in attempt.processes)):
+                    s.phase is ProcessPhase.PROCESSING or s.exited for s in states.values())):
                 standbys_due = 0.0  # after the attempt's first records: their JVMs must not slow a recovery
-                self._start_standbys(attempt)
+                self.pool.start_standbys()
             signalled = self._control_signal(attempt)
             if signalled is not None:
                 return signalled
-            for name, process in attempt.processes.items():
-                code = process.poll()
-                if code is None or name in finished:
-                    continue
-                if code != 0:
-                    log.error("worker failed", job=self.spec.job_id, stage=name, code=code, epoch=attempt.epoch)
-                    return self._stage_failed(attempt, name)
-                finished.add(name)
-            if len(finished) == len(attempt.processes):
+            for name, state in states.items():
+                if state.exited and state.exit_code != 0:
+                    log.error("worker failed", job=self.spec.job_id, stage=name, code=state.exit_code,
+                              epoch=attempt.epoch, reason=state.reason or None)
+                    return self._stage_failed(name, state)
+            if all(state.exited for state in states.values()):
                 return "finished"
             time.sleep(0.1)
 
@@ -292,88 +308,17 @@ class JobSupervisor:
                 return "restored"
         return None
 
-    def _stage_failed(self, attempt: AttemptState, stage: str) -> str:
+    def _stage_failed(self, stage: str, state: ProcessState) -> str:
         """``not-retryable`` when the stage left a reason a restart will not fix
         (:mod:`tidemark.runtime.start_errors`), else ``failed``; the reason goes to ``_failure``."""
-        code = attempt.processes[stage].returncode
-        reason_file = failed_file(self.run_dir, stage, attempt.epoch)
-        stage_log = self.run_dir / f"{stage}.log"
-        if code == EXIT_REFUSED and reason_file.exists():
-            self._failure = reason_file.read_text(encoding="utf-8").strip()
+        if state.exit_code == EXIT_REFUSED and state.reason:
+            self._failure = state.reason
             return "not-retryable"
-        if code == EXIT_CONFIG:
-            self._failure = f"stage {stage}: invalid configuration (exit 78; its log: {stage_log})"
+        if state.exit_code == EXIT_CONFIG:
+            self._failure = f"stage {stage}: invalid configuration (exit 78; its log: {state.log})"
             return "not-retryable"
-        self._failure = f"stage {stage} exited with code {code} (its log: {stage_log})"
+        self._failure = state.reason or f"stage {stage} exited with code {state.exit_code} (its log: {state.log})"
         return "failed"
-
-    # ------------------------------------------------------------------ processes
-
-    def _spawn(self, attempt: AttemptState, stage: str, worker: int, name: str, port: int) -> subprocess.Popen[bytes]:
-        """The process's warm standby takes the attempt when there is one; else a new worker."""
-        fault = next((f.point for f in self.options.faults if f.attempt == attempt.index
-                      and (f.stage == name or (f.stage == stage and worker == 0))), None)
-        workers = {s.name: s.workers or 1 for s in self.running_spec.stages}
-        worker_attempt = Attempt(self.options.job_ref, stage, attempt.epoch, self.planner.parallelism, self.run_dir,
-                                 self.options.job_args, attempt.restore_path, workers, worker)
-        standby = self._standbys.pop(name, None)
-        if standby is not None and standby.poll() is None:
-            try:
-                assert standby.stdin is not None
-                standby.stdin.write(Assignment(worker_attempt, fault, port).to_line())
-                standby.stdin.flush()
-                log.info("a warm standby takes the attempt", job=self.spec.job_id, stage=stage, worker=worker,
-                         epoch=attempt.epoch, pid=standby.pid)
-                return standby
-            except (BrokenPipeError, OSError) as exc:  # it died meanwhile: start a worker instead
-                log.warning("standby gone; starting a worker", stage=stage, error=str(exc))
-        env = {**os.environ, "TIDEMARK_HTTP_PORT": str(port)}  # the worker's metrics
-        env.pop("TIDEMARK_FAULT", None)
-        if fault is not None:
-            env["TIDEMARK_FAULT"] = fault
-        command = [sys.executable, "-m", "tidemark.cli", "jobs", "worker", self.options.job_ref,
-                   "--stage", stage, "--epoch", str(attempt.epoch), "--parallelism", str(self.planner.parallelism),
-                   "--run-dir", str(self.run_dir), "--job-args", json.dumps(self.options.job_args),
-                   "--workers", json.dumps(workers), "--worker", str(worker)]
-        if attempt.restore_path:
-            command += ["--restore", attempt.restore_path]
-        return self._start_process(name, command, env)
-
-    def _start_process(self, name: str, command: list[str], env: dict[str, str],
-                       stdin: int = subprocess.DEVNULL) -> subprocess.Popen[bytes]:
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        with open(self.run_dir / f"{name}.log", "ab") as out:
-            return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=stdin, env=env,
-                                    preexec_fn=die_with_parent)
-
-    def _start_standbys(self, attempt: AttemptState) -> None:
-        """One warm standby per worker process for the next attempt (``RunOptions.standby``)."""
-        if not self.options.standby:
-            return
-        env = {k: v for k, v in os.environ.items() if k not in ("TIDEMARK_HTTP_PORT", "TIDEMARK_FAULT")}
-        for name in attempt.processes:
-            if name in self._standbys and self._standbys[name].poll() is None:
-                continue
-            command = [sys.executable, "-m", "tidemark.cli", "jobs", "standby", "--stage", name]
-            self._standbys[name] = self._start_process(name, command, env, stdin=subprocess.PIPE)
-
-    def _stop_standbys(self) -> None:
-        for process in self._standbys.values():
-            if process.poll() is None:
-                process.kill()
-            process.wait()
-        self._standbys.clear()
-
-    def _kill_all(self, attempt: AttemptState, *, graceful: bool) -> None:
-        for process in attempt.processes.values():
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM if graceful else signal.SIGKILL)
-        for process in attempt.processes.values():
-            try:
-                process.wait(timeout=10)  # within a pod's default 30 s grace period
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
 
     def _register(self, attempt: AttemptState, *, finished: bool, announce_only: bool = False,
                   outcome: AttemptOutcome | None = None, reason: str = "", patience_s: float = PATIENCE_S) -> None:

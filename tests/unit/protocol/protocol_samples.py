@@ -87,6 +87,21 @@ SAMPLES: dict[type, tuple[Any, ...]] = {
         m.JobRegistration(JOB, Epoch(8), CheckpointingMode.EXACTLY_ONCE, 192, (*ASSIGNMENTS, WORKER_TWO_TASK),
                           (TaskId("op-a#0"), TaskId("op-a#1"), TaskId("op-a#2")), T0, workers=(0, 0, 1)),
     ),
+    m.HostAssignment: (
+        m.HostAssignment(JOB, "minute_counts/1", Epoch(4), m.HostAction.RUN, "pkg.jobs:top_urls", '{"parallelism": 4}', 4,
+                         "chk-42/_metadata", {"minute_counts.read": 2, "minute_counts": 2, "top_urls": 2},
+                         (m.HostLaunch("minute_counts.read", 1), m.HostLaunch("minute_counts", 1, "after-ack:2")),
+                         True, T0 + 30),
+        m.HostAssignment(JOB, "", Epoch(4), m.HostAction.HEARTBEAT, issued_at=T0 + 31),
+        m.HostAssignment(JOB, "top_urls/0", Epoch(4), m.HostAction.KILL, standby=False, issued_at=T0 + 32),
+    ),
+    m.HostReport: (
+        m.HostReport(JOB, "minute_counts/1", "3f2a9c", Epoch(4),
+                     (m.HostedProcess("minute_counts.read.w1", m.ProcessPhase.PROCESSING, log="/runs/a.log"),
+                      m.HostedProcess("minute_counts.w1", m.ProcessPhase.EXITED, 3, "input topic 'x' does not exist",
+                                      "/runs/b.log")), T0 + 33),
+        m.HostReport(JOB, "top_urls/0", "77e1d0", Epoch(0), (), T0 + 34),
+    ),
     m.TaskAck: (
         m.TaskAck(JOB, CheckpointId(42), SNAPSHOT, m.TaskTimings(12, 3, 250, 65_536), T0 + 400, Epoch(1)),
         m.TaskAck(JOB, CheckpointId(42), BARE_SNAPSHOT, m.TaskTimings(), T0 + 401),
@@ -151,7 +166,8 @@ def to_jsonable(value: Any) -> Any:
 _INT32 = st.integers(-(2**31), 2**31 - 1)
 _INT64 = st.integers(-(2**63), 2**63 - 1)
 _INT32_FIELDS = {"partition", "subtask_index", "key_group", "key_group_start", "key_group_end", "changelog_partitions",
-                 "parallelism", "max_parallelism", "producer_epoch", "origin_partition", "workers"}
+                 "parallelism", "max_parallelism", "producer_epoch", "origin_partition", "workers", "worker",
+                 "exit_code"}
 
 
 def _strategy(hint: Any, field_name: str) -> st.SearchStrategy[Any]:
