@@ -163,7 +163,7 @@ class HostedWorkers:
     def __init__(self, settings: TidemarkSettings, topics: TopicNames, job_id: JobId, options: RunOptions) -> None:
         self.job_id = job_id
         self.ledger = HostLedger()
-        self._channel = HostChannel(base_config(settings), topics, job_id)
+        self._channel = HostChannel(base_config(settings), topics, job_id, settings.kafka.replication_factor)
         self._standby = options.standby
         self._heartbeat_at = 0.0
 
@@ -186,9 +186,8 @@ class HostedWorkers:
 
     def kill(self, *, graceful: bool) -> None:
         action = HostAction.STOP if graceful else HostAction.KILL
-        for host in self.ledger.placement:
-            self._channel.send(HostAssignment(self.job_id, host, self.ledger.epoch, action, issued_at=now_ms()),
-                               wait=True)
+        self._channel.deliver([HostAssignment(self.job_id, host, self.ledger.epoch, action, issued_at=now_ms())
+                                for host in self.ledger.placement])
 
     def close(self) -> None:
         self._channel.close()
@@ -199,7 +198,8 @@ class HostedWorkers:
         now = time.monotonic()
         for message in self._channel.poll():
             if isinstance(message, HostReport):
-                if message.host not in self.ledger.hosts:
+                known = self.ledger.hosts.get(message.host)
+                if known is None or known.report is None or known.report.incarnation != message.incarnation:
                     log.info("worker host seen", job=self.job_id, host=message.host,
                              incarnation=message.incarnation)
                 self.ledger.on_report(message, now)
@@ -207,10 +207,12 @@ class HostedWorkers:
                 self.ledger.on_echo(now)
         if now - self._heartbeat_at >= HEARTBEAT_S:
             self._heartbeat_at = now
-            self._channel.send(HostAssignment(self.job_id, "", self.ledger.epoch, HostAction.HEARTBEAT,
-                                              issued_at=now_ms()), wait=False)
-        for host in self.ledger.runs_due(now):
-            placed = self.ledger.placement[host]
-            self._channel.send(run_assignment(self.job_id, host, self.ledger.epoch, placed, self._standby), wait=True)
+            self._channel.offer(HostAssignment(self.job_id, "", self.ledger.epoch, HostAction.HEARTBEAT,
+                                               issued_at=now_ms()))
+        due = self.ledger.runs_due(now)
+        if due:
+            self._channel.deliver([run_assignment(self.job_id, host, self.ledger.epoch, self.ledger.placement[host],
+                                                   self._standby) for host in due])
+        for host in due:
             log.info("attempt sent to worker host", job=self.job_id, host=host, epoch=self.ledger.epoch,
-                     processes=[launch.name for launch in placed])
+                     processes=[launch.name for launch in self.ledger.placement[host]])

@@ -70,7 +70,8 @@ class WorkerHost:
         if self.settings.http_port:
             serve_health(self.settings.http_host, self.settings.http_port, lambda: self._channel is not None)
         BrokerWatch(base_config(self.settings)).start()  # says in the log while the broker is unreachable
-        self._channel = HostChannel(base_config(self.settings), TopicNames(self.settings.topic_prefix), self.job_id)
+        self._channel = HostChannel(base_config(self.settings), TopicNames(self.settings.topic_prefix), self.job_id,
+                                    self.settings.kafka.replication_factor)
         log.info("worker host started; waiting for its supervisor", job=self.job_id, host=self.host,
                  incarnation=self.incarnation, run_dir=str(self.run_dir))
         reported: tuple[Any, ...] = ()
@@ -83,8 +84,8 @@ class WorkerHost:
                 processes = self._processes()
                 now = time.monotonic()
                 if processes != reported or now - reported_at >= REPORT_S:
-                    self._channel.send(HostReport(self.job_id, self.host, self.incarnation, self.epoch, processes,
-                                                  now_ms()), wait=False)
+                    self._channel.offer(HostReport(self.job_id, self.host, self.incarnation, self.epoch, processes,
+                                                   now_ms()))
                     reported, reported_at = processes, now
                 self._maybe_start_standbys(processes, now)
                 time.sleep(0.1)
