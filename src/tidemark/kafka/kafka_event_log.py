@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import Producer
 
 from tidemark.kafka.clients import producer_config
 from tidemark.kafka.outage import broker_wait
@@ -27,19 +27,9 @@ class KafkaEventLog:
         self._wait = broker_wait(base)
 
     def append(self, events: Sequence[Any]) -> None:
-        errors: list[str] = []
-
-        def delivered(error: Any, message: Any) -> None:
-            if error is not None:
-                errors.append(str(error))
-
-        for event in events:
-            key = getattr(event, "job_id", "").encode()
-            self._producer.produce(self.topic, key=key, value=codec.encode(event), partition=0,
-                                   on_delivery=delivered)
-        self._wait.deliver(self._producer, f"append to {self.topic}")
-        if errors:
-            raise KafkaException(f"event log append to {self.topic} failed: {errors}")
+        self._wait.deliver_records(self._producer, self.topic,
+                                   [(getattr(event, "job_id", "").encode(), codec.encode(event)) for event in events],
+                                   f"append to {self.topic}", partition=0)
 
     def close(self) -> None:
         self._producer.flush(self._timeout)

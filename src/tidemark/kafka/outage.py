@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextvars
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException
@@ -68,6 +68,10 @@ def unavailable(error: BaseException | KafkaError | None) -> bool:
     if isinstance(error, TimeoutError):  # asyncio's too
         return True
     return bool(getattr(error, "retriable", False))  # aiokafka's errors carry the flag
+
+
+class DeliveryFailed(RuntimeError):
+    """The broker refused a record (not an outage: those are waited through)."""
 
 
 class BrokerWait:
@@ -132,6 +136,24 @@ class BrokerWait:
                                              f"{patience_s:g}s to {self.bootstrap}")
             self.failed(operation, f"{remaining} record(s) not delivered yet")
         self.succeeded()
+
+    def deliver_records(self, producer: Any, topic: str, records: Iterable[tuple[bytes | None, bytes]],
+                        operation: str, *, partition: int | None = None, patience_s: float = PATIENCE_S) -> None:
+        """Produce ``records`` (key, value) to ``topic`` and return once every one is delivered,
+        waiting through an outage (:meth:`deliver`); a record the broker refused raises
+        :class:`DeliveryFailed` naming the first error."""
+        failures: list[str] = []
+
+        def delivered(error: Any, record: Any) -> None:
+            if error is not None:
+                failures.append(str(error))
+
+        extra = {} if partition is None else {"partition": partition}
+        for key, value in records:
+            producer.produce(topic, key=key, value=value, on_delivery=delivered, **extra)
+        self.deliver(producer, operation, patience_s=patience_s)
+        if failures:
+            raise DeliveryFailed(f"{operation}: {len(failures)} record(s) not delivered to {topic}: {failures[0]}")
 
 
 _WAITS: dict[str, BrokerWait] = {}

@@ -80,16 +80,8 @@ class ControlPublisher:
     def _send(self, topic: str, message: Any, patience_s: float = PATIENCE_S) -> None:
         """Deliver ``message``, waiting through a broker outage (the producer is idempotent: a
         record retried after an outage is written once)."""
-        failures: list[str] = []
-
-        def delivered(error: Any, record: Any) -> None:
-            if error is not None:
-                failures.append(str(error))
-
-        self._producer.produce(topic, key=self.job_id.encode(), value=codec.encode(message), on_delivery=delivered)
-        self._wait.deliver(self._producer, f"send {type(message).__name__} to {topic}", patience_s=patience_s)
-        if failures:
-            raise RuntimeError(f"{type(message).__name__} to {topic} not delivered: {failures[0]}")
+        self._wait.deliver_records(self._producer, topic, [(self.job_id.encode(), codec.encode(message))],
+                                   f"send {type(message).__name__} to {topic}", patience_s=patience_s)
 
     def close(self) -> None:
         self._producer.flush(10)

@@ -56,18 +56,9 @@ class HostChannel:
 
     def deliver(self, messages: Sequence[HostMessage]) -> None:
         """Deliver every message before returning, waiting through a broker outage once for all."""
-        failures: list[str] = []
-
-        def delivered(error: Any, record: Any) -> None:
-            if error is not None:
-                failures.append(str(error))
-
-        for message in messages:
-            self._producer.produce(self.topic, key=self.job_id.encode(), value=codec.encode(message),
-                                   on_delivery=delivered)
-        self._wait.deliver(self._producer, f"send {len(messages)} assignment(s) to {self.topic}")
-        if failures:
-            raise RuntimeError(f"{len(failures)} record(s) to {self.topic} not delivered: {failures[0]}")
+        key = self.job_id.encode()
+        self._wait.deliver_records(self._producer, self.topic, [(key, codec.encode(m)) for m in messages],
+                                   f"send {len(messages)} assignment(s) to {self.topic}")
 
     def poll(self, max_records: int = 500) -> list[HostMessage]:
         return job_messages(self._consumer, self.job_id, (HostAssignment, HostReport), max_records)
