@@ -58,7 +58,7 @@ def host_name(stage: str, worker: int) -> str:
 def host_of(launch: Launch) -> str:
     """Where a process runs: worker ``w`` of stage ``s`` (or of its exchange reader) on ``s/w``."""
     attempt = launch.assignment.attempt
-    stage = attempt.stage.removesuffix(READER_SUFFIX) if attempt.stage.endswith(READER_SUFFIX) else attempt.stage
+    stage = attempt.stage.removesuffix(READER_SUFFIX)
     return host_name(stage, attempt.worker % max(1, attempt.workers.get(stage, 1)))
 
 
