@@ -17,7 +17,7 @@ registered by name in :mod:`tidemark.state.backend_registry`.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -113,6 +113,12 @@ class KeyedStateBackend(ABC):
 
     @abstractmethod
     def registered_states(self) -> list[str]: ...
+
+    @abstractmethod
+    def keys(self, state_name: str) -> Iterator[Any]:
+        """Every key holding a value of the registered state ``state_name`` in any namespace, once
+        each, in key-group order (Flink's ``getKeys``; TTL is not checked). The current key is
+        not changed; do not write the state while iterating."""
 
     @abstractmethod
     def restore_state_metas(self, metas: list[dict[str, Any]], source: str) -> None:

@@ -10,7 +10,7 @@ canonical full snapshot; a subclass stores the tables (``_create_table``), repla
 from __future__ import annotations
 
 from abc import abstractmethod
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 from tidemark.keygroups import (
     KEY_TAGS,
@@ -178,6 +178,11 @@ class LocalKeyedStateBackend(KeyedStateBackend):
                 f"state {descriptor.name!r}: enabling or disabling TTL on restore is not supported"
             )
 
+    def keys(self, state_name: str) -> Iterator[Any]:
+        if state_name not in self._states:
+            raise KeyError(f"state {state_name!r} is not registered")
+        return self._table_of(state_name).stored_keys()
+
     def registered_states(self) -> list[str]:
         return sorted(self._states)
 
@@ -264,6 +269,10 @@ class LocalKeyedStateBackend(KeyedStateBackend):
 
     @abstractmethod
     def _create_table(self, descriptor: StateDescriptor) -> StateTable: ...
+
+    @abstractmethod
+    def _table_of(self, state_name: str) -> StateTable:
+        """The table of a registered state."""
 
     @abstractmethod
     def _apply_change(self, change: KeyedStateChange) -> None: ...

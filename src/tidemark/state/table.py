@@ -101,3 +101,6 @@ class StateTable(Protocol):
 
     def entries(self, ns: Any) -> Iterator[tuple[Any, Any]]:
         """Map state: every (user_key, stored value); callers must not mutate while iterating."""
+
+    def stored_keys(self) -> Iterator[Any]:
+        """Every key with a stored value in any namespace, once each, in key-group order."""

@@ -18,7 +18,7 @@ materialization (see :mod:`tidemark.state.changelog.snapshot`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -123,6 +123,9 @@ class ChangelogStateBackend(KeyedStateBackend):
 
     def registered_states(self) -> list[str]:
         return self.backend.registered_states()
+
+    def keys(self, state_name: str) -> Iterator[Any]:
+        return self.backend.keys(state_name)
 
     def restore_state_metas(self, metas: list[dict[str, Any]], source: str) -> None:
         self.backend.restore_state_metas(metas, source)

@@ -47,6 +47,9 @@ class HashMapStateBackend(LocalKeyedStateBackend):
         self._tables[descriptor.name] = table
         return table
 
+    def _table_of(self, state_name: str) -> HeapStateTable:
+        return self._tables[state_name]
+
     def _apply_change(self, change: KeyedStateChange) -> None:
         table = self._tables.get(change.state_name)
         if table is not None:

@@ -109,6 +109,14 @@ class HeapStateTable:
 
     # --------------------------------------------------------------- bytes in and out
 
+    def stored_keys(self) -> Iterator[Any]:
+        for m in self._maps:
+            seen: set[Any] = set()
+            for key, _ in list(m):
+                if key not in seen:
+                    seen.add(key)
+                    yield key
+
     def _emit(self, op: StateChangeOp, ns: Any, user_key: bytes | None, value: bytes | None) -> None:
         b = self._b
         change = KeyedStateChange(

@@ -123,6 +123,9 @@ class RocksDBStateBackend(LocalKeyedStateBackend):
         self._tables[descriptor.name] = table
         return table
 
+    def _table_of(self, state_name: str) -> RocksStateTable:
+        return self._tables[state_name]
+
     # ------------------------------------------------------------------ changes
 
     def _apply_change(self, change: KeyedStateChange) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import struct
 from typing import TYPE_CHECKING, Any, Iterator, Protocol
 
+from tidemark.keygroups import decode_key
 from tidemark.protocol.messages import StateChangeOp
 from tidemark.state.descriptors import StateDescriptor, user_key_serializer_of, value_serializer_of
 from tidemark.state.serializers import Serializer, frame_element, frame_elements, unframe_elements
@@ -98,6 +99,16 @@ class RocksStateTable:
         self._cf.delete(self._b._prefix + ns)
         if self._b._listeners:
             self._emit(DELETE, ns, None, None)
+
+    def stored_keys(self) -> Iterator[Any]:
+        """The column family's keys are sorted, so a key's entries (all its namespaces and user
+        keys) are adjacent within its key group."""
+        last: tuple[int, bytes] | None = None
+        for db_key in self._cf.keys():
+            key_group, stored, _, _ = split_db_key(db_key)
+            if (key_group, stored) != last:
+                last = (key_group, stored)
+                yield decode_key(stored)
 
     def _unsupported(self, *args: Any) -> Any:
         raise TypeError(f"operation not supported by state {self.name!r}")
