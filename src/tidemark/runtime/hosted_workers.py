@@ -37,7 +37,6 @@ from tidemark.config.settings import TidemarkSettings
 from tidemark.kafka.clients import base_config
 from tidemark.kafka.topics import TopicNames
 from tidemark.protocol.messages import HostAction, HostAssignment, HostLaunch, HostReport
-from tidemark.runtime.attempt_planner import RunOptions
 from tidemark.runtime.host_channel import HostChannel
 from tidemark.runtime.physical_plan import READER_SUFFIX
 from tidemark.runtime.worker_pool import Launch, ProcessPhase, ProcessState
@@ -160,11 +159,11 @@ def run_assignment(job_id: JobId, host: str, epoch: Epoch, launches: Sequence[La
 class HostedWorkers:
     """See the module docstring."""
 
-    def __init__(self, settings: TidemarkSettings, topics: TopicNames, job_id: JobId, options: RunOptions) -> None:
+    def __init__(self, settings: TidemarkSettings, topics: TopicNames, job_id: JobId) -> None:
         self.job_id = job_id
         self.ledger = HostLedger()
         self._channel = HostChannel(base_config(settings), topics, job_id, settings.kafka.replication_factor)
-        self._standby = options.standby
+        self._standby = True  # what the RUNs say; each launch sets it
         self._heartbeat_at = 0.0
 
     def launch(self, launches: Sequence[Launch], *, standby: bool) -> None:

@@ -51,7 +51,7 @@ from tidemark.kafka.topics import TopicNames
 from tidemark.admin.client import CoordinatorClient
 from tidemark.maven import MavenFetchError
 from tidemark.processes import free_port
-from tidemark.protocol.messages import AttemptFailed, JobRegistration, ProcessPhase, RestoreCommand
+from tidemark.protocol.messages import AttemptFailed, JobRegistration, RestoreCommand
 from tidemark.runtime.api import JobSpec, load_job
 from tidemark.runtime.attempt_planner import AttemptPlanner, AttemptState, RunOptions, StartRefused
 from tidemark.runtime.control import AttemptSignals, ControlPublisher
@@ -63,14 +63,13 @@ from tidemark.runtime.ownership import worker_of
 from tidemark.runtime.physical_plan import physical_job, reader_workers, workers_per_stage
 from tidemark.runtime.stage_attempt import Assignment, Attempt, process_name
 from tidemark.runtime.start_errors import missing_topics_reason
-from tidemark.runtime.worker_pool import Launch, ProcessState, WorkerPool
+from tidemark.runtime.worker_pool import Launch, ProcessState, WorkerPool, standbys_due
 from tidemark.chassis.logs import get_logger
 from tidemark.spark.stage_source import stage_source
 from tidemark.storage import open_storage
 from tidemark.types import Epoch
 
 log = get_logger(__name__)
-STANDBY_LATEST_S = 30.0  # standbys start when every stage processes records, or this long after registering
 REPORT_PATIENCE_S = 10.0  # how long telling the coordinator how the job ended may wait for the broker
 
 
@@ -92,7 +91,7 @@ class JobSupervisor:
         self._control: ControlPublisher | None = None  # created at the first registration
         self._signals: AttemptSignals | None = None  # created before the first attempt
         self._restored_by_operator: RestoreCommand | None = None
-        self.pool: WorkerPool = (HostedWorkers(settings, self.topics, self.spec.job_id, options)
+        self.pool: WorkerPool = (HostedWorkers(settings, self.topics, self.spec.job_id)
                                  if options.worker_hosts else LocalWorkers(self.run_dir))
         self.planner = AttemptPlanner(settings, options, coordinator, self.spec, self.storage)
         self._failure: str | None = None  # why the current attempt failed, one line
@@ -269,14 +268,13 @@ class JobSupervisor:
             time.sleep(0.2)
 
     def _watch(self, attempt: AttemptState) -> str:
-        standbys_due = time.monotonic() + STANDBY_LATEST_S
+        registered_at, standbys_started = time.monotonic(), False
         while True:
             if self._stop_signal is not None:
                 return "stopped"
             states = self.pool.states()
-            if standbys_due and (time.monotonic() > standbys_due or all(
-                    s.phase is ProcessPhase.PROCESSING or s.exited for s in states.values())):
-                standbys_due = 0.0  # after the attempt's first records: their JVMs must not slow a recovery
+            if not standbys_started and standbys_due(states, registered_at, time.monotonic()):
+                standbys_started = True
                 self.pool.start_standbys()
             signalled = self._control_signal(attempt)
             if signalled is not None:

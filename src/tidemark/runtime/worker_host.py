@@ -10,8 +10,8 @@ the stage's StatefulSet. The host:
 2. on a ``RUN`` of a newer attempt, kills what it runs and starts the attempt's processes placed
    on it with a :class:`~tidemark.runtime.local_workers.LocalWorkers` (its warm standbys first),
    and logs which tasks each owns; on ``STOP``/``KILL`` of its attempt, ends them;
-3. once its processes process records (or 30 s after the RUN) starts one warm standby per process
-   for the next attempt, when the RUN asks for standbys.
+3. once its processes process records (or 30 s after the RUN; ``worker_pool.standbys_due``)
+   starts one warm standby per process for the next attempt, when the RUN asks for standbys.
 
 Nothing is decided here: failover, restore sources and epochs stay with the supervisor, which
 fails the attempt over when a host restarts or falls silent. With ``TIDEMARK_HTTP_PORT`` set the
@@ -40,12 +40,11 @@ from tidemark.runtime.host_channel import HostChannel
 from tidemark.runtime.local_workers import LocalWorkers
 from tidemark.runtime.ownership import subtasks_of
 from tidemark.runtime.stage_attempt import Assignment, Attempt, process_name
-from tidemark.runtime.worker_pool import Launch, ProcessPhase
+from tidemark.runtime.worker_pool import Launch, standbys_due
 from tidemark.types import Epoch, JobId
 
 log = get_logger(__name__)
 REPORT_S = 1.0
-STANDBY_LATEST_S = 30.0  # standbys start when the host's processes process records, or this long after the RUN
 
 
 class WorkerHost:
@@ -59,8 +58,7 @@ class WorkerHost:
         self.run_dir = settings.home / "runs" / f"{job_id}-host-{stage}-{worker}-{self.incarnation}"
         self.workers = LocalWorkers(self.run_dir)
         self.epoch = Epoch(0)
-        self._standby = False
-        self._standbys_due = 0.0  # 0: not due (started, or nothing runs)
+        self._launched_at: float | None = None  # of the attempt whose standbys are not started yet
         self._stop_signal: int | None = None
         self._channel: HostChannel | None = None
 
@@ -81,13 +79,17 @@ class WorkerHost:
                 for message in self._channel.poll():
                     if isinstance(message, HostAssignment) and message.host == self.host:
                         self._on_assignment(message)
-                processes = self._processes()
+                states = self.workers.states()
+                processes = tuple(HostedProcess(name, s.phase, s.exit_code, s.reason, s.log)
+                                  for name, s in states.items())
                 now = time.monotonic()
                 if processes != reported or now - reported_at >= REPORT_S:
                     self._channel.offer(HostReport(self.job_id, self.host, self.incarnation, self.epoch, processes,
                                                    now_ms()))
                     reported, reported_at = processes, now
-                self._maybe_start_standbys(processes, now)
+                if self._launched_at is not None and states and standbys_due(states, self._launched_at, now):
+                    self._launched_at = None
+                    self.workers.start_standbys()  # if the RUN asked for standbys
                 time.sleep(0.1)
         finally:
             self.workers.kill(graceful=self._stop_signal is not None)
@@ -99,18 +101,13 @@ class WorkerHost:
     def _on_signal(self, signum: int, frame: Any) -> None:
         self._stop_signal = signum
 
-    def _processes(self) -> tuple[HostedProcess, ...]:
-        return tuple(HostedProcess(name, state.phase, state.exit_code, state.reason, state.log)
-                     for name, state in self.workers.states().items())
-
     def _on_assignment(self, message: HostAssignment) -> None:
         if message.action is HostAction.RUN and message.epoch > self.epoch:
             self.workers.kill(graceful=False)  # an older attempt's, if any
             self.epoch = message.epoch
             launches = self._launches(message)
             self.workers.launch(launches, standby=message.standby)
-            self._standby = message.standby
-            self._standbys_due = time.monotonic() + STANDBY_LATEST_S
+            self._launched_at = time.monotonic()
             for launch in launches:
                 attempt = launch.assignment.attempt
                 tasks = subtasks_of(attempt.worker, attempt.parallelism, attempt.workers.get(attempt.stage, 1))
@@ -121,7 +118,7 @@ class WorkerHost:
             log.info("worker host ends its processes", job=self.job_id, host=self.host, epoch=self.epoch,
                      action=message.action.value)
             self.workers.kill(graceful=message.action is HostAction.STOP)
-            self._standbys_due = 0.0
+            self._launched_at = None
 
     def _launches(self, message: HostAssignment) -> list[Launch]:
         launches = []
@@ -132,11 +129,3 @@ class WorkerHost:
             name = process_name(placed.stage, placed.worker, message.workers.get(placed.stage, 1))
             launches.append(Launch(name, Assignment(attempt, placed.fault, port)))
         return launches
-
-    def _maybe_start_standbys(self, processes: tuple[HostedProcess, ...], now: float) -> None:
-        if not self._standbys_due or not processes:
-            return
-        if now > self._standbys_due or all(p.phase is ProcessPhase.PROCESSING for p in processes):
-            self._standbys_due = 0.0
-            if self._standby:
-                self.workers.start_standbys()

@@ -18,14 +18,15 @@ at the end of the run. ``states`` never blocks.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from tidemark.protocol.messages import ProcessPhase
 from tidemark.runtime.stage_attempt import Assignment
 
-__all__ = ["Launch", "ProcessPhase", "ProcessState", "WorkerPool"]
+__all__ = ["Launch", "ProcessPhase", "ProcessState", "WorkerPool", "standbys_due"]
+STANDBY_LATEST_S = 30.0  # the next attempt's standbys start at the latest this long after the attempt
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,14 @@ class ProcessState:
     def started(self) -> bool:
         """Its query started (or it already ended)."""
         return self.phase is not ProcessPhase.STARTING
+
+
+def standbys_due(states: Mapping[str, ProcessState], since: float, now: float) -> bool:
+    """Whether the next attempt's warm standbys may start: once every process of this attempt
+    processes records (or ended), or ``STANDBY_LATEST_S`` after ``since``; their JVMs must not
+    slow a recovery down."""
+    return now - since > STANDBY_LATEST_S or all(s.phase is ProcessPhase.PROCESSING or s.exited
+                                                 for s in states.values())
 
 
 class WorkerPool(Protocol):
