@@ -1,13 +1,16 @@
 """Timer benchmark (issue #15): timers registered and fired per second, on heap and RocksDB.
 
 Run: ``.venv/bin/python bench/bench_timers.py`` (about a minute on 2 cores); ``--quick`` for a
-smoke run. Prints one table, min / median / max over the rounds (each round a fresh backend):
+smoke run. Rounds alternate the backends (heap, RocksDB, heap, ...), each round a fresh backend;
+prints one table, min / median / max over the rounds:
 
 * register: ``set_current_key`` + ``register`` of one event-time timer, for N timers over N/4
   distinct keys (4 timers per key, as 4 open one-minute windows would);
-* fire: ``pop_due`` of all N timers, each with its key made current and removed from the state;
-* rebuild: a new ``TimerService`` over a backend restored from a checkpoint holding the N timers
-  (the index is built from the timer states).
+* fire: ``pop_due`` of all N timers, each with its key made current and removed from the queue;
+* restore: ``restore`` of the backend's own checkpoint holding the N timers (full canonical on
+  heap, incremental on RocksDB), a new ``TimerService`` and its ``next_timestamp``;
+* in memory: how many timers the restored queue holds in memory (heap: all of them; RocksDB:
+  the cache of each key group's first timers).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import time
 from pathlib import Path
 
 from tidemark.state import HashMapStateBackend, KeyGroupRange, RocksDBStateBackend
+from tidemark.state.rocksdb.timers import RocksDBTimerQueue
 from tidemark.state.timers import TimeDomain, TimerService
 from tidemark.storage.filesystem import FilesystemCheckpointStorage
 from tidemark.types import CheckpointId
@@ -26,6 +30,7 @@ from tidemark.types import CheckpointId
 MAX_P = 128
 FULL = KeyGroupRange(0, MAX_P - 1)
 EVENT = TimeDomain.EVENT_TIME
+KINDS = ("heap", "rocksdb")
 
 
 def new_backend(kind: str, work: Path, round_: int):
@@ -34,8 +39,8 @@ def new_backend(kind: str, work: Path, round_: int):
     return RocksDBStateBackend(work / f"rocks-{round_}-{time.monotonic_ns()}", FULL, MAX_P)
 
 
-def one_round(kind: str, timers: int, work: Path, round_: int) -> tuple[float, float, float]:
-    """(registered/s, fired/s, seconds to rebuild the index after a restore)."""
+def one_round(kind: str, timers: int, work: Path, round_: int) -> tuple[float, float, float, int]:
+    """(registered/s, fired/s, seconds to restore and find the first timer, timers in memory)."""
     keys = [f"url-{i}" for i in range(timers // 4)]
     backend = new_backend(kind, work, round_)
     service = TimerService(backend)
@@ -49,10 +54,14 @@ def one_round(kind: str, timers: int, work: Path, round_: int) -> tuple[float, f
     storage = FilesystemCheckpointStorage(work / f"checkpoints-{kind}-{round_}")
     snapshot = backend.snapshot(CheckpointId(1), storage)
     restored = new_backend(kind, work, round_ + 1000)
-    restored.restore([snapshot], storage)
     started = time.perf_counter()
-    TimerService(restored)
-    rebuild_s = time.perf_counter() - started
+    restored.restore([snapshot], storage)
+    restored_service = TimerService(restored)
+    assert restored_service.next_timestamp(EVENT) == 60_000
+    restore_s = time.perf_counter() - started
+    queue = restored.timer_queue(EVENT.value)
+    in_memory = queue.cached_timers if isinstance(queue, RocksDBTimerQueue) else len(queue)
+    assert restored_service.count(EVENT) == timers
     restored.close()
 
     started = time.perf_counter()
@@ -60,7 +69,7 @@ def one_round(kind: str, timers: int, work: Path, round_: int) -> tuple[float, f
     fired_rate = fired / (time.perf_counter() - started)
     assert fired == timers, (fired, timers)
     backend.close()
-    return registered, fired_rate, rebuild_s
+    return registered, fired_rate, restore_s, in_memory
 
 
 def spread(values: list[float], fmt: str) -> str:
@@ -74,16 +83,18 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     timers, rounds = (8_000, 1) if args.quick else (args.timers, args.rounds)
-    rows = []
+    results: dict[str, list[tuple[float, float, float, int]]] = {kind: [] for kind in KINDS}
     with tempfile.TemporaryDirectory(prefix="bench-timers-") as tmp:
-        for kind in ("heap", "rocksdb"):
-            results = []
-            for round_ in range(rounds):
+        for round_ in range(rounds):
+            for kind in KINDS:
                 print(f"  {kind}: round {round_ + 1} of {rounds} ({timers:,} timers)", flush=True)
-                results.append(one_round(kind, timers, Path(tmp), round_))
-            registered, fired, rebuild = (list(column) for column in zip(*results))
-            rows.append((kind, spread(registered, ",.0f"), spread(fired, ",.0f"), spread(rebuild, ".2f")))
-    header = ("backend", "registered/s", "fired/s", f"index rebuild of {timers:,} timers (s)")
+                results[kind].append(one_round(kind, timers, Path(tmp), round_))
+    rows = []
+    for kind in KINDS:
+        registered, fired, restore, in_memory = (list(column) for column in zip(*results[kind]))
+        rows.append((kind, spread(registered, ",.0f"), spread(fired, ",.0f"), spread(restore, ".2f"),
+                     f"{max(in_memory):,}"))
+    header = ("backend", "registered/s", "fired/s", "restore + first timer (s)", "timers in memory after restore")
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
     print(f"\nTimers, {timers:,} over {timers // 4:,} keys; min / median / max of {rounds} round(s)\n")
     for row in (header, *rows):

@@ -3,8 +3,9 @@ and an exactly-once verdict.
 
 Steps (each printed with the time since start): the embedded broker (unless
 ``KAFKA_BOOTSTRAP_SERVERS`` names one) -> the four services as local processes -> the job
-(per-URL counts per minute -> per-minute top URLs, two PySpark queries connected by a Kafka
-topic) with checkpoints every 2 s -> a generator writing access-log records until the kill -> once
+(per-URL counts per minute -> per-minute top URLs, an event-time tumbling window: two PySpark
+queries connected by a Kafka topic, each minute's top URLs emitted once, by an event-time timer,
+when the watermark passes the minute's end) with checkpoints every 2 s -> a generator writing access-log records until the kill -> once
 checkpoints complete and every worker process has its warm standby (``tidemark.runtime.standby``),
 a ``top_urls`` worker is killed with SIGKILL -> the supervisor restores every stage from the newest
 checkpoint, in the standbys -> the output is read read_committed and compared with what the input
@@ -50,8 +51,8 @@ class _Progress:
 
 class _LiveStatus:
     """While the demo waits, one line every ``interval_s``: records written, committed output
-    records (counted by a read_committed consumer), how far the output is behind the input, and
-    completed checkpoints. Stops with the ``with`` block."""
+    records (a minute's top URLs each, counted by a read_committed consumer) and completed
+    checkpoints. Stops with the ``with`` block."""
 
     def __init__(self, progress: _Progress, bootstrap: str, output_topic: str,
                  records_in: Callable[[], int], checkpoints: Callable[[], int], interval_s: float = 5.0) -> None:
@@ -87,9 +88,8 @@ class _LiveStatus:
             try:
                 self._count_output()
                 written = self.records_in()
-                self.progress.step(f"  live: {written} records in, {self.records_out} out (committed), "
-                                   f"{max(written - self.records_out, 0)} behind, "
-                                   f"{self.checkpoints()} checkpoints completed")
+                self.progress.step(f"  live: {written} records in, {self.records_out} minutes closed (committed "
+                                   f"output), {self.checkpoints()} checkpoints completed")
             except Exception as exc:  # a status line is never worth stopping the demo for
                 self.progress.step(f"  live: status unavailable ({exc})")
 
@@ -218,6 +218,8 @@ def _run(home: Path, bootstrap: str, status: BrokerStatus | None, progress: _Pro
     print("  duplicates / missing     ", f"{verdict.duplicates} / {verdict.missing}")
     print("  wrong values / unexpected", f"{verdict.wrong_values} / {verdict.unexpected} (each minute's final "
           "top URLs are checked)")
+    print("  minutes closed           ", f"{verdict.expected_records} by the watermark (event time), each emitted once "
+          "by an event-time timer")
     print("  worker processes         ", f"{sum(started['workers'].values())} "
           f"({', '.join(f'{stage} x{count}' for stage, count in started['workers'].items())})")
     print("  checkpoints completed    ", checkpoints)

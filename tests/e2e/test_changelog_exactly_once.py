@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 
 from pipeline_support import TOP_URLS, pipeline, topics_for, verify_two_stage
-from tidemark.examples.generator import generate, produce
+from tidemark.examples.generator import expected_top_urls, generate, produce
 from tidemark.examples.verify import read_committed
 from tidemark.local.pipeline import InputFeeder, json_events, wait_for
 
@@ -58,14 +58,16 @@ def test_changelog_mode_stops_with_a_savepoint_and_resumes_rescaled(tmp_path, ka
     checkpoints and materializations go on from there: from 2 tasks on 2 workers of ``top_urls``
     to 3 tasks on 3 workers."""
     topics = topics_for(unique_name)
-    first, second = list(generate(2500, seed=21)), list(generate(2500, seed=22))
+    first, second = (list(generate(2500, seed=21, per_minute=500)),
+                     list(generate(2500, seed=22, per_minute=500, first=2500)))
     args = topics.args(changelog=True, state_backend="rocksdb", parallelism=2, top_urls_workers=2)
     env = {"TIDEMARK_CHECKPOINT__INTERVAL_MS": "1500", "TIDEMARK_MATERIALIZATION__INTERVAL_MS": "2000"}
     with pipeline(tmp_path, kafka_bootstrap, unique_name, services=SERVICES, env=env) as pipe:
         pipe.create_topic(topics.input, 4)
         produce(kafka_bootstrap, topics.input, first, 4)
         job = pipe.start_job(TOP_URLS, args)
-        read_committed(kafka_bootstrap, topics.output, expect=len(first), timeout_s=240, settle_s=0)
+        read_committed(kafka_bootstrap, topics.output, expect=len(expected_top_urls(first)), timeout_s=240,
+                       settle_s=0)
         client = pipe.client()
         request = client.trigger_savepoint(topics.job_id, stop=True)
         savepoint = client.wait_for_savepoint(topics.job_id, request["request_id"], timeout_s=120)

@@ -70,7 +70,7 @@ def test_whole_process_tree_sigkilled_then_started_again_with_the_same_arguments
     assert len(records) > sent_at_kill  # input kept arriving across the kill
     assert resumed and attempts[0]["restore"] is not None, attempts[:1]
     assert verdict.exactly_once, verdict
-    assert verdict.records == len(records)
+    assert verdict.records == verdict.expected_records
     assert refused == 3, fresh_log[-2000:]
     line = next(li for li in fresh_log.splitlines() if li.startswith("tidemark jobs run:"))
     assert "--fresh would write results again" in line and topics.output in line and "--force" in line
@@ -100,7 +100,7 @@ def test_stop_with_savepoint_upgrade_in_savepoint_mode_survives_a_sigkill_of_the
     assert first_start["restore"] == path
     assert newer and restart["restore"] != path and "/chk-" in restart["restore"], restart
     assert verdict.exactly_once, verdict
-    assert verdict.records == len(records)
+    assert verdict.records == verdict.expected_records
 
 
 def test_restore_api_on_a_running_job_replaces_the_attempt_and_checkpoints_go_on(
@@ -122,7 +122,7 @@ def test_restore_api_on_a_running_job_replaces_the_attempt_and_checkpoints_go_on
     assert attempts[-1]["restore"] == restored["metadata_path"]
     assert state["state"] == "RUNNING" and state["epoch"] == restored["epoch"]
     assert verdict.exactly_once, verdict
-    assert verdict.records == len(records)
+    assert verdict.records == verdict.expected_records
 
 
 def test_checkpoint_timeout_fails_over_and_the_output_continues_exactly_once(tmp_path, kafka_bootstrap, unique_name):
@@ -151,4 +151,4 @@ def test_checkpoint_timeout_fails_over_and_the_output_continues_exactly_once(tmp
         job.stop()
     assert "exceed the tolerable 0" in failed[0]["reason"]
     assert verdict.exactly_once, verdict
-    assert verdict.records == len(records)
+    assert verdict.records == verdict.expected_records

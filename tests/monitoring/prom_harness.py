@@ -11,7 +11,11 @@ Contracts:
 - ``empty_panel_queries(url, dir, job)`` evaluates them through ``/api/v1/query`` and returns the
   ones that return no data; an expression Prometheus rejects raises ``PromQLError``.
 - ``assert_every_panel_has_data(url, dir, job)`` retries for ``timeout`` seconds (rates need two
-  scrapes) and then fails naming every empty panel.
+  scrapes) and then fails naming every empty panel. With ``expect_empty``, the queries it accepts
+  must return no data instead (series the scenario must not create), and the failure names those
+  that do.
+- ``metric_names(expr)`` is the set of Tidemark and ``process_*`` metric names an expression
+  reads (a histogram's ``_bucket`` series under the histogram's name).
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 INSTALL_HINT = "run scripts/install-system-deps.sh (installs Debian's prometheus package)"
 BUILTIN_INTERVALS = {
@@ -246,18 +250,46 @@ def dashboard_queries(dashboards_dir: Path | str, job: str | None = None) -> lis
     return queries
 
 
+def metric_names(expr: str) -> set[str]:
+    names = set(re.findall(r"\b((?:tidemark|process)_\w+)", expr))
+    return {re.sub(r"_bucket$", "", name) for name in names}
+
+
 def empty_panel_queries(prometheus_url: str, dashboards_dir: Path | str, job: str | None = None) -> list[PanelQuery]:
     return [q for q in dashboard_queries(dashboards_dir, job) if not instant_query(prometheus_url, q.expr)]
 
 
+def _unexpected_panel_results(prometheus_url: str, dashboards_dir: Path | str, job: str | None,
+                              expect_empty: Callable[[PanelQuery], bool]) -> tuple[list[PanelQuery], list[PanelQuery]]:
+    """(queries without data that should have some, queries with data that should have none)."""
+    empty, filled = [], []
+    for query in dashboard_queries(dashboards_dir, job):
+        has_data = bool(instant_query(prometheus_url, query.expr))
+        if expect_empty(query):
+            if has_data:
+                filled.append(query)
+        elif not has_data:
+            empty.append(query)
+    return empty, filled
+
+
 def assert_every_panel_has_data(prometheus_url: str, dashboards_dir: Path | str, job: str | None,
-                                timeout: float = 15.0) -> None:
-    """Fail naming every panel query that still returns no data after ``timeout`` seconds."""
+                                timeout: float = 15.0,
+                                expect_empty: Callable[[PanelQuery], bool] | None = None) -> None:
+    """Fail naming every panel query that still returns no data after ``timeout`` seconds, and
+    every query ``expect_empty`` accepts that returns data."""
+    expect = expect_empty or (lambda query: False)
     deadline = time.monotonic() + timeout
-    empty = empty_panel_queries(prometheus_url, dashboards_dir, job)
-    while empty and time.monotonic() < deadline:
+    empty, filled = _unexpected_panel_results(prometheus_url, dashboards_dir, job, expect)
+    while (empty or filled) and time.monotonic() < deadline:
         time.sleep(1.0)
-        empty = empty_panel_queries(prometheus_url, dashboards_dir, job)
+        empty, filled = _unexpected_panel_results(prometheus_url, dashboards_dir, job, expect)
+    problems = []
     if empty:
         listing = "\n  ".join(str(q) for q in empty)
-        raise AssertionError(f"{len(empty)} dashboard queries return no data:\n  {listing}")
+        problems.append(f"{len(empty)} dashboard queries return no data:\n  {listing}")
+    if filled:
+        listing = "\n  ".join(str(q) for q in filled)
+        problems.append(f"{len(filled)} dashboard queries return data but should return none:\n  {listing}")
+    if problems:
+        raise AssertionError("\n".join(problems))

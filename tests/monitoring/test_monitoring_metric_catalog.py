@@ -6,9 +6,10 @@ import re
 
 from metric_catalog import load_catalog
 
-BOUNDED_LABELS = {"job", "service", "version", "topic", "partition", "reason", "outcome", "mode", "operator", "task"}
+BOUNDED_LABELS = {"job", "service", "version", "topic", "partition", "reason", "outcome", "mode", "operator", "task",
+                  "stage", "domain", "action"}
 UNIT_SUFFIXES = ("_seconds", "_bytes", "_records", "_total", "_info", "_id", "_files", "_checkpoints", "_savepoints",
-                 "_ready", "_in_progress", "_completed", "_epoch", "_running")
+                 "_timers", "_ready", "_in_progress", "_completed", "_epoch", "_running")
 
 
 def test_catalog_parses_and_names_are_unique() -> None:
@@ -28,6 +29,14 @@ def test_units_are_base_units() -> None:
         assert metric.name.endswith(UNIT_SUFFIXES), f"{metric.name} has no unit or kind suffix"
         if metric.type == "histogram":
             assert metric.name.endswith("_seconds"), metric.name
+
+
+def test_only_the_watermark_gauges_depend_on_event_time() -> None:
+    """Timer and late-record series exist at 0 in every stage worker; the watermark gauges only
+    from a stage's first watermark."""
+    conditional = {m.name: m.only_with for m in load_catalog() if m.only_with is not None}
+    assert conditional == {"tidemark_worker_watermark_timestamp_seconds": "event time",
+                           "tidemark_worker_watermark_lag_seconds": "event time"}
 
 
 def test_label_sets_are_bounded() -> None:

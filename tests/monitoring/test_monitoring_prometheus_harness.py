@@ -73,6 +73,11 @@ def test_empty_panels_are_reported_and_data_panels_pass(tmp_path: Path, scraped:
     assert [q.panel for q in empty_panel_queries(prometheus.url, probe, "access_log")] == ["triggered", "bogus"]
     with pytest.raises(AssertionError, match=r"1 dashboard queries return no data:\n  Probe / bogus \[A\]"):
         assert_every_panel_has_data(prometheus.url, probe, JOB, timeout=1.0)
+    # queries of series the scenario must not create: no data passes, data fails
+    assert_every_panel_has_data(prometheus.url, probe, JOB, timeout=1.0, expect_empty=lambda q: q.panel == "bogus")
+    with pytest.raises(AssertionError, match=r"1 dashboard queries return data but should return none:\n"
+                                             r"  Probe / triggered \[A\]"):
+        assert_every_panel_has_data(prometheus.url, probe, JOB, timeout=1.0, expect_empty=lambda q: True)
 
 
 def test_every_dashboard_query_is_valid_promql(scraped: tuple[PrometheusProcess, str]) -> None:

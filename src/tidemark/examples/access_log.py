@@ -6,12 +6,21 @@ Input records (one JSON document per Kafka record, see :mod:`tidemark.examples.g
 
 * :func:`url_counts` - single stage: key by URL, keep a ValueState counter, emit
   ``{"url", "hits"}`` on every record (the output of one URL is the sequence 1, 2, ..., n).
-* :func:`top_urls` - two stages connected by a Kafka topic: ``minute_counts`` keys by URL and
-  counts hits per (URL, minute) in a MapState, emitting ``{"minute", "url", "hits"}``;
-  ``top_urls`` keys by minute, keeps the newest count per URL in a MapState and a ValueState
-  sequence number, and emits ``{"minute", "seq", "top": [[url, hits], ...]}`` on every update.
-  The last record of a minute (``seq`` = the minute's number of input records) holds its final
-  top URLs.
+* :func:`top_urls` - an event-time tumbling window of one minute over two stages connected by a
+  Kafka topic. Event time is the record's ``ts``; watermarks allow ``max_out_of_orderness_ms``
+  of disorder and an input partition idle for ``idle_timeout_ms`` stops holding them back.
+  ``minute_counts`` keys by URL and counts hits per (URL, minute) in a MapState, emitting
+  ``{"minute", "url", "hits"}`` on every record, and drops a minute's count with an event-time
+  timer when the minute is over. ``top_urls`` keys by minute, keeps the newest count per URL in a
+  MapState and registers one event-time timer at the minute's last millisecond; when the
+  watermark passes it, ``on_timer`` emits the minute's final top URLs once,
+  ``{"minute", "top": [[url, hits], ...]}``, and clears the window. A minute is final when the
+  largest event time read reaches its end plus the out-of-orderness bound
+  (:func:`closed_minutes`). Records behind the watermark are dropped and counted.
+* :func:`ip_sessions` - processing-time timers: keys by client IP, counts requests, and after
+  ``timeout_ms`` of wall-clock time without a request from that IP emits
+  ``{"ip", "requests", "first_ts", "last_ts"}`` (the session closed) and forgets it; the timer
+  fires without any new input.
 
 Both take ``on_error`` (the stages' error policy: ``dead-letter``, ``skip`` or ``fail``).
 ``top_urls(fail_on_url=...)`` makes the first stage's function raise on records of that URL,
@@ -23,12 +32,46 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from tidemark.runtime.api import ErrorPolicy, JobSpec, KeyedProcessFunction, Stage, StateBackendKind
+from tidemark.runtime.api import (
+    ErrorPolicy,
+    EventTime,
+    JobSpec,
+    KeyedProcessFunction,
+    LateRecords,
+    Stage,
+    StateBackendKind,
+)
 from tidemark.state import MapStateDescriptor, ValueStateDescriptor
 from tidemark.types import CheckpointingMode, JobId
 
 TOP_N = 3
 MINUTE_MS = 60_000
+OUT_OF_ORDERNESS_MS = 1_000  # top_urls' defaults
+IDLE_TIMEOUT_MS = 3_000
+SESSION_TIMEOUT_MS = 5_000  # ip_sessions' default
+
+
+def event_ts(record: dict[str, Any]) -> int:
+    """The access-log record's event time."""
+    return int(record["ts"])
+
+
+def minute_of(ts: int) -> int:
+    return ts // MINUTE_MS * MINUTE_MS
+
+
+def window_end(minute: int) -> int:
+    """The last millisecond of the minute starting at ``minute`` (Flink: ``maxTimestamp``)."""
+    return minute + MINUTE_MS - 1
+
+
+def closed_minutes(largest_ts: int, max_out_of_orderness_ms: int = OUT_OF_ORDERNESS_MS) -> int:
+    """The end (exclusive) of the minutes ``top_urls`` closes once every input partition went
+    idle after the largest event time ``largest_ts``: the watermark is then
+    ``largest_ts - max_out_of_orderness_ms - 1``, and a minute closes when it reaches the
+    minute's last millisecond."""
+    watermark = largest_ts - max_out_of_orderness_ms - 1
+    return minute_of(watermark + 1)
 
 
 def _url(record: dict[str, Any]) -> str:
@@ -49,6 +92,8 @@ class CountHits(KeyedProcessFunction):
 
 
 class CountPerMinute(KeyedProcessFunction):
+    """Hits of the current URL per minute; a minute's count is dropped once the minute is over."""
+
     def __init__(self, fail_on_url: str | None = None) -> None:
         self.fail_on_url = fail_on_url
 
@@ -58,24 +103,59 @@ class CountPerMinute(KeyedProcessFunction):
     def process(self, value: Any, ctx: Any) -> None:
         if self.fail_on_url is not None and ctx.key == self.fail_on_url:
             raise RuntimeError(f"CountPerMinute was told to fail on {ctx.key!r}")
-        minute = int(value["ts"]) // MINUTE_MS * MINUTE_MS
+        minute = minute_of(ctx.timestamp_ms)
         hits = (self.per_minute.get(minute) or 0) + 1
         self.per_minute.put(minute, hits)
+        ctx.timer_service().register_event_time_timer(window_end(minute))  # the same timer for the whole minute
         ctx.emit(ctx.key, {"minute": minute, "url": ctx.key, "hits": hits})  # the next stage re-keys by minute
+
+    def on_timer(self, timestamp_ms: int, ctx: Any) -> None:
+        self.per_minute.remove(minute_of(timestamp_ms))
 
 
 class TopUrls(KeyedProcessFunction):
+    """A one-minute tumbling window (the key is the minute): the largest count per URL, emitted
+    once when the watermark passes the minute's end."""
+
     def open(self, ctx: Any) -> None:
         self.counts = ctx.get_state(MapStateDescriptor("url_hits"))
-        self.seq = ctx.get_state(ValueStateDescriptor("seq", default=0))
 
     def process(self, value: Any, ctx: Any) -> None:
         url, hits = value["url"], int(value["hits"])
         if hits > (self.counts.get(url) or 0):
             self.counts.put(url, hits)
-        seq = self.seq.value() + 1
-        self.seq.update(seq)
-        ctx.emit(ctx.key, {"minute": ctx.key, "seq": seq, "top": top_of(self.counts.items())})
+        ctx.timer_service().register_event_time_timer(window_end(ctx.key))
+
+    def on_timer(self, timestamp_ms: int, ctx: Any) -> None:
+        ctx.emit(ctx.key, {"minute": ctx.key, "top": top_of(self.counts.items())})
+        self.counts.clear()
+
+
+class IpSession(KeyedProcessFunction):
+    """Requests per client IP until it is quiet for ``timeout_ms`` of processing time."""
+
+    def __init__(self, timeout_ms: int = SESSION_TIMEOUT_MS) -> None:
+        self.timeout_ms = timeout_ms
+
+    def open(self, ctx: Any) -> None:
+        self.session = ctx.get_state(ValueStateDescriptor("session"))  # [requests, first_ts, last_ts, timer]
+
+    def process(self, value: Any, ctx: Any) -> None:
+        timers = ctx.timer_service()
+        session = self.session.value()
+        if session is None:
+            session = [0, ctx.timestamp_ms, ctx.timestamp_ms, None]
+        elif session[3] is not None:
+            timers.delete_processing_time_timer(session[3])
+        deadline = timers.current_processing_time() + self.timeout_ms
+        timers.register_processing_time_timer(deadline)
+        self.session.update([session[0] + 1, min(session[1], ctx.timestamp_ms), max(session[2], ctx.timestamp_ms),
+                             deadline])
+
+    def on_timer(self, timestamp_ms: int, ctx: Any) -> None:
+        requests, first_ts, last_ts, _ = self.session.value()
+        ctx.emit(ctx.key, {"ip": ctx.key, "requests": requests, "first_ts": first_ts, "last_ts": last_ts})
+        self.session.clear()
 
 
 def top_of(counts: Any, n: int = TOP_N) -> list[list[Any]]:
@@ -99,17 +179,44 @@ def top_urls(job_id: str = "access-log-top-urls", input_topic: str = "access-log
              channel_topic: str = "url-minute-counts", output_topic: str = "top-urls",
              parallelism: int = 2, mode: str = "EXACTLY_ONCE", state_backend: str = "heap",
              changelog: bool = False, top_urls_batch_records: int = 20_000, on_error: str = "dead-letter",
-             fail_on_url: str | None = None, workers: int = 1, top_urls_workers: int | None = None) -> JobSpec:
+             fail_on_url: str | None = None, workers: int = 1, top_urls_workers: int | None = None,
+             max_out_of_orderness_ms: int = OUT_OF_ORDERNESS_MS, idle_timeout_ms: int = IDLE_TIMEOUT_MS,
+             late_records: str = "drop", late_output: str | None = None) -> JobSpec:
     """``top_urls_batch_records`` caps the second stage's micro-batches (a slower consumer);
-    ``workers``: worker processes per stage, ``top_urls_workers`` the second stage's if different."""
+    ``workers``: worker processes per stage, ``top_urls_workers`` the second stage's if different;
+    ``late_records`` (``drop``, ``side-output`` to ``late_output``, or ``process``): the first
+    stage's records behind the watermark."""
     policy = ErrorPolicy(on_error)
+    event_time = EventTime(timestamp=event_ts, max_out_of_orderness_ms=max_out_of_orderness_ms,
+                           idle_timeout_ms=idle_timeout_ms)
     return JobSpec(
         job_id=JobId(job_id),
         stages=(
             Stage("minute_counts", (input_topic,), _url, functools.partial(CountPerMinute, fail_on_url),
-                  channel_topic, on_error=policy),
+                  channel_topic, on_error=policy, event_time=event_time, late_records=LateRecords(late_records),
+                  late_output=late_output),
             Stage("top_urls", (channel_topic,), lambda v: int(v["minute"]), TopUrls, output_topic,
                   max_records_per_batch=top_urls_batch_records, on_error=policy, workers=top_urls_workers),
         ),
         mode=CheckpointingMode(mode), parallelism=parallelism, workers=workers,
         state_backend=StateBackendKind(state_backend), changelog=changelog)
+
+
+def _ip(record: dict[str, Any]) -> str:
+    ip = record["ip"]
+    if not isinstance(ip, str) or not ip:
+        raise ValueError(f"record has no ip: {record!r}")
+    return ip
+
+
+def ip_sessions(job_id: str = "access-log-ip-sessions", input_topic: str = "access-log",
+                output_topic: str = "ip-sessions", parallelism: int = 2, mode: str = "EXACTLY_ONCE",
+                state_backend: str = "heap", timeout_ms: int = SESSION_TIMEOUT_MS, on_error: str = "dead-letter",
+                workers: int = 1) -> JobSpec:
+    """``timeout_ms``: wall-clock time without a request after which an IP's session closes."""
+    return JobSpec(
+        job_id=JobId(job_id),
+        stages=(Stage("ip_sessions", (input_topic,), _ip, functools.partial(IpSession, timeout_ms), output_topic,
+                      on_error=ErrorPolicy(on_error)),),
+        mode=CheckpointingMode(mode), parallelism=parallelism, workers=workers,
+        state_backend=StateBackendKind(state_backend))

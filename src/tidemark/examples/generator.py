@@ -18,18 +18,21 @@ from typing import Any
 from confluent_kafka import Producer
 
 from tidemark.broker.engine import tansu_selected
-from tidemark.examples.access_log import MINUTE_MS, top_of
+from tidemark.examples.access_log import MINUTE_MS, OUT_OF_ORDERNESS_MS, closed_minutes, minute_of, top_of
 from tidemark.kafka.clients import produce_waiting, producer_config
 
 URLS = tuple(f"/{section}/{item}" for section in ("shop", "cart", "blog", "api", "img") for item in range(12))
 START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 
 
-def generate(n: int, seed: int = 7, per_minute: int = 1000, malformed_every: int = 0) -> Iterator[bytes]:
+def generate(n: int, seed: int = 7, per_minute: int = 1000, malformed_every: int = 0,
+             first: int = 0) -> Iterator[bytes]:
+    """``first``: the index of the first record, so that a second part continues a first one in
+    event time (``generate(n, seed, first=n_before)``)."""
     rng = random.Random(seed)
     weights = [1.0 / (rank + 1) for rank in range(len(URLS))]
     step_ms = MINUTE_MS / per_minute
-    for i in range(n):
+    for i in range(first, first + n):
         if malformed_every and i % malformed_every == malformed_every - 1:
             yield b'{"ts": "not a number", "url": '  # truncated JSON
             continue
@@ -97,9 +100,18 @@ def expected_url_counts(records: Iterable[bytes]) -> dict[str, int]:
     return dict(Counter(r["url"] for r in _valid(records)))
 
 
-def expected_top_urls(records: Iterable[bytes]) -> dict[int, tuple[int, list[list[Any]]]]:
-    """Per minute: (number of records, final top URLs)."""
+def expected_top_urls(records: Iterable[bytes], max_out_of_orderness_ms: int = OUT_OF_ORDERNESS_MS
+                      ) -> dict[int, list[list[Any]]]:
+    """The top URLs of each minute ``top_urls`` closes once the input went idle
+    (:func:`~tidemark.examples.access_log.closed_minutes`), for records in event-time order (the
+    generator's: none is late)."""
     per_minute: dict[int, Counter[str]] = defaultdict(Counter)
+    largest = None
     for record in _valid(records):
-        per_minute[int(record["ts"]) // MINUTE_MS * MINUTE_MS][record["url"]] += 1
-    return {minute: (sum(c.values()), top_of(c.items())) for minute, c in per_minute.items()}
+        ts = int(record["ts"])
+        per_minute[minute_of(ts)][record["url"]] += 1
+        largest = ts if largest is None else max(largest, ts)
+    if largest is None:
+        return {}
+    end = closed_minutes(largest, max_out_of_orderness_ms)
+    return {minute: top_of(c.items()) for minute, c in sorted(per_minute.items()) if minute < end}

@@ -3,10 +3,9 @@
 
 * ``url_counts``: each URL's outputs are ``{"url", "hits": i}`` for i = 1..n, n its number of
   valid input records; identity ``(url, hits)``, every value checked.
-* ``top_urls``: each minute's outputs are ``{"minute", "seq": i, "top"}`` for i = 1..n, n its
-  number of valid input records; identity ``(minute, seq)``. Only the last one's ``top`` (the
-  minute's final top URLs) is checked: the ones before depend on how the first stage's updates
-  interleave.
+* ``top_urls``: one output per minute the job closes, ``{"minute", "top"}`` with the minute's
+  final top URLs (:func:`tidemark.examples.generator.expected_top_urls`); identity ``(minute,)``,
+  every value checked.
 
 :func:`example_expectation` reads the input topic to compute them; :func:`read_committed`,
 :func:`verify_url_counts` and :func:`verify_top_urls` serve tests that hold the input records
@@ -22,7 +21,7 @@ from typing import Any
 
 from tidemark.examples.generator import expected_top_urls, expected_url_counts
 from tidemark.verification.committed_reader import CommittedReader, collect, read_to_end
-from tidemark.verification.comparison import ANY_VALUE, Verdict, compare
+from tidemark.verification.comparison import Verdict, compare
 from tidemark.verification.output_check import Identify
 
 __all__ = ["EXAMPLES", "ExampleCheck", "Verdict", "example_expectation", "read_committed", "verify_top_urls",
@@ -49,9 +48,8 @@ def top_urls_expectation(records: Iterable[bytes]) -> dict[Hashable, Any]:
     return _top_urls_from(expected_top_urls(records))
 
 
-def _top_urls_from(per_minute: dict[int, tuple[int, list[list[Any]]]]) -> dict[Hashable, Any]:
-    return {(minute, i): ({"minute": minute, "seq": n, "top": top} if i == n else ANY_VALUE)
-            for minute, (n, top) in per_minute.items() for i in range(1, n + 1)}
+def _top_urls_from(per_minute: dict[int, list[list[Any]]]) -> dict[Hashable, Any]:
+    return {(minute,): {"minute": minute, "top": top} for minute, top in per_minute.items()}
 
 
 @dataclass(frozen=True)
@@ -69,7 +67,7 @@ class ExampleCheck:
 
 EXAMPLES: dict[str, ExampleCheck] = {
     "url_counts": ExampleCheck(url_counts_expectation, _field_identity("url", "hits")),
-    "top_urls": ExampleCheck(top_urls_expectation, _field_identity("minute", "seq")),
+    "top_urls": ExampleCheck(top_urls_expectation, _field_identity("minute")),
 }
 """The example jobs of :mod:`tidemark.examples.access_log`, by function name."""
 
@@ -103,6 +101,6 @@ def verify_url_counts(output: list[dict[str, Any]], expected: dict[str, int]) ->
     return _verify("url_counts", output, _url_counts_from(expected))
 
 
-def verify_top_urls(output: list[dict[str, Any]], expected: dict[int, tuple[int, list[list[Any]]]]) -> Verdict:
-    """``output`` values against per-minute counts and final tops (:func:`expected_top_urls`)."""
+def verify_top_urls(output: list[dict[str, Any]], expected: dict[int, list[list[Any]]]) -> Verdict:
+    """``output`` values against the closed minutes' final tops (:func:`expected_top_urls`)."""
     return _verify("top_urls", output, _top_urls_from(expected))

@@ -116,7 +116,7 @@ class InputFeeder:
     pause_s: float = 0.5
     partitions: int = 4
     seed: int = 7
-    per_minute: int = 1000  # records per minute of event time (tidemark.examples.generator)
+    per_minute: int = 250  # records per minute of event time (tidemark.examples.generator): a minute closes every 250
     until: Callable[[], bool] | None = None
     records: list[bytes] = field(default_factory=list)
     error: BaseException | None = None

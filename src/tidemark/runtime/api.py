@@ -41,19 +41,61 @@ from tidemark.keygroups import DEFAULT_MAX_PARALLELISM, check_max_parallelism
 from tidemark.types import CheckpointingMode, JobId, OperatorId
 
 
+NO_WATERMARK = -(2**63)
+"""The watermark before any (Flink: ``Long.MIN_VALUE``): no event time has passed yet."""
+
+
 class StateContext(Protocol):
     """What ``open`` may register: keyed state of the task's backend."""
 
     def get_state(self, descriptor: Any) -> Any: ...
 
 
+class TimerService(Protocol):
+    """The current key's timers and the task's clocks (Flink: ``TimerService``), from
+    ``ctx.timer_service()`` in ``process`` and ``on_timer``.
+
+    A timer is state: it is checkpointed with the key's other state, moves with its key group on
+    rescale, and a second registration of the same key and time is the same timer. An event-time
+    timer fires when the stage's watermark reaches its time, a processing-time timer when the wall
+    clock does (between micro-batches too, without new input); either calls ``on_timer`` with the
+    timer's key current."""
+
+    def register_event_time_timer(self, timestamp_ms: int) -> None: ...
+
+    def register_processing_time_timer(self, timestamp_ms: int) -> None: ...
+
+    def delete_event_time_timer(self, timestamp_ms: int) -> None: ...
+
+    def delete_processing_time_timer(self, timestamp_ms: int) -> None: ...
+
+    def current_watermark(self) -> int:
+        """The stage's event-time watermark (ms); :data:`NO_WATERMARK` before the first."""
+        ...
+
+    def current_processing_time(self) -> int:
+        """The wall clock (ms since the epoch)."""
+        ...
+
+
 class ProcessContext(Protocol):
-    """What ``process`` sees: the current key, the record's time and an output collector."""
+    """What ``process`` sees: the current key, the record's event time (``timestamp_ms``: the
+    stage's :class:`EventTime` extractor's, else the Kafka record's timestamp), an output
+    collector and the timer service."""
 
     key: Any
     timestamp_ms: int
 
     def emit(self, key: Any, value: Any) -> None: ...
+
+    def timer_service(self) -> TimerService: ...
+
+
+class OnTimerContext(ProcessContext, Protocol):
+    """What ``on_timer`` sees: as ``process``, with ``timestamp_ms`` the timer's time and
+    ``time_domain`` ``"event-time"`` or ``"processing-time"``."""
+
+    time_domain: str
 
 
 class KeyedProcessFunction(ABC):
@@ -65,6 +107,10 @@ class KeyedProcessFunction(ABC):
     @abstractmethod
     def process(self, value: Any, ctx: ProcessContext) -> None:
         """Handle one record of the current key; emit results with ``ctx.emit``."""
+
+    def on_timer(self, timestamp_ms: int, ctx: OnTimerContext) -> None:  # noqa: B027 - optional hook
+        """A timer of the current key fired (see :class:`TimerService`); emit like ``process``.
+        Never runs at the same time as ``process``."""
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources; state is not touched after this."""
@@ -83,6 +129,37 @@ class ErrorPolicy(str, enum.Enum):
     DEAD_LETTER = "dead-letter"  # publish it with its origin and the error, count it, go on (default)
     SKIP = "skip"  # count it (tidemark_worker_records_skipped_total) and go on
     FAIL = "fail"  # fail the attempt; the supervisor restores from the newest checkpoint
+
+
+class LateRecords(str, enum.Enum):
+    """What a stage does with a record behind its watermark (event time at or before it)."""
+
+    DROP = "drop"  # count it (tidemark_worker_late_records_total{action="dropped"}) and go on
+    SIDE_OUTPUT = "side-output"  # write it, with its origin, to the stage's late_output topic, and count it
+    PROCESS = "process"  # hand it to ``process`` like any other record
+
+
+@dataclass(frozen=True)
+class EventTime:
+    """How a source stage tells event time and makes watermarks (Flink: ``WatermarkStrategy``
+    with bounded out-of-orderness and idleness).
+
+    Each input partition's watermark is its largest event time so far minus
+    ``max_out_of_orderness_ms`` minus one; the stage's is the minimum over its partitions that
+    are not idle. A partition without records for ``idle_timeout_ms`` is idle (None: never) and
+    stops holding the watermark back; when every partition is idle the watermark is the largest
+    of theirs. Watermarks never go back, travel through channels to the next stages, and are
+    checkpointed with the stage's position."""
+
+    timestamp: Callable[[Any], int] | None = None  # event time (ms) of a decoded value; None: the Kafka timestamp
+    max_out_of_orderness_ms: int = 0
+    idle_timeout_ms: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_out_of_orderness_ms < 0:
+            raise ValueError(f"max_out_of_orderness_ms must be at least 0, got {self.max_out_of_orderness_ms}")
+        if self.idle_timeout_ms is not None and self.idle_timeout_ms <= 0:
+            raise ValueError(f"idle_timeout_ms must be positive or None, got {self.idle_timeout_ms}")
 
 
 def json_decode(key: bytes | None, value: bytes | None) -> Any:
@@ -115,7 +192,15 @@ class Stage:
     max_records_per_batch: int = 20_000  # per micro-batch of a worker (offsets with Spark's Kafka connector)
     on_error: ErrorPolicy = ErrorPolicy.DEAD_LETTER
     workers: int | None = None  # worker processes of this stage; None: the job's (JobSpec.workers)
+    event_time: EventTime | None = None  # a source stage's watermarks; a channel stage gets its upstream's
+    late_records: LateRecords = LateRecords.DROP  # records behind the watermark (only with one)
+    late_output: str | None = None  # the topic of late records, with LateRecords.SIDE_OUTPUT
     forwards_to: str | None = None  # set by runtime.physical_plan on a source stage's exchange reader
+
+    def __post_init__(self) -> None:
+        if (self.late_records is LateRecords.SIDE_OUTPUT) != (self.late_output is not None):
+            raise ValueError(f"stage {self.name}: late_output names the topic of late_records=side-output, "
+                             f"and only then (late_records={self.late_records.value}, late_output={self.late_output!r})")
 
     @property
     def operator_id(self) -> OperatorId:
@@ -163,6 +248,15 @@ class JobSpec:
             if other.output in stage.inputs and other is not stage:
                 return other
         return None
+
+    def event_time_of(self, stage: Stage) -> EventTime | None:
+        """The event time of ``stage``'s records: its own strategy if it reads the job's input,
+        else its upstream's (watermarks travel through channels)."""
+        seen: set[str] = set()
+        while (upstream := self.upstream_of(stage)) is not None and stage.name not in seen:
+            seen.add(stage.name)
+            stage = upstream
+        return stage.event_time
 
     def is_channel(self, stage: Stage) -> bool:
         """True when a later stage of this job reads ``stage``'s output."""

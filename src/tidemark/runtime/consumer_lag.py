@@ -28,8 +28,10 @@ class ConsumerLag:
         self.inputs = list(inputs)
         self._error: str | None = None
 
-    def report(self, positions: Mapping[tuple[str, int], int], reads: Sequence[tuple[str, int]] | None = None) -> None:
-        """``reads``: the partitions this worker reads (all of the inputs' by default)."""
+    def report(self, positions: Mapping[tuple[str, int], int], reads: Sequence[tuple[str, int]] | None = None
+               ) -> dict[tuple[str, int], int] | None:
+        """``reads``: the partitions this worker reads (all of the inputs' by default). Returns
+        each partition's end offset (high watermark), None when the broker did not answer."""
         try:
             marks = watermarks(self.metadata, list(reads) if reads else list_partitions(self.metadata, self.inputs))
         except Exception as exc:
@@ -38,7 +40,8 @@ class ConsumerLag:
             elif str(exc) != self._error:
                 log.warning("consumer lag not measured", job=self.job, stage=self.stage, error=str(exc))
             self._error = str(exc)
-            return
+            return None
         self._error = None
         for (topic, partition), (_, high) in marks.items():
             CONSUMER_LAG.labels(self.job, topic, str(partition)).set(max(0, high - positions.get((topic, partition), 0)))
+        return {position: high for position, (_, high) in marks.items()}

@@ -25,12 +25,40 @@ RECORDS_SKIPPED = Counter("tidemark_worker_records_skipped_total",
 RESTORE_DURATION = Gauge("tidemark_worker_restore_duration_seconds",
                          "Duration of the last state restore (restore duration)", ["job"])
 
+WATERMARK = Gauge("tidemark_worker_watermark_timestamp_seconds",
+                  "Event-time watermark of a stage worker as a Unix time (currentInputWatermark); "
+                  "absent while the stage has none", ["job", "stage"])
+WATERMARK_LAG = Gauge("tidemark_worker_watermark_lag_seconds",
+                      "Wall clock minus the stage worker's watermark (how far event time trails)", ["job", "stage"])
+TIMERS_REGISTERED = Counter("tidemark_worker_timers_registered_total",
+                            "Timers registered by the stage's function (deduplicated per key and time)",
+                            ["job", "stage", "domain"])
+TIMERS_FIRED = Counter("tidemark_worker_timers_fired_total", "Timers fired (on_timer calls)",
+                       ["job", "stage", "domain"])
+TIMERS_PENDING = Gauge("tidemark_worker_timers", "Timers registered and not fired yet, in the worker's tasks",
+                       ["job", "stage", "domain"])
+LATE_RECORDS = Counter("tidemark_worker_late_records_total",
+                       "Records behind the stage's watermark: dropped, sent to the late-data topic or processed",
+                       ["job", "stage", "action"])
+
 
 def init_worker_metrics(job: str) -> None:
     """Create the unlabelled-by-task children at zero so dashboards have data from the start."""
     for histogram in (ALIGNMENT, SNAPSHOT_SYNC, SNAPSHOT_ASYNC):
         histogram.labels(job)
     RESTORE_DURATION.labels(job).set(0)
+
+
+def init_time_metrics(job: str, stage: str) -> None:
+    """The timer and late-record series of a stage at zero (the watermark gauges appear with the
+    stage's first watermark)."""
+    for domain in ("event-time", "processing-time"):
+        TIMERS_REGISTERED.labels(job, stage, domain)
+        TIMERS_FIRED.labels(job, stage, domain)
+        TIMERS_PENDING.labels(job, stage, domain)
+    for action in ("dropped", "side-output", "processed"):
+        LATE_RECORDS.labels(job, stage, action)
+
 
 # the supervisor's, per job
 RESTARTS = Counter("tidemark_job_restarts_total", "Failovers of a job (a worker died and every stage was restored)",

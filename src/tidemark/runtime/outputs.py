@@ -3,13 +3,15 @@
 Every output has the same lifecycle, driven by the stage worker:
 
 ``recover(items, checkpoint_id)`` once after a restore (the sink's operator-state items of the
-restored checkpoint) -> per micro-batch ``write(batch)`` -> at each checkpoint of this stage
+restored checkpoint) -> per micro-batch ``write(batch, watermark)`` -> at each checkpoint of this stage
 ``pre_commit(barrier)``, whose result is snapshotted as operator state -> ``commit(id)`` /
 ``abort(id)`` when the coordinator announces the checkpoint completed / aborted -> ``close()``.
 
 * :class:`ChannelOutput` writes each micro-batch as one Kafka transaction of records tagged with
-  the writer's epoch and task, and at ``pre_commit`` a barrier per task into every partition,
-  after the checkpoint's data. Records of a failed attempt are dropped by the reading stage.
+  the writer's epoch and task (and, in a job with event time, the record's event time), then,
+  when the writer's watermark moved, a watermark record per task into every partition; at
+  ``pre_commit`` a barrier per task into every partition, after the checkpoint's data. Records of
+  a failed attempt are dropped by the reading stage.
 * :class:`TwoPhaseCommitOutput` (exactly-once) keeps results in a write-ahead buffer that is part
   of the checkpoint (pre-commit), and on the completed notification writes every buffer up to
   that checkpoint in one Kafka transaction together with one commit marker per task it commits
@@ -33,7 +35,7 @@ from __future__ import annotations
 import json
 import struct
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -55,16 +57,20 @@ from tidemark.kafka.transactions import init_transactions, run_transaction
 from tidemark.protocol import codec
 from tidemark.protocol.messages import Barrier
 from tidemark.runtime.faults import FAULTS
-from tidemark.runtime.records import barrier_headers, channel_headers
+from tidemark.runtime.routing import ChannelPartitioner
+from tidemark.runtime.records import EVENT_TIME_HEADER, barrier_headers, channel_headers, watermark_headers
+from tidemark.runtime.watermarks import WatermarkStatus
 from tidemark.types import CheckpointId, Epoch, JobId, OperatorId, TaskId, parse_task_id
 
 _TIMEOUT_S = 30.0
 
-OutputRecord = tuple[bytes | None, bytes]
-"""(key, value) as written to Kafka."""
-RoutedRecord = tuple[bytes | None, bytes, int]
-"""(key, value, partition): a record whose channel partition is already known (an exchange
-reader's, :mod:`tidemark.runtime.physical_plan`)."""
+OutputRecord = tuple[bytes | None, bytes, int]
+"""(key, value, event time in ms) as a function emitted it."""
+RoutedRecord = tuple[bytes | None, bytes, int, int]
+"""(key, value, event time, partition): a record whose channel partition is already known (an
+exchange reader's, :mod:`tidemark.runtime.physical_plan`)."""
+SinkRecord = tuple[bytes | None, bytes]
+"""(key, value) as the job's output topic gets it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +85,7 @@ class PendingBuffer:
 
     task: TaskId
     checkpoint_id: CheckpointId
-    records: tuple[OutputRecord, ...]
+    records: tuple[SinkRecord, ...]
 
     _MAGIC = b"TMP2"
     _MAGIC_V1 = b"TMPB"
@@ -111,7 +117,7 @@ class PendingBuffer:
         return cls(TaskId(head["task"]), CheckpointId(head["checkpoint_id"]), records)
 
     @staticmethod
-    def _records(data: bytes, pos: int, n: int) -> tuple[OutputRecord, ...]:
+    def _records(data: bytes, pos: int, n: int) -> tuple[SinkRecord, ...]:
         lengths = struct.unpack_from(f"<{2 * n}i", data, pos)
         key_lengths, value_lengths = lengths[:n], lengths[n:]
         pos += 8 * n
@@ -128,7 +134,7 @@ class PendingBuffer:
         return tuple(zip(keys, values))
 
     @classmethod
-    def _records_v1(cls, data: bytes, pos: int, n: int) -> tuple[OutputRecord, ...]:
+    def _records_v1(cls, data: bytes, pos: int, n: int) -> tuple[SinkRecord, ...]:
         view = memoryview(data)
 
         def take(size: int) -> bytes:
@@ -139,7 +145,7 @@ class PendingBuffer:
             pos += size
             return chunk
 
-        records: list[OutputRecord] = []
+        records: list[SinkRecord] = []
         for _ in range(n):
             klen = cls._LEN.unpack(take(4))[0]
             key = None if klen < 0 else take(klen)
@@ -154,7 +160,9 @@ class StageOutput(Protocol):
 
     def recover(self, items: Sequence[bytes], checkpoint_id: CheckpointId) -> None: ...
 
-    def write(self, batch: Mapping[TaskId, list[OutputRecord]]) -> None: ...
+    def write(self, batch: Mapping[TaskId, list[OutputRecord]], watermark: WatermarkStatus | None = None) -> None:
+        """``watermark``: the writer's, when it moved (only a channel passes it on)."""
+        ...
 
     def pre_commit(self, barriers: Mapping[TaskId, Barrier]) -> dict[TaskId, list[bytes]]: ...
 
@@ -176,14 +184,22 @@ def _produce(producer: Producer, topic: str, key: bytes | None, value: bytes,
 
 
 class ChannelOutput:
-    """Transactional micro-batches of epoch-tagged records, then barriers (see module docstring)."""
+    """Transactional micro-batches of epoch-tagged records, then barriers (see module docstring).
+
+    ``tasks``: the writer's (each writes the watermark into every partition); ``event_time``: the
+    job has event time, so each record carries its own in the ``tidemark-event-time`` header (not
+    as the Kafka timestamp: the topic's time-based retention and segment rolling would act on old
+    event times)."""
 
     def __init__(self, client: dict[str, Any], topic: str, partitions: int, transactional_id: str,
-                 epoch: Epoch, partitioner: Callable[[bytes | None, bytes], int] | None = None) -> None:
+                 epoch: Epoch, partitioner: ChannelPartitioner | None = None, *,
+                 tasks: Sequence[TaskId] = (), event_time: bool = False) -> None:
         self.topic = topic
         self.partitions = partitions
         self.epoch = epoch
         self.partitioner = partitioner
+        self.tasks = tuple(tasks)
+        self.event_time = event_time
         self.records_out = 0
         self._producer = Producer(producer_config(client, transactional_id))
         self._wait = broker_wait(client)
@@ -192,18 +208,25 @@ class ChannelOutput:
     def recover(self, items: Sequence[bytes], checkpoint_id: CheckpointId) -> None:
         """Nothing to do: ``init_transactions`` fenced the previous attempt."""
 
-    def write(self, batch: Mapping[TaskId, list[OutputRecord]]) -> None:
-        if not any(batch.values()):
+    def write(self, batch: Mapping[TaskId, list[OutputRecord]], watermark: WatermarkStatus | None = None) -> None:
+        if not any(batch.values()) and watermark is None:
             return
 
         def records() -> None:
             for task, records in batch.items():
                 headers = channel_headers(self.epoch, task)
-                if self.partitioner is None:  # the one-worker reader's case: the producer partitions
-                    produce_all(self._producer, self.topic, records, headers)  # type: ignore[arg-type]
+                if self.partitioner is None and not self.event_time:  # the producer partitions
+                    produce_all(self._producer, self.topic, (r[:2] for r in records), headers)
                     continue
                 for record in records:
-                    _produce(self._producer, self.topic, record[0], record[1], headers, self._partition(record))
+                    _produce(self._producer, self.topic, record[0], record[1],
+                             [*headers, (EVENT_TIME_HEADER, str(record[2]).encode())] if self.event_time else headers,
+                             self._partition(record))
+            if watermark is not None:
+                for task in self.tasks:
+                    headers = watermark_headers(self.epoch, task, watermark)
+                    for partition in range(self.partitions):
+                        _produce(self._producer, self.topic, None, headers[-1][1], headers, partition)
 
         run_transaction(self._producer, records, self._wait, f"write to {self.topic}", _TIMEOUT_S)
         self.records_out += sum(len(records) for records in batch.values())
@@ -215,8 +238,8 @@ class ChannelOutput:
         producer's default partitioner when the reading stage has one worker."""
         if self.partitioner is None:
             return None
-        if len(record) == 3:  # routed records exist only with a partitioner (an exchange reader's)
-            return record[2]  # type: ignore[misc]
+        if len(record) == 4:  # routed records exist only with a partitioner (an exchange reader's)
+            return record[3]  # type: ignore[misc]
         try:
             return self.partitioner(record[0], record[1])
         except Exception:
@@ -254,7 +277,7 @@ class TwoPhaseCommitOutput:
         self.transactional_id = transactional_id
         self.records_out = 0
         self.commits = 0
-        self._open: dict[TaskId, list[OutputRecord]] = {}
+        self._open: dict[TaskId, list[SinkRecord]] = {}
         self._sealed: list[PendingBuffer] = []
         ensure_marker_topic(client, marker_topic)
         self._marker_partitions = marker_partition_count(client, marker_topic)
@@ -280,10 +303,10 @@ class TwoPhaseCommitOutput:
         self._sealed = uncommitted_buffers(buffers.values(), commits)
         self.commit(checkpoint_id)
 
-    def write(self, batch: Mapping[TaskId, list[OutputRecord]]) -> None:
+    def write(self, batch: Mapping[TaskId, list[OutputRecord]], watermark: WatermarkStatus | None = None) -> None:
         for task, records in batch.items():
             if records:
-                self._open.setdefault(task, []).extend(records)
+                self._open.setdefault(task, []).extend(r[:2] for r in records)
 
     def pre_commit(self, barriers: Mapping[TaskId, Barrier]) -> dict[TaskId, list[bytes]]:
         for task, barrier in barriers.items():
@@ -358,9 +381,9 @@ class AtLeastOnceOutput:
     def recover(self, items: Sequence[bytes], checkpoint_id: CheckpointId) -> None:
         """Nothing is buffered in at-least-once mode."""
 
-    def write(self, batch: Mapping[TaskId, list[OutputRecord]]) -> None:
+    def write(self, batch: Mapping[TaskId, list[OutputRecord]], watermark: WatermarkStatus | None = None) -> None:
         for records in batch.values():
-            produce_all(self._producer, self.topic, records)
+            produce_all(self._producer, self.topic, (r[:2] for r in records))
             self.records_out += len(records)
         self._producer.poll(0)
 

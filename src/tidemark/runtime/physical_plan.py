@@ -73,7 +73,8 @@ def physical_job(spec: JobSpec, workers: Mapping[str, int], exchange_topic: Call
             readers = workers.get(name, count)
             stages.append(Stage(name, stage.inputs, key_by=_raw, function=_Forward,
                                 output=exchange, decode=_raw, max_records_per_batch=stage.max_records_per_batch,
-                                on_error=stage.on_error, workers=readers, forwards_to=stage.name))
+                                on_error=stage.on_error, workers=readers, event_time=stage.event_time,
+                                forwards_to=stage.name))
             stage = dataclasses.replace(stage, inputs=(exchange,))
         stages.append(dataclasses.replace(stage, workers=count))
     return dataclasses.replace(spec, stages=tuple(stages))

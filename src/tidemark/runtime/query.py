@@ -138,7 +138,7 @@ def _run_query(worker: StageWorker, attempt: Attempt, spark: Any, source: StageS
                 raise QueryFailed(f"stage {worker.stage.name} query stopped: {query.exception()}")
             time.sleep(0.1)
             with worker.lock:
-                worker.handle_control()
+                worker.on_tick()  # processing-time timers, idle partitions, the control plane
             if time.monotonic() - last_lag > LAG_EVERY_S:
                 worker.report_lag()
                 last_lag = time.monotonic()

@@ -3,12 +3,16 @@
 A *channel* topic connects two stages of one job. Every record written to it carries
 ``tidemark-epoch`` (the writer's attempt) and ``tidemark-task`` (the writing task); after the data
 of a checkpoint, the writing task appends one barrier record per partition whose
-``tidemark-barrier`` header holds the encoded :class:`~tidemark.protocol.messages.Barrier`.
-Records of other topics (the job's inputs) carry none of these.
+``tidemark-barrier`` header holds the encoded :class:`~tidemark.protocol.messages.Barrier`, and
+when its watermark moves it appends one watermark record per partition whose
+``tidemark-watermark`` header holds the watermark in decimal, followed by ``;idle`` when it comes
+from idle inputs only (:mod:`tidemark.runtime.watermarks`). Records of other topics (the job's
+inputs) carry none of these.
 
 Tidemark's headers are validated wherever they are read, on input topics and on channels: an
 epoch must be a decimal integer, a task id non-empty UTF-8 of at most 256 bytes, a barrier an
-encoded ``Barrier``, and each may appear once. A record that breaks a rule is not interpreted
+encoded ``Barrier``, a watermark a decimal integer (optionally negative, ``;idle`` after it), and
+each may appear once. A record that breaks a rule is not interpreted
 at all: it carries ``header_error`` and the stage hands it to its error policy
 (:mod:`tidemark.runtime.record_errors`) instead of processing it.
 """
@@ -25,11 +29,15 @@ import pyarrow.compute as pc
 from tidemark.protocol import codec
 from tidemark.protocol.errors import DecodeError
 from tidemark.protocol.messages import BARRIER_HEADER, Barrier
+from tidemark.runtime.watermarks import WatermarkStatus
 from tidemark.types import Epoch, TaskId
 
 EPOCH_HEADER = "tidemark-epoch"
 TASK_HEADER = "tidemark-task"
-RUNTIME_HEADERS = (EPOCH_HEADER, TASK_HEADER, BARRIER_HEADER)
+WATERMARK_HEADER = "tidemark-watermark"
+EVENT_TIME_HEADER = "tidemark-event-time"
+RUNTIME_HEADERS = (EPOCH_HEADER, TASK_HEADER, BARRIER_HEADER, WATERMARK_HEADER, EVENT_TIME_HEADER)
+_IDLE = b";idle"
 _MAX_TASK_ID_BYTES = 256
 
 
@@ -46,6 +54,8 @@ class InputRecord:
     epoch: Epoch | None = None  # channel records only
     task: TaskId | None = None  # channel records only
     barrier: Barrier | None = None  # set on barrier records
+    watermark: WatermarkStatus | None = None  # set on watermark records
+    event_time_ms: int | None = None  # a channel record's event time (jobs with event time)
     header_error: str | None = None  # a Tidemark header is malformed: the record is not processed
     headers: Any = None  # the raw headers (``[{"key", "value"}]``), kept for dead letters
 
@@ -63,6 +73,15 @@ def channel_headers(epoch: Epoch, task: TaskId) -> list[tuple[str, bytes]]:
 
 def barrier_headers(barrier: Barrier) -> list[tuple[str, bytes]]:
     return [*channel_headers(barrier.epoch, barrier.upstream_task), (BARRIER_HEADER, codec.encode(barrier))]
+
+
+def watermark_value(status: WatermarkStatus) -> bytes:
+    """The ``tidemark-watermark`` header (and value) of a watermark record."""
+    return str(status.watermark).encode() + (_IDLE if status.idle else b"")
+
+
+def watermark_headers(epoch: Epoch, task: TaskId, status: WatermarkStatus) -> list[tuple[str, bytes]]:
+    return [*channel_headers(epoch, task), (WATERMARK_HEADER, watermark_value(status))]
 
 
 def records_of(table: pa.Table | pa.RecordBatch) -> Iterator[InputRecord]:
@@ -85,18 +104,18 @@ def records_of(table: pa.Table | pa.RecordBatch) -> Iterator[InputRecord]:
     all_headers = header_column.to_pylist() if has_headers else [None] * n
     for i in range(n):
         headers = all_headers[i]
-        epoch = task = barrier = error = None
+        epoch = task = barrier = watermark = event_time = error = None
         if headers:
             try:
-                epoch, task, barrier = tidemark_headers(headers)
+                epoch, task, barrier, watermark, event_time = tidemark_headers(headers)
             except HeaderError as exc:
                 error = str(exc)
         stamp = stamps[i]
         yield InputRecord(
             topic=topics[i], partition=partitions[i], offset=offsets[i],
             timestamp_ms=stamp // 1000 if stamp is not None else 0,
-            key=keys[i], value=values[i], epoch=epoch, task=task, barrier=barrier,
-            header_error=error, headers=headers,
+            key=keys[i], value=values[i], epoch=epoch, task=task, barrier=barrier, watermark=watermark,
+            event_time_ms=event_time, header_error=error, headers=headers,
         )
 
 
@@ -104,9 +123,11 @@ class HeaderError(ValueError):
     """A Tidemark header of a record is malformed (see the module docstring)."""
 
 
-def tidemark_headers(headers: list[dict[str, Any]]) -> tuple[Epoch | None, TaskId | None, Barrier | None]:
-    """The epoch, task and barrier a record's headers carry; ``HeaderError`` if one is malformed."""
-    epoch = task = barrier = None
+def tidemark_headers(headers: list[dict[str, Any]]) -> tuple[
+        Epoch | None, TaskId | None, Barrier | None, WatermarkStatus | None, int | None]:
+    """The epoch, task, barrier, watermark and event time a record's headers carry;
+    ``HeaderError`` if one is malformed."""
+    epoch = task = barrier = watermark = event_time = None
     seen: set[str] = set()
     for header in headers:
         name, raw = header["key"], header["value"]
@@ -129,6 +150,10 @@ def tidemark_headers(headers: list[dict[str, Any]]) -> tuple[Epoch | None, TaskI
             if not text or len(raw) > _MAX_TASK_ID_BYTES or not text.isprintable():
                 raise HeaderError(f"header {name} is not a task id: {bytes(raw[:40])!r}")
             task = TaskId(text)
+        elif name == WATERMARK_HEADER:
+            watermark = _watermark(bytes(raw))
+        elif name == EVENT_TIME_HEADER:
+            event_time = _milliseconds(name, bytes(raw))
         else:
             try:
                 message: Any = codec.decode(raw)
@@ -137,4 +162,22 @@ def tidemark_headers(headers: list[dict[str, Any]]) -> tuple[Epoch | None, TaskI
             if not isinstance(message, Barrier):
                 raise HeaderError(f"header {name} holds a {type(message).__name__}, not a Barrier")
             barrier = message
-    return epoch, task, barrier
+    if barrier is not None and watermark is not None:
+        raise HeaderError(f"a record cannot be both a barrier and a watermark ({WATERMARK_HEADER})")
+    return epoch, task, barrier, watermark, event_time
+
+
+def _watermark(raw: bytes) -> WatermarkStatus:
+    idle = raw.endswith(_IDLE)
+    return WatermarkStatus(_milliseconds(WATERMARK_HEADER, raw[:-len(_IDLE)] if idle else raw), idle)
+
+
+def _milliseconds(name: str, raw: bytes) -> int:
+    """A signed 64-bit decimal."""
+    number = raw[1:] if raw.startswith(b"-") else raw
+    if not (0 < len(number) <= 19 and number.isdigit() and number.isascii()):
+        raise HeaderError(f"header {name} is not a time in ms: {raw[:40]!r}")
+    value = int(raw)
+    if not -(2**63) <= value < 2**63:
+        raise HeaderError(f"header {name} is out of range: {raw[:40]!r}")
+    return value

@@ -52,5 +52,13 @@ class ChannelPartitioner:
         self.partitions = partitions
 
     def __call__(self, key: bytes | None, value: bytes | None) -> int:
-        group = assign_to_key_group(self._key_by(self._decode(key, value)), self.max_parallelism)
+        return self.of_value(self._decode(key, value))
+
+    def decode(self, key: bytes | None, value: bytes | None) -> Any:
+        """A written record as the reading stage decodes it."""
+        return self._decode(key, value)
+
+    def of_value(self, value: Any) -> int:
+        """The partition of a decoded value."""
+        group = assign_to_key_group(self._key_by(value), self.max_parallelism)
         return channel_partition(group, self.max_parallelism, self.partitions)

@@ -23,7 +23,7 @@ from tidemark.runtime.control import ControlPlane
 from tidemark.runtime.faults import FAULTS
 from tidemark.runtime.metrics import ALIGNMENT, SNAPSHOT_ASYNC, SNAPSHOT_SYNC
 from tidemark.runtime.outputs import StageOutput
-from tidemark.runtime.task import CUT_STATE, SINK_STATE, StageTask
+from tidemark.runtime.task import CUT_STATE, SINK_STATE, WATERMARK_STATE, StageTask
 from tidemark.chassis.logs import get_logger
 from tidemark.storage.base import CheckpointStorage
 from tidemark.storage.scoped import SnapshotStorage
@@ -47,9 +47,10 @@ class StageCheckpointer:
     control: ControlPlane
 
     def checkpoint(self, checkpoint_id: CheckpointId, kind: CheckpointType, positions: Mapping[tuple[str, int], int],
-                   aligned: Aligned | None, target: str | None = None) -> None:
+                   aligned: Aligned | None, target: str | None = None, watermarks: bytes | None = None) -> None:
         """``positions``: the source stage's positions (ignored when ``aligned`` gives the cut);
-        ``target``: where a savepoint goes (else the checkpoint's own folder)."""
+        ``target``: where a savepoint goes (else the checkpoint's own folder); ``watermarks``:
+        the worker's, as of the checkpoint (runtime.watermarks)."""
         started = time.monotonic()
         emitted = now_ms()
         barriers = {t.task_id: Barrier(self.job, checkpoint_id, kind, self.mode, t.task_id, emitted, self.epoch)
@@ -58,7 +59,8 @@ class StageCheckpointer:
         storage = SnapshotStorage(self.storage, target or checkpoint_dir(self.job, checkpoint_id, kind),
                                   shared_dir(self.job))
         snapshots = self._snapshot(checkpoint_id, kind, storage, items,
-                                   aligned.resume_offsets() if aligned is not None else dict(positions), aligned)
+                                   aligned.resume_offsets() if aligned is not None else dict(positions), aligned,
+                                   [watermarks] if watermarks is not None else [])
         sync_s = time.monotonic() - started
         FAULTS.hit("after-snapshot")
         alignment_ms = aligned.alignment_ms if aligned is not None else 0
@@ -76,9 +78,10 @@ class StageCheckpointer:
 
     def _snapshot(self, checkpoint_id: CheckpointId, kind: CheckpointType, storage: SnapshotStorage,
                   sink_items: Mapping[str, list[bytes]], positions: Mapping[tuple[str, int], int],
-                  aligned: Aligned | None) -> list[TaskSnapshot]:
-        """Each task's state; the worker's channel cut goes with its first task (union state: every
-        task sees it after a restore), its source partitions are dealt round-robin to its tasks."""
+                  aligned: Aligned | None, watermark_items: list[bytes]) -> list[TaskSnapshot]:
+        """Each task's state; the worker's channel cut and watermarks go with its first task (union
+        state: every task sees them after a restore), its source partitions are dealt round-robin
+        to its tasks."""
         cut_items = [json.dumps({"topic": t, "partition": p, "task": task, "offset": o}).encode()
                      for (t, p, task), o in sorted(aligned.cut.items())] if aligned is not None else []
         ordered = sorted(positions.items())
@@ -86,7 +89,8 @@ class StageCheckpointer:
         for position, task in enumerate(self.tasks):
             index = task.assignment.subtask_index
             keyed, operator = task.snapshot(checkpoint_id, storage, canonical=kind.is_savepoint, operator_items={
-                SINK_STATE: sink_items.get(task.task_id, []), CUT_STATE: cut_items if position == 0 else []})
+                SINK_STATE: sink_items.get(task.task_id, []), CUT_STATE: cut_items if position == 0 else [],
+                WATERMARK_STATE: watermark_items if position == 0 else []})
             offsets = tuple(SourceOffset(t, p, o) for (t, p), o in ordered[position::len(self.tasks)])
             snapshots.append(TaskSnapshot(
                 task.task_id, self.operator_id, index, task.assignment.key_group_start,

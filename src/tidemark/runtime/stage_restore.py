@@ -7,7 +7,7 @@ tasks' keyed snapshots that overlap its key groups, whatever backend or mode wro
 operator state by its mode, and the source positions of the partitions the worker reads,
 whichever old tasks held them. What the stage needs besides the tasks' state comes back as a
 :class:`RestoredStage`: the source positions, the pending write-ahead buffers of the sink and the
-channel cut.
+channel cut and the watermarks.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from tidemark.protocol.messages import CheckpointMetadata, StateHandleKind
 from tidemark.runtime.alignment import Channel
 from tidemark.runtime.outputs import PendingBuffer
 from tidemark.runtime.stage_tasks import key_group_range
-from tidemark.runtime.task import CUT_STATE, SINK_STATE, StageTask
+from tidemark.runtime.task import CUT_STATE, SINK_STATE, WATERMARK_STATE, StageTask
 from tidemark.state import KeyedSnapshot
 from tidemark.storage.base import CheckpointStorage
 from tidemark.types import OperatorId, TaskId
@@ -36,6 +36,7 @@ class RestoredStage:
     positions: dict[tuple[str, int], int] = field(default_factory=dict)
     sink_items: list[bytes] = field(default_factory=list)
     cut: dict[Channel, int] = field(default_factory=dict)
+    watermark_items: list[bytes] = field(default_factory=list)  # every old worker's (runtime.watermarks)
     rebased: list[TaskId] = field(default_factory=list)
 
 
@@ -62,6 +63,7 @@ def restore_stage(metadata: CheckpointMetadata, operator_id: OperatorId, tasks: 
         if task.backend.rebased:
             restored.rebased.append(task.task_id)
         sink_items.update(dict.fromkeys(task.restored_items(SINK_STATE)))
+        restored.watermark_items.extend(task.restored_items(WATERMARK_STATE))
         for item in task.restored_items(CUT_STATE):
             doc: dict[str, Any] = json.loads(item)
             if (doc["topic"], doc["partition"]) in reads:

@@ -21,7 +21,7 @@ from tidemark.keygroups import KeyGroupRange
 from tidemark.materializer.storage import SharedFilesView, materialization_prefix
 from tidemark.protocol.messages import TaskAssignment, TaskSnapshot
 from tidemark.runtime.api import JobSpec, Stage
-from tidemark.runtime.task import StageTask
+from tidemark.runtime.task import StageTask, StageTime
 from tidemark.state.changelog import ChangelogWiring
 from tidemark.state.backend_registry import BackendContext, create_backend
 from tidemark.storage.base import CheckpointStorage
@@ -41,8 +41,10 @@ class ChangelogTarget:
 
 
 def build_stage_tasks(spec: JobSpec, stage: Stage, parallelism: int, local_dir: Path,
-                      changelog: ChangelogTarget | None, subtasks: range | None = None) -> list[StageTask]:
-    """The tasks of ``subtasks`` (the worker's own, :mod:`tidemark.runtime.ownership`; all by default)."""
+                      changelog: ChangelogTarget | None, subtasks: range | None = None,
+                      time: StageTime | None = None) -> list[StageTask]:
+    """The tasks of ``subtasks`` (the worker's own, :mod:`tidemark.runtime.ownership`; all by
+    default), sharing ``time`` (the worker's watermark and clock)."""
     reader = (ChangelogReader(changelog.client, partitions=changelog.partitions,
                               max_parallelism=spec.max_parallelism) if changelog is not None else None)
     tasks = []
@@ -56,7 +58,7 @@ def build_stage_tasks(spec: JobSpec, stage: Stage, parallelism: int, local_dir: 
             wirings = (_changelog_wiring(changelog, reader, spec.job_id, assignment.task_id,
                                          spec.max_parallelism),)
         backend = create_backend(spec.state_backend.value, context, *wirings)
-        tasks.append(StageTask(stage, assignment, parallelism, backend))
+        tasks.append(StageTask(stage, assignment, parallelism, backend, time))
     return tasks
 
 

@@ -1,21 +1,31 @@
 """One parallel task of a stage: a key-group range, its keyed state and the user function.
 
 Lifecycle: ``StageTask(...)`` -> ``restore(...)`` at most once -> ``open()`` -> ``process(...)``
-per record routed here -> ``snapshot(...)`` at each checkpoint -> ``close()``. A task never
-sees a key outside its key groups (the router guarantees it; the backend checks it).
+per record routed here, ``fire(domain, time)`` whenever the stage's watermark or the wall clock
+moves -> ``snapshot(...)`` at each checkpoint -> ``close()``. A task never sees a key outside its
+key groups (the router guarantees it; the backend checks it).
+
+Timers (:class:`~tidemark.runtime.api.TimerService`) are the task's keyed state
+(:class:`tidemark.state.timers.TimerService`): ``fire`` pops each due one with its key current
+and calls the function's ``on_timer``; what it emits goes to the same output as what ``process``
+emits. The stage's watermark and clock come from :class:`StageTime`, shared by the worker's tasks.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from tidemark.keygroups import KeyGroupRange
 from tidemark.protocol.messages import MaterializationEvent, StateHandle, TaskAssignment
-from tidemark.runtime.api import KeyedProcessFunction, Stage
+from tidemark.clock import now_ms
+from tidemark.runtime.api import NO_WATERMARK, KeyedProcessFunction, Stage
+from tidemark.runtime.faults import FAULTS
 from tidemark.runtime.outputs import OutputRecord
 from tidemark.state import KeyedSnapshot, KeyedStateBackend, ListStateDescriptor, OperatorStateBackend
+from tidemark.state.timers import TimeDomain, Timer, TimerService
 from tidemark.storage.base import CheckpointStorage
 from tidemark.types import CheckpointId, TaskId
 
@@ -23,29 +33,83 @@ SINK_STATE = ListStateDescriptor("tidemark_sink_pending")
 """Union list state: the write-ahead buffers of the task's output (see runtime.outputs)."""
 CUT_STATE = ListStateDescriptor("tidemark_channel_cut")
 """Union list state: where the stage's channel input was cut (see runtime.alignment)."""
+WATERMARK_STATE = ListStateDescriptor("tidemark_watermarks")
+"""Union list state: the worker's watermarks at the checkpoint (see runtime.watermarks)."""
+
+
+@dataclass
+class StageTime:
+    """The clocks a worker's tasks share: the stage's watermark (the worker moves it) and the
+    wall clock; and the timers registered and fired since the worker last counted them."""
+
+    watermark: int = NO_WATERMARK
+    clock: Callable[[], int] = now_ms
+    registered: Counter[TimeDomain] = field(default_factory=Counter)
+    fired: Counter[TimeDomain] = field(default_factory=Counter)
+
+
+class _Timers:
+    """The ``TimerService`` a function sees: its task's timers of the current key."""
+
+    __slots__ = ("_service", "_time")
+
+    def __init__(self, service: TimerService, time: StageTime) -> None:
+        self._service = service
+        self._time = time
+
+    def _register(self, domain: TimeDomain, timestamp_ms: int) -> None:
+        before = self._service.count(domain)
+        self._service.register(domain, timestamp_ms)
+        self._time.registered[domain] += self._service.count(domain) - before
+
+    def register_event_time_timer(self, timestamp_ms: int) -> None:
+        self._register(TimeDomain.EVENT_TIME, timestamp_ms)
+
+    def register_processing_time_timer(self, timestamp_ms: int) -> None:
+        self._register(TimeDomain.PROCESSING_TIME, timestamp_ms)
+
+    def delete_event_time_timer(self, timestamp_ms: int) -> None:
+        self._service.delete(TimeDomain.EVENT_TIME, timestamp_ms)
+
+    def delete_processing_time_timer(self, timestamp_ms: int) -> None:
+        self._service.delete(TimeDomain.PROCESSING_TIME, timestamp_ms)
+
+    def current_watermark(self) -> int:
+        return self._time.watermark
+
+    def current_processing_time(self) -> int:
+        return self._time.clock()
 
 
 @dataclass
 class _Context:
-    """The ``StateContext`` and ``ProcessContext`` a function sees."""
+    """The ``StateContext``, ``ProcessContext`` and ``OnTimerContext`` a function sees."""
 
     backend: KeyedStateBackend
     out: list[OutputRecord] = field(default_factory=list)
     stage: Stage | None = None
     key: Any = None
     timestamp_ms: int = 0
+    time_domain: str | None = None  # in on_timer only
+    timers: _Timers | None = None
 
     def get_state(self, descriptor: Any) -> Any:
         return self.backend.get_state(descriptor)
 
     def emit(self, key: Any, value: Any) -> None:
         assert self.stage is not None
-        self.out.append((None if key is None else self.stage.encode_key(key), self.stage.encode_value(value)))
+        self.out.append((None if key is None else self.stage.encode_key(key), self.stage.encode_value(value),
+                         self.timestamp_ms))
+
+    def timer_service(self) -> _Timers:
+        if self.timers is None:
+            raise RuntimeError("timers are there in process and on_timer, not in open")
+        return self.timers
 
 
 class StageTask:
     def __init__(self, stage: Stage, assignment: TaskAssignment, parallelism: int,
-                 backend: KeyedStateBackend) -> None:
+                 backend: KeyedStateBackend, time: StageTime | None = None) -> None:
         self.stage = stage
         self.assignment = assignment
         self.task_id: TaskId = assignment.task_id
@@ -54,6 +118,8 @@ class StageTask:
                                                    parallelism=parallelism)
         self.function: KeyedProcessFunction = stage.function()
         self._ctx = _Context(backend, stage=stage)
+        self.time = time or StageTime()
+        self.timers: TimerService | None = None  # from open(): after the restore
         self.records_in = 0  # records processed since the worker last counted them
 
     @property
@@ -73,15 +139,46 @@ class StageTask:
         return list(self.operator_state.get_union_list_state(descriptor).get())
 
     def open(self) -> None:
+        self.timers = TimerService(self.backend)
         self.function.open(self._ctx)
+        self._ctx.timers = _Timers(self.timers, self.time)
 
     def process(self, key: Any, value: Any, timestamp_ms: int) -> list[OutputRecord]:
         ctx = self._ctx
         self.backend.set_current_key(key)
-        ctx.key, ctx.timestamp_ms, ctx.out = key, timestamp_ms, []
+        ctx.key, ctx.timestamp_ms, ctx.time_domain, ctx.out = key, timestamp_ms, None, []
         self.function.process(value, ctx)
         self.records_in += 1
         return ctx.out
+
+    def due(self, domain: TimeDomain, time: int) -> bool:
+        """True when a timer of ``domain`` is due at ``time``."""
+        assert self.timers is not None
+        upcoming = self.timers.next_timestamp(domain)
+        return upcoming is not None and upcoming <= time
+
+    def fire(self, domain: TimeDomain, time: int,
+             failed: Callable[[Timer, Exception], None]) -> list[OutputRecord]:
+        """Call ``on_timer`` for every timer of ``domain`` due at ``time``, in time order, each
+        with its key current and already removed from state; returns what they emitted. A timer
+        whose ``on_timer`` raises goes to ``failed`` (the stage's error policy) and emits nothing."""
+        assert self.timers is not None
+        ctx = self._ctx
+        out: list[OutputRecord] = []
+        for timer in self.timers.pop_due(domain, time):
+            ctx.key, ctx.timestamp_ms, ctx.time_domain, ctx.out = timer.key, timer.timestamp, domain.value, []
+            try:
+                self.function.on_timer(timer.timestamp, ctx)
+            except Exception as exc:
+                failed(timer, exc)
+            else:
+                out.extend(ctx.out)
+            self.time.fired[domain] += 1
+            FAULTS.hit("during-timer-firing")
+        return out
+
+    def pending_timers(self, domain: TimeDomain) -> int:
+        return self.timers.count(domain) if self.timers is not None else 0
 
     def snapshot(self, checkpoint_id: CheckpointId, storage: CheckpointStorage, *, canonical: bool,
                  operator_items: dict[ListStateDescriptor, list[bytes]]

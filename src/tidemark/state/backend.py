@@ -11,7 +11,8 @@ notifying them.
 
 Every backend takes and returns the same :class:`KeyedSnapshot`; an argument a backend does not
 need is accepted and ignored, as each implementation documents. The implementations are
-registered by name in :mod:`tidemark.state.backend_registry`.
+registered by name in :mod:`tidemark.state.backend_registry`. Besides states, a backend keeps
+timer queues (``timer_queue``), snapshotted, restored and replayed with the states.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from tidemark.protocol.messages import (
 )
 from tidemark.state.descriptors import StateDescriptor
 from tidemark.state.table import ChangeListener, KeyedStateChange
+from tidemark.state.timer_queue import TimerQueue
 from tidemark.storage.base import CheckpointStorage
 from tidemark.types import CheckpointId, KeyGroup, OperatorId, TaskId
 
@@ -113,6 +115,11 @@ class KeyedStateBackend(ABC):
 
     @abstractmethod
     def registered_states(self) -> list[str]: ...
+
+    @abstractmethod
+    def timer_queue(self, name: str) -> TimerQueue:
+        """The timer queue ``name`` (see :mod:`tidemark.state.timer_queue`), created on first use;
+        its canonical form is the reserved state ``_timers.<name>``, in every snapshot."""
 
     @abstractmethod
     def keys(self, state_name: str) -> Iterator[Any]:

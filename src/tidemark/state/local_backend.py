@@ -1,10 +1,11 @@
 """The template of the backends that keep state in this process: heap and RocksDB.
 
 :class:`LocalKeyedStateBackend` does the current-key bookkeeping (key group, stored key, a cache
-of both), state registration checked against restored definitions, change listeners and the
-canonical full snapshot; a subclass stores the tables (``_create_table``), replays changes
-(``_apply_change``), snapshots, restores and closes. The lifecycle is
-:class:`~tidemark.state.backend.KeyedStateBackend`'s.
+of both), state registration checked against restored definitions, timer queues (created on
+first use, their canonical state definitions in every snapshot), change listeners and the
+canonical full snapshot; a subclass stores the tables (``_create_table``) and the timer queues
+(``_create_timer_queue``), replays changes (``_apply_change``), snapshots, restores and closes.
+The lifecycle is :class:`~tidemark.state.backend.KeyedStateBackend`'s.
 """
 
 from __future__ import annotations
@@ -38,6 +39,13 @@ from tidemark.state.handles import (
 from tidemark.state.restore import overlapping
 from tidemark.state.snapshot import Entry, state_meta, write_snapshot
 from tidemark.state.table import ChangeListener, KeyedStateChange, StateTable
+from tidemark.state.timer_queue import (
+    TimerQueue,
+    is_timer_state,
+    queue_name_of,
+    timer_state_descriptor,
+    timer_state_name,
+)
 from tidemark.state.ttl import Clock, SystemClock
 from tidemark.storage.base import CheckpointStorage
 from tidemark.types import CheckpointId, KeyGroup, OperatorId
@@ -78,6 +86,8 @@ class LocalKeyedStateBackend(KeyedStateBackend):
         self._stored_key = b""
         self._key_cache: dict[Any, tuple[Any, ...]] = {}
         self._states: dict[str, State] = {}
+        self._timer_queues: dict[str, TimerQueue] = {}
+        self._timer_queues_by_state: dict[str, TimerQueue] = {}  # by the name of their canonical state
         self._restored_meta: dict[str, dict[str, Any]] = {}
         self._listeners: list[ChangeListener] = []
         self._closed = False
@@ -156,6 +166,9 @@ class LocalKeyedStateBackend(KeyedStateBackend):
                     f"state {descriptor.name!r} is a {existing.descriptor.kind.value} state"
                 )
             return existing
+        if is_timer_state(descriptor.name):
+            raise StateRegistrationError(f"state {descriptor.name!r}: the names _timers.* are "
+                                         "reserved for timer queues (timer_queue)")
         self._check_restored(descriptor)
         table = self._create_table(descriptor)
         handle = HANDLE_TYPES[descriptor.kind](table, descriptor, self.clock)
@@ -178,6 +191,24 @@ class LocalKeyedStateBackend(KeyedStateBackend):
                 f"state {descriptor.name!r}: enabling or disabling TTL on restore is not supported"
             )
 
+    def timer_queue(self, name: str) -> TimerQueue:
+        """The timer queue ``name``, created on first use (its definition checked against a
+        restored one, as a state's is)."""
+        self._check_open()
+        queue = self._timer_queues.get(name)
+        if queue is None:
+            self._check_restored(timer_state_descriptor(name))
+            queue = self._timer_queues[name] = self._create_timer_queue(name)
+        return queue
+
+    def _timer_queue_of(self, change: KeyedStateChange) -> TimerQueue | None:
+        """The queue a change of a timer state replays into (None for any other state)."""
+        queue = self._timer_queues_by_state.get(change.state_name)
+        if queue is None and is_timer_state(change.state_name):
+            queue = self._timer_queues_by_state[change.state_name] = self.timer_queue(
+                queue_name_of(change.state_name))
+        return queue
+
     def keys(self, state_name: str) -> Iterator[Any]:
         if state_name not in self._states:
             raise KeyError(f"state {state_name!r} is not registered")
@@ -195,8 +226,10 @@ class LocalKeyedStateBackend(KeyedStateBackend):
         self._merge_metas(metas, source)
 
     def _state_metas(self) -> list[dict[str, Any]]:
-        """Metas of registered states plus restored ones not registered yet."""
+        """Metas of registered states and timer queues, plus restored ones not registered yet."""
         metas = {name: state_meta(h.descriptor) for name, h in self._states.items()}
+        for queue_name in self._timer_queues:
+            metas[timer_state_name(queue_name)] = state_meta(timer_state_descriptor(queue_name))
         for name, meta in self._restored_meta.items():
             metas.setdefault(name, meta)
         return [metas[name] for name in sorted(metas)]
@@ -260,7 +293,7 @@ class LocalKeyedStateBackend(KeyedStateBackend):
         """The handles of ``snapshots`` overlapping our key groups (each once). Changelog ranges
         are the changelog backend's to replay; a local backend restores the files only."""
         self._check_open()
-        if self._states:
+        if self._states or self._timer_queues:
             raise StateRegistrationError("restore must happen before any state is registered")
         handles = dict.fromkeys(h for s in snapshots for h in s.handles)
         return overlapping(list(handles), self.key_group_range)
@@ -269,6 +302,9 @@ class LocalKeyedStateBackend(KeyedStateBackend):
 
     @abstractmethod
     def _create_table(self, descriptor: StateDescriptor) -> StateTable: ...
+
+    @abstractmethod
+    def _create_timer_queue(self, name: str) -> TimerQueue: ...
 
     @abstractmethod
     def _table_of(self, state_name: str) -> StateTable:

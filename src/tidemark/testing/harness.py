@@ -7,7 +7,9 @@ without Kafka, Spark or any service.
 Lifecycle: ``KeyedProcessFunctionHarness(stage, ...)`` (or :meth:`~KeyedProcessFunctionHarness.for_stage`
 for a stage of a job) -> ``restore(snapshot)`` at most once -> ``open()`` -> ``process(value)`` /
 ``process_record(key, value)`` any number of times, reading :attr:`output` and :meth:`state` in
-between, moving :attr:`clock` for TTL, taking :meth:`snapshot` s -> ``close()``. It is a context
+between, moving event time with :meth:`advance_watermark` and processing time with
+:meth:`advance_processing_time` (both fire the timers they pass, as the worker does), taking
+:meth:`snapshot` s -> ``close()``. It is a context
 manager: ``with harness:`` opens it and closes it.
 
 A snapshot is what a savepoint of the stage holds: every task's canonical keyed state files and
@@ -17,8 +19,10 @@ runtime's restore planner, at the same or another parallelism (keyed state is re
 group), exactly as a worker restores a savepoint; it can also restore a savepoint a running job
 took (:meth:`~KeyedProcessFunctionHarness.restore_path`), if the stage name is the same.
 
-What it does not do: barriers, alignment, outputs to Kafka and the changelog backend (those need a
-broker; ``tests/integration`` and ``tests/e2e`` cover them). Timers do not exist in Tidemark.
+Timers are the tasks' keyed state, so a snapshot holds them and a restore (at any parallelism)
+brings them back. What it does not do: barriers, alignment, watermarks from partitions or
+channels (the test sets the watermark), late records, outputs to Kafka and the changelog backend
+(those need a broker; ``tests/integration`` and ``tests/e2e`` cover them).
 """
 
 from __future__ import annotations
@@ -40,9 +44,10 @@ from tidemark.protocol.messages import CheckpointMetadata, StateHandleKind, Task
 from tidemark.runtime.api import JobSpec, KeyedProcessFunction, Stage, StateBackendKind
 from tidemark.runtime.routing import KeyGroupRouter
 from tidemark.runtime.stage_restore import keyed_snapshots
-from tidemark.runtime.task import StageTask
+from tidemark.runtime.task import StageTask, StageTime
 from tidemark.keygroups import DEFAULT_MAX_PARALLELISM, KeyGroupRange, check_max_parallelism
 from tidemark.state.backend_registry import BackendContext, create_backend
+from tidemark.state.timers import TimeDomain, Timer
 from tidemark.state.ttl import ManualClock
 from tidemark.storage.base import CheckpointStorage
 from tidemark.storage.filesystem import FilesystemCheckpointStorage
@@ -59,6 +64,7 @@ class Emitted:
     task: TaskId
     key: bytes | None
     value: bytes
+    timestamp_ms: int = 0  # the record's event time (the input's, or the timer's)
 
     def decoded(self) -> Any:
         """The value as JSON (the stages' default encoding, ``tidemark.runtime.api.json_encode``)."""
@@ -100,13 +106,15 @@ class KeyedProcessFunctionHarness:
         else:
             self._storage_dir = None
         self.storage = storage
+        self.time = StageTime(clock=self.clock.now_ms)
+        """The tasks' watermark (``current_watermark()``) and processing time (the clock)."""
         self.tasks: list[StageTask] = []
         for assignment in plan_assignments((stage.operator_id,), parallelism, max_parallelism):
             key_groups = KeyGroupRange(assignment.key_group_start, assignment.key_group_end)
             local_dir = Path(self._local.name) / assignment.task_id.replace("#", "-")
             context = BackendContext(key_groups, max_parallelism, stage.name, local_dir, clock=self.clock)
             backend = create_backend(self.state_backend.value, context)
-            self.tasks.append(StageTask(stage, assignment, parallelism, backend))
+            self.tasks.append(StageTask(stage, assignment, parallelism, backend, self.time))
         self.router = KeyGroupRouter(max_parallelism, [t.key_groups for t in self.tasks])
         self.output: list[Emitted] = []
         """Everything emitted so far, in order; :meth:`clear_output` empties it."""
@@ -196,9 +204,44 @@ class KeyedProcessFunctionHarness:
             key = self.stage.key_by(value)
         task = self.tasks[self.router.task_index(key)]
         stamp = self.clock.now_ms() if timestamp_ms is None else timestamp_ms
-        emitted = [Emitted(task.task_id, k, v) for k, v in task.process(key, value, stamp)]
+        return self._emitted(task, task.process(key, value, stamp))
+
+    def _emitted(self, task: StageTask, records: Iterable[tuple[bytes | None, bytes, int]]) -> list[Emitted]:
+        emitted = [Emitted(task.task_id, k, v, t) for k, v, t in records]
         self.output.extend(emitted)
         return emitted
+
+    # ------------------------------------------------------------------ time
+
+    def advance_watermark(self, watermark_ms: int) -> list[Emitted]:
+        """Move the watermark (never back) and fire the event-time timers at or before it, in time
+        order per task; returns what they emitted (also appended to :attr:`output`)."""
+        self._check_open()
+        self.time.watermark = max(self.time.watermark, watermark_ms)
+        return self._fire(TimeDomain.EVENT_TIME, self.time.watermark)
+
+    def advance_processing_time(self, ms: int) -> list[Emitted]:
+        """Move the clock by ``ms`` and fire the processing-time timers due by then."""
+        self._check_open()
+        self.clock.advance(ms)
+        return self._fire(TimeDomain.PROCESSING_TIME, self.clock.now_ms())
+
+    def _fire(self, domain: TimeDomain, until: int) -> list[Emitted]:
+        def failed(timer: Timer, error: Exception) -> None:
+            raise error
+
+        return [record for task in self.tasks for record in self._emitted(task, task.fire(domain, until, failed))]
+
+    def timers(self, key: Any, domain: TimeDomain | str = TimeDomain.EVENT_TIME) -> list[int]:
+        """The timers of ``key`` in ``domain``, in time order."""
+        task = self.task_for(key)
+        assert task.timers is not None, "open() the harness first"
+        task.backend.set_current_key(key)
+        return task.timers.timestamps(TimeDomain(domain))
+
+    def _check_open(self) -> None:
+        if not self._opened or self._closed:
+            raise RuntimeError("open() the harness first (or use it as a context manager)")
 
     def process_all(self, values: Iterable[Any]) -> list[Emitted]:
         return [record for value in values for record in self.process(value)]

@@ -5,7 +5,17 @@ import datetime as dt
 
 import pyarrow as pa
 
-from tidemark.runtime.records import EPOCH_HEADER, TASK_HEADER, records_of
+from tidemark.runtime.records import (
+    EPOCH_HEADER,
+    EVENT_TIME_HEADER,
+    TASK_HEADER,
+    WATERMARK_HEADER,
+    records_of,
+    tidemark_headers,
+    watermark_headers,
+)
+from tidemark.runtime.watermarks import WatermarkStatus
+from tidemark.types import Epoch, TaskId
 
 HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 
@@ -39,3 +49,25 @@ def test_channel_headers_are_read_where_the_batch_has_them():
 
 def test_an_empty_batch_has_no_records():
     assert list(records_of(_batch([], []))) == []
+
+
+def test_watermark_and_event_time_headers_are_read_and_checked():
+    now = dt.datetime(2026, 11, 24, tzinfo=dt.timezone.utc)
+    channel = [{"key": EPOCH_HEADER, "value": b"3"}, {"key": TASK_HEADER, "value": b"op#0"}]
+    headers = [channel + [{"key": WATERMARK_HEADER, "value": b"-5"}],
+               channel + [{"key": WATERMARK_HEADER, "value": b"1700000000000;idle"}],
+               channel + [{"key": EVENT_TIME_HEADER, "value": b"1700000000123"}],
+               channel + [{"key": WATERMARK_HEADER, "value": b"12x"}],
+               channel + [{"key": EVENT_TIME_HEADER, "value": b"99999999999999999999"}]]
+    plain, idle, timed, bad, huge = records_of(_batch([now] * 5, headers))
+    assert plain.watermark == WatermarkStatus(-5) and plain.header_error is None
+    assert idle.watermark == WatermarkStatus(1_700_000_000_000, idle=True)
+    assert timed.event_time_ms == 1_700_000_000_123 and timed.watermark is None
+    assert bad.header_error and "not a time" in bad.header_error and bad.watermark is None
+    assert huge.header_error
+
+
+def test_watermark_headers_round_trip():
+    status = WatermarkStatus(-(2**63), idle=True)
+    headers = [{"key": k, "value": v} for k, v in watermark_headers(Epoch(2), TaskId("op#1"), status)]
+    assert tidemark_headers(headers) == (2, "op#1", None, status, None)

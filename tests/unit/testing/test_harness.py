@@ -71,16 +71,17 @@ def test_top_urls_two_stages_chained_through_their_encoded_records(backend: str)
     records.append(access("/a", minute + MINUTE_MS))  # the next minute
     with Harness.for_stage(job, "minute_counts") as counts, Harness.for_stage(job, "top_urls") as top:
         for record in records:
-            for emitted in counts.process(record):
-                top.process_record(emitted.key, emitted.value)  # what the channel carries
-        finals: dict[int, Any] = {}
-        for value in top.output_values():
-            finals[value["minute"]] = value
-        assert finals[minute] == {"minute": minute, "seq": 10, "top": [["/a", 4], ["/c", 3], ["/b", 2]]}
-        assert finals[minute + MINUTE_MS] == {"minute": minute + MINUTE_MS, "seq": 1, "top": [["/a", 1]]}
+            for emitted in counts.process(record, timestamp_ms=record["ts"]):
+                top.process_record(emitted.key, emitted.value, timestamp_ms=emitted.timestamp_ms)  # the channel's
+        assert top.output == []  # a window emits when the watermark passes its end, not before
+        end = minute + MINUTE_MS - 1
+        counts.advance_watermark(end)
+        closed = top.advance_watermark(end)
+        assert [e.decoded() for e in closed] == [{"minute": minute, "top": [["/a", 4], ["/c", 3], ["/b", 2]]}]
+        assert top.timers(minute + MINUTE_MS) == [minute + 2 * MINUTE_MS - 1]  # the next minute is open
         per_minute = counts.state(MapStateDescriptor("hits_per_minute"), "/a")
-        assert dict(per_minute.items()) == {minute: 4, minute + MINUTE_MS: 1}
-        assert top.state(ValueStateDescriptor("seq", default=0), minute).value() == 10
+        assert dict(per_minute.items()) == {minute + MINUTE_MS: 1}  # the closed minute's count is dropped
+        assert dict(top.state(MapStateDescriptor("url_hits"), minute).items()) == {}
 
 
 @pytest.mark.parametrize(("before", "after"), [(1, 4), (4, 2), (3, 3), (2, 1)])

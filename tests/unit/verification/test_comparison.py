@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from tidemark.examples.access_log import closed_minutes
 from tidemark.examples.generator import expected_top_urls, generate
 from tidemark.examples.verify import EXAMPLES, top_urls_expectation, url_counts_expectation, verify_top_urls
 from tidemark.verification.comparison import ANY_VALUE, EXAMPLES_PER_KIND, compare
@@ -47,30 +48,29 @@ def test_as_dict_is_json():
     assert document["exactly_once"] is False and document["duplicates"] == 1
 
 
-def _top_urls_output(records: list[bytes]) -> list[dict]:
-    """What a correct top_urls job writes, with the final top of each minute from the input."""
-    output = []
-    for minute, (n, top) in expected_top_urls(records).items():
-        output += [{"minute": minute, "seq": i, "top": top if i == n else [["/any", 1]]} for i in range(1, n + 1)]
-    return output
+def test_top_urls_expects_each_closed_minute_once_with_its_final_top():
+    records = list(generate(2500, seed=3))  # 1000 records a minute: minutes 0 and 1 close, 2 stays open
+    expected = expected_top_urls(records)
+    assert len(expected) == 2
+    output = [{"minute": minute, "top": top} for minute, top in expected.items()]
+    assert verify_top_urls(output, expected).exactly_once
+    assert verify_top_urls([dict(output[0], top=[]), output[1]], expected).wrong_values == 1
+    verdict = verify_top_urls(output + output[:1], expected)
+    assert verdict.duplicates == 1 and verdict.missing == 0
+    assert verify_top_urls(output[1:], expected).missing == 1
 
 
-def test_top_urls_checks_every_sequence_number_and_only_the_final_top():
-    records = list(generate(1500, seed=3))
-    output = _top_urls_output(records)
-    assert verify_top_urls(output, expected_top_urls(records)).exactly_once
-    wrong_final = [dict(r, top=[]) if r["seq"] == 1000 else r for r in output]  # the first minute has 1000
-    assert verify_top_urls(wrong_final, expected_top_urls(records)).wrong_values == 1
-    replayed = output + output[10:20]
-    verdict = verify_top_urls(replayed, expected_top_urls(records))
-    assert verdict.duplicates == 10 and verdict.missing == 0
+def test_a_minute_closes_once_the_largest_event_time_passes_its_end_by_the_bound():
+    minute = 60_000
+    assert closed_minutes(2 * minute + 999, max_out_of_orderness_ms=1_000) == minute  # minute 1 still open
+    assert closed_minutes(2 * minute + 1_000, max_out_of_orderness_ms=1_000) == 2 * minute
 
 
 def test_example_identities_and_expectations():
     records = list(generate(50, seed=1, malformed_every=10))  # malformed records produce no output
     counts = url_counts_expectation(records)
     assert len(counts) == 45 and all(value == {"url": url, "hits": hits} for (url, hits), value in counts.items())
-    assert len(top_urls_expectation(records)) == 45
+    assert top_urls_expectation(records) == {}  # 45 records: under a minute of event time, none closed
     identify = EXAMPLES["url_counts"].identify
     assert identify("/a", {"url": "/a", "hits": 3}) == ("/a", 3)
     odd = identify("/a", "not a record")

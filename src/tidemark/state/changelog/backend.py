@@ -9,8 +9,10 @@ restore reads ranges with and the storage a rebase writes to, see ``restore``) -
 ``notify_materialization`` -> ``close`` (closes the writer and the wrapped backend).
 
 The wrapped backend's change listener hands each mutation, already serialized, to the writer;
-nothing is serialized twice. The first ``get_state`` of a state in this attempt also logs the
-state's definition (``writer.append_state_meta``), so whoever rebuilds the state from the
+nothing is serialized twice. Timer queues are the wrapped backend's: their changes reach the
+writer the same way, in the queues' canonical form (the map states ``_timers.<name>``), so a
+restore from the changelog brings the timers back. The first ``get_state`` of a state (or
+``timer_queue`` of a queue) in this attempt also logs the state's definition (``writer.append_state_meta``), so whoever rebuilds the state from the
 changelog alone (a restore, the materializer) knows its serializers. A checkpoint runs no state
 snapshot: it persists pending changes and returns ranges plus the handles of the latest
 materialization (see :mod:`tidemark.state.changelog.snapshot`).
@@ -43,6 +45,7 @@ from tidemark.state.changelog.snapshot import (
 from tidemark.state.descriptors import StateDescriptor
 from tidemark.state.snapshot import state_meta
 from tidemark.state.table import ChangeListener, KeyedStateChange
+from tidemark.state.timer_queue import TimerQueue, timer_state_descriptor
 from tidemark.storage.base import CheckpointStorage
 from tidemark.types import CheckpointId, OperatorId
 
@@ -123,6 +126,17 @@ class ChangelogStateBackend(KeyedStateBackend):
 
     def registered_states(self) -> list[str]:
         return self.backend.registered_states()
+
+    def timer_queue(self, name: str) -> TimerQueue:
+        """The wrapped backend's queue (its changes are logged through the change listener);
+        the first call per queue also logs the definition of its canonical state."""
+        self._started = True
+        queue = self.backend.timer_queue(name)
+        descriptor = timer_state_descriptor(name)
+        if descriptor.name not in self._logged_states:
+            self.writer.append_state_meta(state_meta(descriptor), self.key_group_range)
+            self._logged_states.add(descriptor.name)
+        return queue
 
     def keys(self, state_name: str) -> Iterator[Any]:
         return self.backend.keys(state_name)

@@ -2,7 +2,8 @@
 
 Snapshots are always full, in the canonical format. Restored state stays as bytes until its
 descriptor is registered (the serializers are needed to decode it); such not-yet-registered
-state is carried over unchanged into later snapshots.
+state is carried over unchanged into later snapshots. Timers are in heap timer queues
+(every timer in memory), restored and snapshotted in their canonical form.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from tidemark.state.backend import KeyedSnapshot
 from tidemark.state.descriptors import StateDescriptor
 from tidemark.state.heap.snapshot import snapshot_entries
 from tidemark.state.heap.table import HeapStateTable, RawStateStore
+from tidemark.state.heap.timers import HeapTimerQueue
 from tidemark.state.local_backend import LocalKeyedStateBackend
 from tidemark.state.restore import read_handle
 from tidemark.state.table import KeyedStateChange
@@ -37,6 +39,7 @@ class HashMapStateBackend(LocalKeyedStateBackend):
         super().__init__(key_group_range, max_parallelism, operator_id=operator_id, clock=clock)
         self._tables: dict[str, HeapStateTable] = {}
         self._raw: dict[str, RawStateStore] = {}
+        self._heap_timers: dict[str, HeapTimerQueue] = {}
 
     def _create_table(self, descriptor: StateDescriptor) -> HeapStateTable:
         table = HeapStateTable(self, descriptor)
@@ -47,12 +50,19 @@ class HashMapStateBackend(LocalKeyedStateBackend):
         self._tables[descriptor.name] = table
         return table
 
+    def _create_timer_queue(self, name: str) -> HeapTimerQueue:
+        queue = self._heap_timers[name] = HeapTimerQueue(self, name)
+        return queue
+
     def _table_of(self, state_name: str) -> HeapStateTable:
         return self._tables[state_name]
 
     def _apply_change(self, change: KeyedStateChange) -> None:
         table = self._tables.get(change.state_name)
-        if table is not None:
+        queue = None if table is not None else self._timer_queue_of(change)
+        if queue is not None:
+            queue.apply_change(change)
+        elif table is not None:
             table.apply(change)
         else:
             self._raw.setdefault(change.state_name, RawStateStore()).apply(change)
@@ -67,7 +77,7 @@ class HashMapStateBackend(LocalKeyedStateBackend):
         """A full snapshot in the canonical format (one file), whatever ``canonical`` says:
         every heap snapshot is canonical."""
         self._check_open()
-        entries = snapshot_entries(self._tables, self._raw, self.clock.now_ms())
+        entries = snapshot_entries(self._tables, self._raw, self._heap_timers, self.clock.now_ms())
         return self._full_snapshot(checkpoint_id, storage, self._header(checkpoint_id, "heap"),
                                    self._state_metas(), entries)
 
@@ -85,3 +95,4 @@ class HashMapStateBackend(LocalKeyedStateBackend):
     def _close(self) -> None:
         self._tables.clear()
         self._raw.clear()
+        self._heap_timers.clear()

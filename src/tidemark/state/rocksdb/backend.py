@@ -1,5 +1,6 @@
 """RocksDBStateBackend: keyed state in an embedded RocksDB (rocksdict), one column family per
-state, every key prefixed by its key group.
+state, every key prefixed by its key group; timers in column families of their own, ordered by
+time (:mod:`tidemark.state.rocksdb.timers`).
 
 The database under ``<path>/db`` is a working copy: it is created empty, written without WAL
 (recovery always starts from a checkpoint, never from the local files) and deleted on close.
@@ -43,6 +44,14 @@ from tidemark.state.rocksdb.table import (
 from tidemark.state.serializers import frame_element, frame_elements, unframe_elements
 from tidemark.state.snapshot import Entry
 from tidemark.state.table import KeyedStateChange
+from tidemark.state.timer_queue import is_timer_state, queue_name_of, timer_state_name
+from tidemark.state.rocksdb.timers import (
+    COUNTS_CF,
+    TIME_ORDER_CF_PREFIX,
+    RocksDBTimerQueue,
+    rebuild_time_order,
+    time_order_cf_name,
+)
 from tidemark.state.ttl import Clock, is_expired, timestamp_of
 from tidemark.storage.base import CheckpointStorage
 from tidemark.types import CheckpointId
@@ -71,7 +80,9 @@ class RocksDBStateBackend(LocalKeyedStateBackend):
         self._resources = RocksDBResources(options)
         self._prefix = b""
         self._tables: dict[str, RocksStateTable] = {}
-        self._cfs: dict[str, rocksdict.Rdict] = {}
+        self._cfs: dict[str, rocksdict.Rdict] = {}  # by state name
+        self._timer_cfs: dict[str, rocksdict.Rdict] = {}  # by column-family name
+        self._rocks_timers: dict[str, RocksDBTimerQueue] = {}
         self._uploaded: dict[str, StateFile] = {}
         self.last_snapshot_stats: SnapshotStats | None = None
         self._claim_directory()
@@ -96,13 +107,22 @@ class RocksDBStateBackend(LocalKeyedStateBackend):
     def _cf(self, state_name: str) -> rocksdict.Rdict:
         cf = self._cfs.get(state_name)
         if cf is None:
-            name = CF_PREFIX + state_name
-            try:
-                cf = self._db.get_column_family(name)
-            except Exception:
-                cf = self._db.create_column_family(name, self._resources.db_options())
-            cf.set_write_options(self._resources.write_options())
-            self._cfs[state_name] = cf
+            cf = self._cfs[state_name] = self._column_family(CF_PREFIX + state_name)
+        return cf
+
+    def _timer_cf(self, name: str) -> rocksdict.Rdict:
+        """A timer column family (time-ordered queue or counts) by its name."""
+        cf = self._timer_cfs.get(name)
+        if cf is None:
+            cf = self._timer_cfs[name] = self._column_family(name)
+        return cf
+
+    def _column_family(self, name: str) -> rocksdict.Rdict:
+        try:
+            cf = self._db.get_column_family(name)
+        except Exception:
+            cf = self._db.create_column_family(name, self._resources.db_options())
+        cf.set_write_options(self._resources.write_options())
         return cf
 
     # ------------------------------------------------------------------ key context
@@ -123,12 +143,23 @@ class RocksDBStateBackend(LocalKeyedStateBackend):
         self._tables[descriptor.name] = table
         return table
 
+    def _create_timer_queue(self, name: str) -> RocksDBTimerQueue:
+        queue = RocksDBTimerQueue(
+            self, self.key_group_range, name, self._timer_cf(time_order_cf_name(name)),
+            self._cf(timer_state_name(name)), self._timer_cf(COUNTS_CF), self.options.timer_cache_size)
+        self._rocks_timers[name] = queue
+        return queue
+
     def _table_of(self, state_name: str) -> RocksStateTable:
         return self._tables[state_name]
 
     # ------------------------------------------------------------------ changes
 
     def _apply_change(self, change: KeyedStateChange) -> None:
+        queue = self._timer_queue_of(change)
+        if queue is not None:
+            queue.apply_change(change)
+            return
         cf = self._cf(change.state_name)
         slot = key_prefix(change.key_group, change.key) + namespace_part(change.namespace)
         op = change.op
@@ -162,7 +193,7 @@ class RocksDBStateBackend(LocalKeyedStateBackend):
         ``False`` if ``timeout_s`` passed first. A settled database's SST set is stable, so
         the next incremental snapshots share it."""
         self._check_open()
-        families = [self._db, *self._cfs.values()]
+        families = [self._db, *self._cfs.values(), *self._timer_cfs.values()]
         for family in families:
             family.flush()
         deadline = time.monotonic() + timeout_s
@@ -197,6 +228,8 @@ class RocksDBStateBackend(LocalKeyedStateBackend):
             return full
         for meta in metas:  # a defined state without data still gets its (empty) column family
             self._cf(meta["name"])
+        for queue in self._rocks_timers.values():
+            queue.write_counts()
         files, stats = write_incremental(
             self._db, self.path / "checkpoints", storage,
             self._snapshot_path(int(checkpoint_id), ""), f"shared/{self.operator_id}",
@@ -253,14 +286,22 @@ class RocksDBStateBackend(LocalKeyedStateBackend):
         self._release_db()
         shutil.rmtree(self._db_path, ignore_errors=True)
         staging.rename(self._db_path)
+        families = set(rocksdict.Rdict.list_cf(str(self._db_path), self._resources.db_options()))
         self._db = self._open()
         self._merge_metas(metadata["states"], handle.files[0].path)
+        timer_families = [self._timer_cf(name) for name in sorted(families)
+                          if name == COUNTS_CF or name.startswith(TIME_ORDER_CF_PREFIX)]
         low, high = key_group_bytes(self.key_group_range.start), key_group_bytes(self.key_group_range.end + 1)
-        for meta in metadata["states"]:
-            cf = self._cf(meta["name"])
+        for cf in [*(self._cf(meta["name"]) for meta in metadata["states"]), *timer_families]:
             if self.key_group_range.start > 0:
                 cf.delete_range(b"", low)
             cf.delete_range(high, b"\xff")
+        for meta in metadata["states"]:  # timers written before they had a family of their own
+            if is_timer_state(meta["name"]):
+                queue_name = queue_name_of(meta["name"])
+                if time_order_cf_name(queue_name) not in families:
+                    rebuild_time_order(queue_name, self._cf(meta["name"]),
+                                       self._timer_cf(time_order_cf_name(queue_name)), self._timer_cf(COUNTS_CF))
         same_range = (handle.key_group_start, handle.key_group_end) == (
             self.key_group_range.start, self.key_group_range.end)
         if same_range:  # the files are exactly what we would upload: reuse them next time
@@ -270,8 +311,13 @@ class RocksDBStateBackend(LocalKeyedStateBackend):
                     self._uploaded[item["name"]] = by_path[item["path"]]
 
     def _write_entries(self, entries: Iterator[Entry]) -> None:
+        """Write restored entries; timers go through their queue (which keeps its order and counts)."""
         batch, count = rocksdict.WriteBatch(raw_mode=True), 0
         for e in entries:
+            if is_timer_state(e.state_name):
+                self._apply_change(KeyedStateChange(e.state_name, e.key_group, e.key, e.namespace,
+                                                    StateChangeOp.PUT, e.user_key, e.value))
+                continue
             self._cf(e.state_name)
             handle = self._db.get_column_family_handle(CF_PREFIX + e.state_name)
             slot = key_prefix(e.key_group, e.key) + namespace_part(e.namespace)
@@ -288,13 +334,17 @@ class RocksDBStateBackend(LocalKeyedStateBackend):
     def _release_db(self) -> None:
         for table in self._tables.values():
             table._cf = None  # type: ignore[assignment]
+        for queue in self._rocks_timers.values():
+            queue.release()
         self._cfs.clear()
+        self._timer_cfs.clear()
         self._db.close()
         del self._db
 
     def _close(self) -> None:
         self._release_db()
         self._tables.clear()
+        self._rocks_timers.clear()
         shutil.rmtree(self._db_path, ignore_errors=True)
         shutil.rmtree(self.path / "checkpoints", ignore_errors=True)
 

@@ -20,6 +20,7 @@ class RocksDBOptions:
     incremental: bool = True  # snapshot() writes native SST sets, reusing uploaded files
     background_jobs: int = 2
     bloom_filter_bits: float = 10.0
+    timer_cache_size: int = 128  # timers per key group held in memory by each timer queue
 
 
 class RocksDBResources:

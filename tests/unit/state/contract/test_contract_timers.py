@@ -2,12 +2,31 @@
 and deduplicated, fire in (timestamp, key) order with their key current, and are in every kind
 of snapshot (the backend's own checkpoint snapshot: full on heap, incremental on RocksDB,
 changelog ranges in changelog mode; and canonical savepoints, restored into every backend), and
-a rescale 2 -> 3 -> 2 keeps each timer exactly once. Also the backends' ``keys`` (Flink's
-``getKeys``), which the timer index is built from."""
+a rescale 2 -> 3 -> 2 keeps each timer exactly once. Then the timer queues behind the service
+(``backend.timer_queue``): a random mix of operations against a model, negative and extreme
+timestamps, repeated checkpoints with deletions, many key groups, snapshots written before timer
+queues, the reserved state names. Also the backends' ``keys`` (Flink's ``getKeys``)."""
 
 from __future__ import annotations
 
-from tidemark.state import KeyNotInRangeError, MapStateDescriptor, ValueStateDescriptor, compute_key_group_range
+import random
+
+import pytest
+
+from tidemark.keygroups import assign_to_key_group, encode_key
+from tidemark.protocol.messages import StateHandle, StateHandleKind
+from tidemark.state import (
+    KeyedSnapshot,
+    KeyGroupRange,
+    KeyNotInRangeError,
+    MapStateDescriptor,
+    StateRegistrationError,
+    ValueStateDescriptor,
+    compute_key_group_range,
+)
+from tidemark.state.serializers import DEFAULT_SERIALIZER
+from tidemark.state.snapshot import Entry, state_meta, write_snapshot
+from tidemark.state.timer_queue import MAX_TIMESTAMP, MIN_TIMESTAMP
 from tidemark.state.timers import TimeDomain, Timer, TimerService
 from tidemark.types import CheckpointId
 
@@ -36,8 +55,6 @@ def register_all(backend, service: TimerService, keys=KEYS) -> None:
 
 
 def expected_order(keys=KEYS, domain: TimeDomain = EVENT, until: int = 10**12) -> list[tuple[int, object]]:
-    from tidemark.keygroups import encode_key
-
     due = {(t, k) for k in keys for t in timers_of(k)[domain] if t <= until}
     return [(t, k) for t, k in sorted(due, key=lambda tk: (tk[0], encode_key(tk[1])))]
 
@@ -167,3 +184,162 @@ def test_keys_lists_each_key_of_a_state_once_across_namespaces(backend) -> None:
     assert sorted(keys, key=repr) == sorted(KEYS, key=repr)
     assert list(backend.keys("v")) == ["only-v"]
     assert backend.get_current_key() == "only-v"  # listing keys leaves the current key alone
+
+
+# ---------------------------------------------------------------------- timer queues (issue #15)
+
+def ordered(timers: set[tuple[int, object]]) -> list[tuple[int, object]]:
+    return sorted(timers, key=lambda tk: (tk[0], encode_key(tk[1])))
+
+
+def random_operations(backend, service: TimerService, model: set[tuple[int, object]], rng: random.Random,
+                      keys: list[object], steps: int, timestamps: range) -> None:
+    """Register, delete, fire and look up at random, checking every answer against ``model``
+    (the set of (timestamp, key) timers of the event-time domain)."""
+    for _ in range(steps):
+        roll = rng.random()
+        key = rng.choice(keys)
+        backend.set_current_key(key)
+        if roll < 0.55:
+            timestamp = rng.choice(timestamps)
+            service.register(EVENT, timestamp)
+            model.add((timestamp, key))
+        elif roll < 0.8:
+            mine = sorted(t for t, k in model if k == key)
+            timestamp = rng.choice(mine) if mine and rng.random() < 0.8 else rng.choice(timestamps)
+            service.delete(EVENT, timestamp)
+            model.discard((timestamp, key))
+        elif roll < 0.9:
+            assert service.timestamps(EVENT) == sorted(t for t, k in model if k == key)
+        else:
+            until = rng.choice(timestamps)
+            due = [tk for tk in ordered(model) if tk[0] <= until][: rng.randrange(1, 20)]
+            popped = []
+            for timer in service.pop_due(EVENT, until):
+                assert backend.get_current_key() == timer.key
+                popped.append((timer.timestamp, timer.key))
+                if len(popped) == len(due):
+                    break  # a caller may stop early: the rest stays registered
+            assert popped == due
+            model.difference_update(popped)
+        assert service.count(EVENT) == len(model)
+        head = ordered(model)[0][0] if model else None
+        assert service.next_timestamp(EVENT) == head
+
+
+def test_a_random_mix_of_operations_matches_a_model(backend) -> None:
+    rng = random.Random(15)
+    service = TimerService(backend)
+    model: set[tuple[int, object]] = set()
+    keys = [f"k{i}" for i in range(60)] + list(range(-20, 20))
+    random_operations(backend, service, model, rng, keys, 3_000, range(-500, 500, 7))
+    assert fire(backend, service, EVENT, MAX_TIMESTAMP) == ordered(model)
+
+
+def test_negative_and_extreme_timestamps_fire_in_numeric_order_after_a_savepoint(new_backend, storage) -> None:
+    source = new_backend()
+    service = TimerService(source)
+    stamps = [MIN_TIMESTAMP, -(2**40), -60_000, -1, 0, 1, 255, 256, 60_000, 2**40, MAX_TIMESTAMP]
+    for key in ("a", "b", 7):
+        source.set_current_key(key)
+        for timestamp in reversed(stamps):
+            service.register(EVENT, timestamp)
+    for bad in (MIN_TIMESTAMP - 1, MAX_TIMESTAMP + 1):
+        with pytest.raises(ValueError):
+            service.register(EVENT, bad)
+        service.delete(EVENT, bad)  # there is no such timer: nothing happens
+    source.set_current_key("a")
+    assert service.timestamps(EVENT) == stamps
+    expected = ordered({(t, k) for t in stamps for k in ("a", "b", 7)})
+    assert service.next_timestamp(EVENT) == MIN_TIMESTAMP
+    snapshot = source.snapshot(CheckpointId(1), storage, canonical=True)
+    for kind in ALL_KINDS:
+        target = new_backend(kind=kind)
+        target.restore([snapshot], storage)
+        restored = TimerService(target)
+        assert fire(target, restored, EVENT, -1) == [tk for tk in expected if tk[0] <= -1], kind
+        assert fire(target, restored, EVENT, MAX_TIMESTAMP) == [tk for tk in expected if tk[0] > -1], kind
+
+
+def test_timers_survive_repeated_checkpoints_with_deletions_and_firing(new_backend, storage) -> None:
+    """The backend's own checkpoint snapshots (incremental on RocksDB, changelog ranges in
+    changelog mode), each taken after timers were deleted, fired and added, restore exactly."""
+    rng = random.Random(7)
+    source = new_backend()
+    service = TimerService(source)
+    model: set[tuple[int, object]] = set()
+    keys = [f"user-{i}" for i in range(80)]
+    checkpoints = []
+    for checkpoint in range(1, 5):
+        random_operations(source, service, model, rng, keys, 400, range(checkpoint * 1_000, checkpoint * 1_000 + 3_000, 10))
+        snapshot = source.snapshot(CheckpointId(checkpoint), storage)
+        source.notify_checkpoint_complete(CheckpointId(checkpoint))
+        checkpoints.append((snapshot, ordered(model)))
+    for snapshot, expected in checkpoints:
+        restored = new_backend()
+        restored.restore([snapshot], storage)
+        timers = TimerService(restored)
+        assert timers.count(EVENT) == len(expected)
+        assert fire(restored, timers, EVENT, MAX_TIMESTAMP) == expected
+
+
+def test_timers_of_many_key_groups_fire_in_order_and_rescale(new_backend, storage) -> None:
+    max_p = 4096
+    keys = [f"session-{i}" for i in range(1_500)]
+    expected = ordered({(1_000 * (i % 50) - 20_000, key) for i, key in enumerate(keys)}
+                       | {(7, key) for key in keys[::3]})
+    snapshots = []
+    for index in range(2):
+        source = new_backend(compute_key_group_range(max_p, 2, index), max_p, operator_id="op")
+        service = TimerService(source)
+        for timestamp, key in expected:
+            try:
+                source.set_current_key(key)
+            except KeyNotInRangeError:
+                continue
+            service.register(EVENT, timestamp)
+        snapshots.append(source.snapshot(CheckpointId(1), storage, canonical=True))
+    fired = []
+    for index in range(3):
+        key_groups = compute_key_group_range(max_p, 3, index)
+        target = new_backend(key_groups, max_p, operator_id="op")
+        target.restore([s for s in snapshots if len(s.key_groups.intersection(key_groups))], storage)
+        mine = fire(target, TimerService(target), EVENT, MAX_TIMESTAMP)
+        assert mine == ordered(set(mine))  # each instance fires its own in order
+        fired.extend(mine)
+    assert ordered(set(fired)) == expected and len(fired) == len(expected)
+
+
+def test_snapshots_written_before_timer_queues_restore(new_backend, storage) -> None:
+    """A canonical snapshot that holds timers as the plain map state ``_timers.event-time`` (what
+    every snapshot held before timer queues) restores into every backend."""
+    key_groups = KeyGroupRange(0, MAX_P - 1)
+    meta = state_meta(MapStateDescriptor("_timers.event-time"))
+    expected = ordered({(t, k) for k in KEYS for t in timers_of(k)[EVENT]})
+    entries = sorted((Entry(meta["name"], assign_to_key_group(k, MAX_P), encode_key(k), b"",
+                            DEFAULT_SERIALIZER.serialize(t), DEFAULT_SERIALIZER.serialize(True))
+                      for t, k in expected), key=lambda e: e.key_group)
+    header = {"checkpoint_id": 1, "max_parallelism": MAX_P, "key_group_start": 0,
+              "key_group_end": MAX_P - 1, "backend": "heap"}
+    ref = storage.write_bytes("old/chk-1/kg-0-127.tmks", write_snapshot(header, [meta], entries))
+    snapshot = KeyedSnapshot(key_groups, (StateHandle(StateHandleKind.KEYED_FULL, "operator", 0, MAX_P - 1,
+                                                      (ref,), ref.size_bytes, ref.size_bytes),))
+    target = new_backend()
+    target.restore([snapshot], storage)
+    service = TimerService(target)
+    assert service.count(EVENT) == len(expected)
+    assert fire(target, service, EVENT, MAX_TIMESTAMP) == expected
+
+
+def test_timer_state_names_are_reserved(backend) -> None:
+    with pytest.raises(StateRegistrationError):
+        backend.get_state(MapStateDescriptor("_timers.event-time"))
+
+
+def test_every_service_of_a_backend_sees_the_same_timers(backend) -> None:
+    first, second = TimerService(backend), TimerService(backend)
+    backend.set_current_key("k")
+    first.register(PROCESSING, 5)
+    assert second.timestamps(PROCESSING) == [5] and second.count(PROCESSING) == 1
+    assert fire(backend, second, PROCESSING, 5) == [(5, "k")]
+    assert first.count(PROCESSING) == 0

@@ -1,0 +1,130 @@
+"""Watermarks of a stage worker (tidemark.runtime.watermarks): per partition with bounded
+out-of-orderness and idleness, per channel, the one combination rule, and their snapshots."""
+
+from __future__ import annotations
+
+import json
+
+from tidemark.runtime.api import NO_WATERMARK, EventTime
+from tidemark.runtime.watermarks import ChannelWatermarks, SourceWatermarks, WatermarkStatus, combine
+from tidemark.types import CheckpointId, TaskId
+
+A, B, C = ("in", 0), ("in", 1), ("in", 2)
+
+
+def test_combine_is_the_minimum_over_active_inputs_and_the_maximum_when_all_are_idle() -> None:
+    assert combine([WatermarkStatus(5), WatermarkStatus(3), WatermarkStatus(9, idle=True)]) == WatermarkStatus(3)
+    assert combine([WatermarkStatus(5, idle=True), WatermarkStatus(3, idle=True)]) == WatermarkStatus(5, idle=True)
+    assert combine([]) == WatermarkStatus(NO_WATERMARK, idle=True)
+
+
+def test_a_partition_watermark_trails_its_largest_event_time_by_the_bound_plus_one() -> None:
+    source = SourceWatermarks(EventTime(max_out_of_orderness_ms=100), [A])
+    source.observe(A, 1_000, now_ms=0)
+    source.observe(A, 900, now_ms=0)  # out of order: the largest counts
+    assert source.update(now_ms=0) == WatermarkStatus(899)
+
+
+def test_the_slowest_partition_holds_the_watermark_back_until_it_is_idle() -> None:
+    source = SourceWatermarks(EventTime(idle_timeout_ms=1_000), [A, B])
+    assert source.update(now_ms=0, unread=()).watermark == NO_WATERMARK  # idleness counts from the first update
+    source.observe(A, 10_000, now_ms=100)
+    assert source.update(now_ms=500, unread=()).watermark == NO_WATERMARK  # B never had a record, not idle yet
+    source.observe(A, 20_000, now_ms=1_200)
+    assert source.update(now_ms=1_200, unread=()) == WatermarkStatus(19_999)  # B idle: A alone
+    source.observe(B, 5_000, now_ms=1_300)  # B wakes up, behind: the watermark does not go back
+    assert source.update(now_ms=1_300, unread=()) == WatermarkStatus(19_999)
+    source.observe(B, 30_000, now_ms=1_400)
+    source.observe(A, 40_000, now_ms=1_400)
+    assert source.update(now_ms=1_400, unread=()) == WatermarkStatus(29_999)
+
+
+def test_when_every_partition_is_idle_the_watermark_is_the_largest() -> None:
+    source = SourceWatermarks(EventTime(idle_timeout_ms=1_000), [A, B, C])
+    source.update(now_ms=0, unread=())
+    source.observe(A, 7_000, now_ms=10)
+    source.observe(B, 9_000, now_ms=10)
+    assert source.update(now_ms=500, unread=()) == WatermarkStatus(NO_WATERMARK)  # C never read, not idle yet
+    assert source.update(now_ms=2_000, unread=()) == WatermarkStatus(8_999, idle=True)
+
+
+def test_without_an_idle_timeout_an_empty_partition_holds_the_watermark_forever() -> None:
+    source = SourceWatermarks(EventTime(), [A, B])
+    source.observe(A, 7_000, now_ms=0)
+    assert source.update(now_ms=10**9, unread=()).watermark == NO_WATERMARK
+
+
+def test_a_partition_with_unread_records_is_never_idle() -> None:
+    """A worker that has not read a partition's backlog yet (starting, or behind) must not let
+    the watermark run ahead of it: those records would all be late."""
+    source = SourceWatermarks(EventTime(idle_timeout_ms=1_000), [A, B])
+    source.update(now_ms=0, unread=None)
+    source.observe(A, 50_000, now_ms=0)
+    assert source.update(now_ms=5_000, unread={B}).watermark == NO_WATERMARK  # B has a backlog
+    assert source.update(now_ms=5_000, unread=None).watermark == NO_WATERMARK  # ends not known yet
+    source.observe(B, 20_000, now_ms=5_100)
+    assert source.update(now_ms=5_100, unread={B}).watermark == 19_999
+    assert source.update(now_ms=6_100, unread=set()) == WatermarkStatus(49_999, idle=True)
+
+
+def test_source_snapshot_restores_the_largest_event_times_and_the_floor() -> None:
+    source = SourceWatermarks(EventTime(idle_timeout_ms=1_000), [A, B])
+    source.update(now_ms=0, unread=())
+    source.observe(A, 10_000, now_ms=0)
+    source.observe(B, 4_000, now_ms=0)
+    source.observe(A, 12_000, now_ms=1_500)
+    assert source.update(now_ms=1_500, unread=()).watermark == 11_999  # B idle
+    item = source.snapshot_item(worker=0)
+
+    restored = SourceWatermarks(EventTime(idle_timeout_ms=1_000), [A, B])
+    restored.restore([item, item])  # union state: every task sees it
+    assert restored.watermark == 11_999  # time does not go back, though B (3_999) is active again
+    assert restored.update(now_ms=0, unread=()).watermark == 11_999
+    restored.observe(B, 20_000, now_ms=10)
+    assert restored.update(now_ms=10, unread=()).watermark == 11_999  # min(A 11_999, B 19_999)
+
+
+def test_restoring_items_of_several_old_workers_keeps_the_smallest_floor_and_only_own_partitions() -> None:
+    items = [json.dumps({"worker": 0, "floor": 500, "partitions": [["in", 0, 900]]}).encode(),
+             json.dumps({"worker": 1, "floor": 300, "partitions": [["in", 1, 700], ["in", 2, 650]]}).encode()]
+    restored = SourceWatermarks(EventTime(), [A, B])
+    restored.restore(items)
+    assert restored.watermark == 300
+    assert restored.update(now_ms=0).watermark == 699  # min(899, 699); C is not this worker's
+
+
+T1, T2 = TaskId("up#0"), TaskId("up#1")
+CH1, CH2 = ("ch", 0, T1), ("ch", 0, T2)
+
+
+def test_a_channel_stage_watermark_is_the_minimum_over_its_channels() -> None:
+    channels = ChannelWatermarks([CH1, CH2])
+    assert channels.update(CH1, WatermarkStatus(100)) is None  # CH2 has none yet: no move
+    assert channels.update(CH2, WatermarkStatus(50)) == WatermarkStatus(50)
+    assert channels.update(CH2, WatermarkStatus(150)) == WatermarkStatus(100)
+    assert channels.update(CH2, WatermarkStatus(40)) is None  # a channel's watermark never goes back
+    assert channels.update(("ch", 1, T1), WatermarkStatus(10**6)) is None  # not this worker's channel
+
+
+def test_idle_upstream_tasks_stop_holding_the_channel_watermark_back() -> None:
+    channels = ChannelWatermarks([CH1, CH2])
+    channels.update(CH1, WatermarkStatus(100))
+    assert channels.update(CH2, WatermarkStatus(NO_WATERMARK, idle=True)) == WatermarkStatus(100)
+    assert channels.update(CH1, WatermarkStatus(300, idle=True)) == WatermarkStatus(300, idle=True)
+
+
+def test_a_channel_snapshot_holds_the_watermarks_at_the_barriers() -> None:
+    channels = ChannelWatermarks([CH1, CH2])
+    channels.update(CH1, WatermarkStatus(100))
+    channels.update(CH2, WatermarkStatus(80))
+    channels.barrier(CH1, CheckpointId(7))
+    channels.update(CH1, WatermarkStatus(500))  # past CH1's barrier (at-least-once: not held back)
+    channels.barrier(CH2, CheckpointId(7))
+    item = json.loads(channels.snapshot_item(worker=0, checkpoint_id=CheckpointId(7)))
+    assert item["channels"] == [["ch", 0, "up#0", 100], ["ch", 0, "up#1", 80]]
+    assert item["floor"] == 80
+
+    restored = ChannelWatermarks([CH1, CH2])
+    restored.restore([json.dumps(item).encode()])
+    assert restored.watermark == 80
+    assert restored.update(CH2, WatermarkStatus(90)) == WatermarkStatus(90)  # CH1 back at 100, not 500
