@@ -4,6 +4,7 @@ on Ctrl-C; either way nothing is left running (Spark's JVMs included)."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -50,6 +51,8 @@ def test_demo_runs_twice_through_a_sigkill_and_reports_exactly_once(tmp_path):
         assert "every stage processing records again" in output
         assert "worker processes          6 (minute_counts.read x2, minute_counts x2, top_urls x2)" in output
         assert "exactly-once verdict      PASS" in output
+        closed = re.search(r"minutes closed\s+(\d+) by the watermark", output)
+        assert closed and int(closed.group(1)) >= 5, output  # event-time windows, each emitted once
         assert "broker start-up           kafka" in output
         assert "demo OK" in output
         assert _gone(str(tmp_path)), "demo left processes behind"

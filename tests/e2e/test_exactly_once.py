@@ -1,10 +1,11 @@
-"""Exactly-once under failure: the two-stage access-log job, killed with SIGKILL at many points.
+"""Exactly-once under failure: the two-stage access-log job (a one-minute event-time window),
+killed with SIGKILL at many points.
 
-Every attempt of the job is killed once at a different point of the checkpoint protocol (the
-worker SIGKILLs itself there, see ``tidemark.runtime.faults``); the supervisor restores all
-stages from the newest completed checkpoint each time. Input keeps arriving throughout. At the
-end, read_committed output must hold every expected record exactly once and the final per-minute
-top URLs must equal those computed from the input.
+Every attempt of the job is killed once at a different point of the checkpoint protocol or while
+its timers fire (the worker SIGKILLs itself there, see ``tidemark.runtime.faults``); the
+supervisor restores all stages from the newest completed checkpoint each time. Input keeps
+arriving throughout. At the end, read_committed output must hold each closed minute's top URLs
+exactly once, equal to those computed from the input.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ KILLS = (
     "4@top_urls@after-commit:2",  # sink transaction committed, pending buffers not dropped
     "5@minute_counts@after-channel-write:4",  # a micro-batch's channel records committed
     "6@minute_counts@after-batch:6",  # mid-stream, no checkpoint in progress
+    "7@top_urls@during-timer-firing:2",  # a minute's window emitted and cleared, not checkpointed
+    "8@minute_counts@during-timer-firing:40",  # minutes' counts dropped by their timers, mid-round
 )
 
 

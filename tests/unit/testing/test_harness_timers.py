@@ -148,3 +148,14 @@ def test_the_inactivity_example_closes_a_session_after_the_timeout_without_input
         assert closed == [{"ip": "10.0.0.1", "requests": 2, "first_ts": 1, "last_ts": 2},
                           {"ip": "10.0.0.2", "requests": 1, "first_ts": 3, "last_ts": 3}]
         assert sessions.timers("10.0.0.1", "processing-time") == []
+
+
+def test_the_testing_guide_window_example_holds() -> None:
+    """docs/guide/testing.md, "Time and timers"."""
+    job = access_log.top_urls()
+    with KeyedProcessFunctionHarness.for_stage(job, "top_urls") as window:
+        window.process({"minute": 0, "url": "/a", "hits": 3}, timestamp_ms=10)
+        assert window.timers(0) == [59_999]
+        assert window.advance_watermark(59_998) == []
+        (closed,) = window.advance_watermark(59_999)
+        assert closed.decoded() == {"minute": 0, "top": [["/a", 3]]}
