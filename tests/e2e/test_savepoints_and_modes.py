@@ -92,13 +92,15 @@ def test_at_least_once_skips_alignment_and_duplicates_only_after_the_last_checkp
     # were and the window keeps each URL's largest count, so a window fired again is right again
     # unless it fired on records past an early barrier (at-least-once: then it may fire once more)
     assert all(any(r["top"] == expected[r["minute"]] for r in output if r["minute"] == m) for m in wanted)
-    # what a replay added: windows closed again after the restore
+    # what a replay added: windows closed again after the restore (there may be none: only a window
+    # that closed between the restored checkpoint and the kill closes again, and with one output
+    # per minute that interval may hold none)
     repeated = {identity for identity, count in identities.items() if count > 1} | (set(identities) - wanted)
-    assert repeated, "a failure in at-least-once mode is expected to repeat some output"
     # every repeated result was first written after the restored checkpoint was triggered
     trigger_ms = history[restored_id]["triggered_at"]
     first_copies = _first_write_times(kafka_bootstrap, topics.output, repeated)
-    assert min(first_copies.values()) >= trigger_ms - 1000, (trigger_ms, sorted(first_copies.values())[:3])
+    assert set(first_copies) == repeated
+    assert all(t >= trigger_ms - 1000 for t in first_copies.values()), (trigger_ms, sorted(first_copies.values())[:3])
 
 
 def _first_write_times(bootstrap, topic, identities):

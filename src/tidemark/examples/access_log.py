@@ -74,11 +74,18 @@ def closed_minutes(largest_ts: int, max_out_of_orderness_ms: int = OUT_OF_ORDERN
     return minute_of(watermark + 1)
 
 
-def _url(record: dict[str, Any]) -> str:
-    url = record["url"]
-    if not isinstance(url, str) or not url:
-        raise ValueError(f"record has no url: {record!r}")
-    return url
+def _text_field(name: str) -> Any:
+    """A key selector: the record's non-empty string field ``name`` (a record without one is malformed)."""
+    def key(record: dict[str, Any]) -> str:
+        value = record[name]
+        if not isinstance(value, str) or not value:
+            raise ValueError(f"record has no {name}: {record!r}")
+        return value
+    return key
+
+
+_url = _text_field("url")
+_ip = _text_field("ip")
 
 
 class CountHits(KeyedProcessFunction):
@@ -200,13 +207,6 @@ def top_urls(job_id: str = "access-log-top-urls", input_topic: str = "access-log
         ),
         mode=CheckpointingMode(mode), parallelism=parallelism, workers=workers,
         state_backend=StateBackendKind(state_backend), changelog=changelog)
-
-
-def _ip(record: dict[str, Any]) -> str:
-    ip = record["ip"]
-    if not isinstance(ip, str) or not ip:
-        raise ValueError(f"record has no ip: {record!r}")
-    return ip
 
 
 def ip_sessions(job_id: str = "access-log-ip-sessions", input_topic: str = "access-log",

@@ -17,13 +17,12 @@ Either way: pre-commit the output (channel: barriers downstream; exactly-once si
 write-ahead buffer), snapshot every task's keyed and operator state into checkpoint storage, ack
 each task to the coordinator. Completed / aborted notifications commit / keep the output.
 
-Time: a source stage with :class:`~tidemark.runtime.api.EventTime` tracks each partition's event
-time and moves its watermark at the end of every micro-batch and on every tick between batches
-(when a partition turns idle); a stage reading a channel moves it when its channels' watermark
-records do (:mod:`~tidemark.runtime.watermarks`). Each move fires the event-time timers it
-passes and is written downstream after the records before it. Processing-time timers fire on the
-ticks (:meth:`StageWorker.on_tick`), so without input too. Records behind the watermark go to the
-stage's late-record policy (:mod:`~tidemark.runtime.late_records`).
+Time (:mod:`~tidemark.runtime.stage_time`): a source stage with
+:class:`~tidemark.runtime.api.EventTime` moves its watermark at the end of every micro-batch and
+on every tick between batches (:meth:`StageWorker.on_tick`, when a partition turns idle); a
+stage reading a channel moves it when its channels' watermark records do. Each move fires the
+event-time timers it passes and is written downstream after the records before it.
+Processing-time timers fire on the ticks, so without input too.
 
 This module is the batch loop and the control plane; the parts it drives live beside it: the
 tasks and their backends (:mod:`~tidemark.runtime.stage_tasks`), the restore
@@ -39,7 +38,6 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Iterable
-from typing import Any
 
 from confluent_kafka.admin import AdminClient
 
@@ -67,19 +65,7 @@ from tidemark.runtime.api import JobSpec, Stage, load_job
 from tidemark.runtime.control import ControlPlane
 from tidemark.runtime.faults import FAULTS
 from tidemark.runtime.consumer_lag import ConsumerLag
-from tidemark.runtime.late_records import LateRecordHandler
-from tidemark.runtime.metrics import (
-    RECORDS_IN,
-    RECORDS_OUT,
-    RESTORE_DURATION,
-    TIMERS_FIRED,
-    TIMERS_PENDING,
-    TIMERS_REGISTERED,
-    WATERMARK,
-    WATERMARK_LAG,
-    init_time_metrics,
-    init_worker_metrics,
-)
+from tidemark.runtime.metrics import RECORDS_IN, RECORDS_OUT, RESTORE_DURATION, init_worker_metrics
 from tidemark.runtime.outputs import (
     AtLeastOnceOutput,
     ChannelOutput,
@@ -96,15 +82,14 @@ from tidemark.runtime.routing import ChannelPartitioner, KeyGroupRouter
 from tidemark.runtime.stage_checkpoint import StageCheckpointer
 from tidemark.runtime.stage_restore import RestoredStage, restore_stage
 from tidemark.runtime.stage_tasks import ChangelogTarget, build_stage_tasks
+from tidemark.runtime.stage_time import StageClock
 from tidemark.runtime.task import StageTask, StageTime
-from tidemark.runtime.watermarks import ChannelWatermarks, SourceWatermarks, WatermarkStatus
 from tidemark.chassis.logs import get_logger
 from tidemark.spark.stage_source import ReadSelection
 from tidemark.storage import open_storage
-from tidemark.state.timers import TimeDomain, Timer
+from tidemark.state.timers import Timer
 from tidemark.storage.base import CorruptStateFile
 from tidemark.types import CheckpointId, CheckpointingMode, CheckpointType, TaskId
-from tidemark.runtime.api import NO_WATERMARK
 
 log = get_logger(__name__)
 
@@ -141,11 +126,7 @@ class StageWorker:
         self.checkpointer: StageCheckpointer | None = None
         self._batch: dict[TaskId, list[OutputRecord]] = defaultdict(list)
         self.time = StageTime()  # the watermark and clock the tasks share
-        self.event_time = self.spec.event_time_of(self.stage)
-        self.source_watermarks: SourceWatermarks | None = None  # a source stage with event time
-        self.channel_watermarks: ChannelWatermarks | None = None  # a channel stage of a job with event time
-        self.late: LateRecordHandler | None = None
-        self._emitted: WatermarkStatus | None = None  # the watermark last written downstream
+        self.clock: StageClock | None = None  # watermarks, timers, late records (runtime.stage_time)
         self._ends: dict[tuple[str, int], int] | None = None  # end offsets of the reads, at the last lag report
         self.failures = RecordFailures(self.client, self.topics, self.job, self.stage.on_error,
                                        settings.dead_letter_max_bytes)
@@ -173,7 +154,6 @@ class StageWorker:
             ensure_topics(admin, [TopicSpec(stage.late_output, spec.output_partitions)])
         self.read_partitions = self._read_partitions()
         init_worker_metrics(self.job)
-        init_time_metrics(self.job, stage.name)
         self.control = ControlPlane(self.client, self.topics, self.job,  # before anything can trigger
                                     materializations=spec.changelog)
         started = time.monotonic()
@@ -184,8 +164,13 @@ class StageWorker:
                                        self.time)
         self.router = KeyGroupRouter(spec.max_parallelism, [t.key_groups for t in self.tasks],
                                      complete=self.workers == 1)
+        self.clock = StageClock(self.job, stage, self.attempt.worker, spec.event_time_of(stage), self.tasks, self.time,
+                                self.client, reads=self.read_partitions,
+                                channels=self._channels() if self.upstream is not None else None,
+                                timer_failed=self._timer_failed)
         restored = self._restore() if self.attempt.restore_path else None
-        self._watch_time(restored)
+        if restored is not None:
+            self.clock.restore(restored.watermark_items)
         self.output = self._create_output()
         self.output.recover(restored.sink_items if restored else [],
                             restored.metadata.checkpoint_id if restored else CheckpointId(0))
@@ -196,21 +181,6 @@ class StageWorker:
         self.checkpointer = StageCheckpointer(self.job, stage.name, stage.operator_id, spec.mode, self.epoch,
                                               self.tasks, self.output, self.storage, self.control)
         RESTORE_DURATION.labels(self.job).set(time.monotonic() - started if restored else 0)
-
-    def _watch_time(self, restored: RestoredStage | None) -> None:
-        """The worker's watermarks (if the job has event time), from the restored ones."""
-        if self.event_time is None:
-            return
-        if self.is_source:
-            self.source_watermarks = SourceWatermarks(self.event_time, self.read_partitions)
-            watermarks: SourceWatermarks | ChannelWatermarks = self.source_watermarks
-        else:
-            self.channel_watermarks = watermarks = ChannelWatermarks(self._channels())
-        if restored is not None:
-            watermarks.restore(restored.watermark_items)
-            self.time.watermark = watermarks.watermark
-        if self.stage.forwards_to is None:
-            self.late = LateRecordHandler(self.client, self.job, self.stage)
 
     def _restore(self) -> RestoredStage:
         path = self.attempt.restore_path or ""
@@ -259,7 +229,7 @@ class StageWorker:
             partitioner = (ChannelPartitioner(self.downstream, spec.max_parallelism, partitions)
                            if (self.downstream.workers or 1) > 1 else None)
             return ChannelOutput(self.client, stage.output, partitions, txid, self.epoch, partitioner,
-                                 tasks=[t.task_id for t in self.tasks], event_time=self.event_time is not None)
+                                 tasks=[t.task_id for t in self.tasks], event_time=self.clock.has_watermark)
         if spec.mode is CheckpointingMode.EXACTLY_ONCE:
             return TwoPhaseCommitOutput(self.client, stage.output, self.job, stage.operator_id, txid,
                                         self.topics.sink_commits)
@@ -332,8 +302,7 @@ class StageWorker:
                     self.failures.record_failed(record, MalformedHeaders(record.header_error))
                 elif record.barrier is None and record.watermark is None:  # copied into an input topic: nothing here
                     handle(record)
-            if self.source_watermarks is not None:
-                self._advance(self.source_watermarks.update(time.monotonic() * 1000, self._unread()))
+            self.clock.end_of_batch(self._batch, self._unread())  # type: ignore[union-attr]
         else:
             for record in records:
                 if self.finished:  # a stop-with-savepoint completed while aligning
@@ -356,9 +325,7 @@ class StageWorker:
         due processing-time timers fire, and what that emits is written; then the control plane."""
         if self.finished or self.stopping is not None:
             return
-        if self.source_watermarks is not None:
-            self._advance(self.source_watermarks.update(time.monotonic() * 1000, self._unread()))
-        self._fire(TimeDomain.PROCESSING_TIME, self.time.clock())
+        self.clock.tick(self._batch, self._unread())  # type: ignore[union-attr]
         self.flush_outputs()
         self.handle_control()
 
@@ -369,14 +336,12 @@ class StageWorker:
             self.failures.record_failed(record, MalformedHeaders(
                 record.header_error or "a channel record without tidemark-epoch and tidemark-task headers"))
             return
-        if (record.barrier is not None and self.channel_watermarks is not None
-                and record.epoch == self.epoch):
-            self.channel_watermarks.barrier((record.topic, record.partition, record.task),
-                                            record.barrier.checkpoint_id)
+        if record.barrier is not None and record.epoch == self.epoch:
+            self.clock.barrier(record)  # type: ignore[union-attr]
         for action in self.aligner.feed(record, now_ms()):
             if isinstance(action, Process):
                 if action.record.watermark is not None:
-                    self._on_watermark(action.record)
+                    self.clock.channel_watermark(action.record, self._batch)  # type: ignore[union-attr]
                 else:
                     self._process(action.record)
             elif isinstance(action, Aligned):
@@ -389,44 +354,22 @@ class StageWorker:
         if record.barrier is not None and self.aligner.aligning is not None:
             FAULTS.hit("during-alignment")
 
-    def _unread(self) -> set[tuple[str, int]] | None:
-        """The partitions with records not read yet, by the end offsets of the last lag report
-        (one offset is allowed for the marker that ends a transaction); None before the first."""
-        if self._ends is None:
-            return None
-        return {p for p, end in self._ends.items() if end - self.positions.get(p, 0) > 1}
-
-    def _on_watermark(self, record: InputRecord) -> None:
-        """A watermark record of a channel (in channel order: after the records before it)."""
-        if self.channel_watermarks is None or record.watermark is None or record.task is None:
-            return  # the upstream has event time and this stage was built without: nothing to do
-        moved = self.channel_watermarks.update((record.topic, record.partition, record.task), record.watermark)
-        if moved is not None:
-            self._advance(moved)
-
-    def _event_time(self, record: InputRecord, value: Any) -> int:
-        """A record's event time: the source stage's extractor's, a channel record's own, else
-        the Kafka timestamp."""
-        if self.source_watermarks is not None and self.event_time is not None and self.event_time.timestamp:
-            return int(self.event_time.timestamp(value))
-        return record.event_time_ms if record.event_time_ms is not None else record.timestamp_ms
-
     def _process(self, record: InputRecord) -> None:
         """Run one record through its task; a failure goes to the stage's error policy."""
+        clock = self.clock
+        assert clock is not None
         try:
             value = self.stage.decode(record.key, record.value)
             key = self.stage.key_by(value)
             index = self.router.task_index(key)  # type: ignore[union-attr]
-            stamp = self._event_time(record, value)
+            stamp = clock.event_time_of(record, value)
         except Exception as exc:
             self.failures.record_failed(record, MalformedInput(f"{type(exc).__name__}: {exc}"))
             return
         if index < 0:  # another worker's key group, in a partition both read (runtime.ownership)
             return
-        if self.source_watermarks is not None:
-            self.source_watermarks.observe(record.position, stamp, time.monotonic() * 1000)
-        if (stamp <= self.time.watermark and self.late is not None
-                and not self.late.handle(record, stamp, self.time.watermark)):
+        clock.observe(record, stamp)
+        if clock.late(record, stamp):
             return
         task = self.tasks[index]
         try:
@@ -441,41 +384,22 @@ class StageWorker:
         """An exchange reader's record (runtime.physical_plan): checked to decode and key as its
         stage will, then forwarded unchanged into the partition of its key group, with its event
         time (the watermarks are the reader's: it reads the partitions)."""
-        output = self.output
-        assert isinstance(output, ChannelOutput) and output.partitioner is not None
+        output, clock = self.output, self.clock
+        assert isinstance(output, ChannelOutput) and output.partitioner is not None and clock is not None
         partitioner = output.partitioner
         try:
-            if self.event_time is not None and self.event_time.timestamp is not None:  # decode once for both
+            if clock.extracts_from_value:  # decode once for both
                 value = partitioner.decode(record.key, record.value)
-                partition, stamp = partitioner.of_value(value), self._event_time(record, value)
+                partition, stamp = partitioner.of_value(value), clock.event_time_of(record, value)
             else:
-                partition, stamp = partitioner(record.key, record.value), self._event_time(record, None)
+                partition, stamp = partitioner(record.key, record.value), clock.event_time_of(record, None)
         except Exception as exc:
             self.failures.record_failed(record, MalformedInput(f"{type(exc).__name__}: {exc}"))
             return
-        if self.source_watermarks is not None:
-            self.source_watermarks.observe(record.position, stamp, time.monotonic() * 1000)
+        clock.observe(record, stamp)
         task = self.tasks[record.partition % len(self.tasks)]
         task.records_in += 1
         self._batch[task.task_id].append((record.key, record.value, stamp, partition))  # type: ignore[arg-type]
-
-    # ------------------------------------------------------------------ time
-
-    def _advance(self, status: WatermarkStatus) -> None:
-        """The worker's watermark is ``status``: fire the event-time timers it passed."""
-        if status.watermark <= self.time.watermark:
-            return
-        self.time.watermark = status.watermark
-        WATERMARK.labels(self.job, self.stage.name).set(status.watermark / 1000)
-        WATERMARK_LAG.labels(self.job, self.stage.name).set(max(0.0, (now_ms() - status.watermark) / 1000))
-        self._fire(TimeDomain.EVENT_TIME, status.watermark)
-
-    def _fire(self, domain: TimeDomain, until: int) -> None:
-        for task in self.tasks:
-            if task.due(domain, until):
-                outputs = task.fire(domain, until, self._timer_failed)
-                if outputs:
-                    self._batch[task.task_id].extend(outputs)
 
     def _timer_failed(self, timer: Timer, error: Exception) -> None:
         """``on_timer`` raised: the stage's error policy, with the timer as the record's origin."""
@@ -483,13 +407,12 @@ class StageWorker:
                              self.stage.encode_key(timer.key), None)
         self.failures.record_failed(origin, FunctionFailed(f"on_timer: {type(error).__name__}: {error}"))
 
-    def _watermark_to_emit(self) -> WatermarkStatus | None:
-        """The worker's watermark when it is news downstream (it moved or turned idle/active)."""
-        watermarks = self.source_watermarks or self.channel_watermarks
-        if watermarks is None or watermarks.watermark == NO_WATERMARK:
+    def _unread(self) -> set[tuple[str, int]] | None:
+        """The partitions with records not read yet, by the end offsets of the last lag report
+        (one offset is allowed for the marker that ends a transaction); None before the first."""
+        if self._ends is None:
             return None
-        status = watermarks.current
-        return None if status == self._emitted else status
+        return {p for p, end in self._ends.items() if end - self.positions.get(p, 0) > 1}
 
     def flush_outputs(self) -> None:
         """Hand the results gathered so far and the watermark, if news, to the output; count what
@@ -498,30 +421,18 @@ class StageWorker:
             read, task.records_in = task.records_in, 0
             if read:
                 RECORDS_IN.labels(self.job, task.task_id).inc(read)
-        self._count_timers()
-        watermark = self._watermark_to_emit()
+        clock = self.clock
+        assert clock is not None
+        clock.count_timers()
+        watermark = clock.to_emit()
         if not self._batch and watermark is None:
             return
         batch, self._batch = dict(self._batch), defaultdict(list)
         self.output.write(batch, watermark)  # type: ignore[union-attr]
         if watermark is not None:
-            self._emitted = watermark
+            clock.emitted(watermark)
         for task, records in batch.items():
             RECORDS_OUT.labels(self.job, task).inc(len(records))
-
-    def _count_timers(self) -> None:
-        registered, fired = self.time.registered, self.time.fired
-        if not registered and not fired:
-            return
-        for domain in TimeDomain:
-            if registered[domain]:
-                TIMERS_REGISTERED.labels(self.job, self.stage.name, domain.value).inc(registered[domain])
-            if fired[domain]:
-                TIMERS_FIRED.labels(self.job, self.stage.name, domain.value).inc(fired[domain])
-            TIMERS_PENDING.labels(self.job, self.stage.name, domain.value).set(
-                sum(task.pending_timers(domain) for task in self.tasks))
-        registered.clear()
-        fired.clear()
 
     # ------------------------------------------------------------------ checkpoints
 
@@ -563,13 +474,9 @@ class StageWorker:
 
     def checkpoint(self, checkpoint_id: CheckpointId, kind: CheckpointType, aligned: Aligned | None,
                    target: str | None = None) -> None:
-        assert self.checkpointer is not None
-        watermarks = None
-        if self.source_watermarks is not None:
-            watermarks = self.source_watermarks.snapshot_item(self.attempt.worker)
-        elif self.channel_watermarks is not None:
-            watermarks = self.channel_watermarks.snapshot_item(self.attempt.worker, checkpoint_id)
-        self.checkpointer.checkpoint(checkpoint_id, kind, self.positions, aligned, target, watermarks)
+        assert self.checkpointer is not None and self.clock is not None
+        self.checkpointer.checkpoint(checkpoint_id, kind, self.positions, aligned, target,
+                                     self.clock.snapshot_item(checkpoint_id))
         if kind is CheckpointType.STOP_WITH_SAVEPOINT:
             self.stopping = checkpoint_id
             self.wait_while_stopping()
@@ -580,8 +487,8 @@ class StageWorker:
         ends = self._lag.report(self.positions, self.read_partitions)
         if ends is not None:
             self._ends = ends
-        if self.time.watermark != NO_WATERMARK:
-            WATERMARK_LAG.labels(self.job, self.stage.name).set(max(0.0, (now_ms() - self.time.watermark) / 1000))
+        if self.clock is not None:
+            self.clock.report_lag()
 
     def close(self) -> None:
         for task in self.tasks:
@@ -591,8 +498,8 @@ class StageWorker:
         if self.control is not None:
             self.control.close()
         self.failures.close()
-        if self.late is not None:
-            self.late.close()
+        if self.clock is not None:
+            self.clock.close()
         self._metadata.close()
         shutil.rmtree(self._local, ignore_errors=True)
 

@@ -15,7 +15,8 @@ from tidemark.config.settings import TidemarkSettings
 from tidemark.types import CheckpointingMode
 
 MIN_API_TOKEN_LENGTH = 16
-EXAMPLE_JOBS = ("tidemark.examples.access_log:url_counts", "tidemark.examples.access_log:top_urls")
+EXAMPLE_JOBS = ("tidemark.examples.access_log:url_counts", "tidemark.examples.access_log:top_urls",
+                "tidemark.examples.access_log:ip_sessions")
 JOB_REFERENCE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
 
