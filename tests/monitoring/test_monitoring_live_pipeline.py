@@ -17,8 +17,8 @@ seven processes every second. The scenario produces every metric the dashboards 
 Then every PromQL expression of every panel is evaluated through Prometheus's HTTP API (the
 ``job`` variable set to the job's id) until each returns data; except that an expression reading
 only metrics documented as conditional (``*only with event time*``) on a condition the job does
-not meet must return none: the access-log example has no event time, so its workers must not
-export watermark gauges.
+not meet must return none (a job without event time exports no watermark gauges). The access-log
+example has event time, so every panel of it must have data.
 """
 
 from __future__ import annotations

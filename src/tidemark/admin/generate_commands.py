@@ -1,5 +1,10 @@
 """``tidemark generate access-log``: write example input (the access-log records of
-:mod:`tidemark.examples.generator`) to an existing topic, with a progress line on stderr."""
+:mod:`tidemark.examples.generator`) to an existing topic, with a progress line on stderr.
+
+Event time goes on where the topic's records leave it: the generated records are numbered after
+the records already in the topic (``--first`` sets the number), so a second run continues the
+first in event time instead of starting it again (records behind the example job's watermark
+would be late, and dropped)."""
 
 from __future__ import annotations
 
@@ -12,6 +17,7 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 from tidemark.examples.generator import generate, produce
+from tidemark.kafka.metadata import metadata_consumer, watermarks
 from tidemark.kafka.reachability import short_reason
 from tidemark.exit_codes import EXIT_FAILED, EXIT_USAGE
 from tidemark.admin.kafka_connection import fail, kafka_client
@@ -58,6 +64,9 @@ def access_log(
     duration: Optional[float] = typer.Option(None, "--duration", min=0.001,
                                              help="Seconds to write for, at --rate."),
     seed: int = typer.Option(7, "--seed", help="The same seed and count give the same records."),
+    first: Optional[int] = typer.Option(None, "--first", min=0,
+                                        help="The number of the first record, which sets its event time "
+                                             "(default: the number of records already in the topic)."),
 ) -> None:
     """Write nginx-like JSON access-log records (the example jobs' input), spread over the topic's partitions."""
     total = _total(records, rate, duration)
@@ -70,8 +79,10 @@ def access_log(
         fail("generate access-log", f"unknown topic {topic!r}; create it first: tidemark topics create {topic} "
              "--partitions 4", EXIT_USAGE)
     try:
+        if first is None:
+            first = _records_in(client, topic, sorted(meta.partitions))
         started = time.monotonic()
-        written = produce(client, topic, generate(total, seed=seed), partitions=len(meta.partitions),
+        written = produce(client, topic, generate(total, seed=seed, first=first), partitions=len(meta.partitions),
                           rate_per_s=rate, progress=_ProgressLine(total))
     except KafkaException as exc:
         fail("generate access-log", f"{topic}: {short_reason(exc)}", EXIT_FAILED)
@@ -79,7 +90,16 @@ def access_log(
         fail("generate access-log", str(exc), EXIT_FAILED)
     elapsed = time.monotonic() - started
     typer.echo(f"wrote {written} access-log records to {topic} ({len(meta.partitions)} partitions) in "
-               f"{elapsed:.1f}s")
+               f"{elapsed:.1f}s" + (f", event time after record {first}" if first else ""))
+
+
+def _records_in(client: dict, topic: str, partitions: list[int]) -> int:
+    """How many records the topic holds (end minus start offsets; transaction markers count too)."""
+    consumer = metadata_consumer(client)
+    try:
+        return sum(high - low for low, high in watermarks(consumer, [(topic, p) for p in partitions]).values())
+    finally:
+        consumer.close()
 
 
 def install(app: typer.Typer) -> None:
