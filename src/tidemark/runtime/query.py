@@ -23,6 +23,7 @@ from typing import Any
 
 from tidemark.config.settings import TidemarkSettings
 from tidemark.kafka.outage import BrokerWatch
+from tidemark.runtime.consumer_lag import REPORT_EVERY_S as LAG_EVERY_S
 from tidemark.runtime.health import serve_health
 from tidemark.runtime.records import records_of
 from tidemark.exit_codes import EXIT_REFUSED
@@ -35,7 +36,6 @@ from tidemark.spark.stage_source import StageSource, stage_source
 
 log = get_logger(__name__)
 TRIGGER = "200 milliseconds"
-LAG_EVERY_S = 2.0
 
 
 class QueryFailed(RuntimeError):

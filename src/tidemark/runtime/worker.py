@@ -127,7 +127,6 @@ class StageWorker:
         self._batch: dict[TaskId, list[OutputRecord]] = defaultdict(list)
         self.time = StageTime()  # the watermark and clock the tasks share
         self.clock: StageClock | None = None  # watermarks, timers, late records (runtime.stage_time)
-        self._ends: dict[tuple[str, int], int] | None = None  # end offsets of the reads, at the last lag report
         self.failures = RecordFailures(self.client, self.topics, self.job, self.stage.on_error,
                                        settings.dead_letter_max_bytes)
         self._metadata = metadata_consumer(self.client)  # topic metadata and watermarks, for the attempt's life
@@ -408,11 +407,8 @@ class StageWorker:
         self.failures.record_failed(origin, FunctionFailed(f"on_timer: {type(error).__name__}: {error}"))
 
     def _unread(self) -> set[tuple[str, int]] | None:
-        """The partitions with records not read yet, by the end offsets of the last lag report
-        (one offset is allowed for the marker that ends a transaction); None before the first."""
-        if self._ends is None:
-            return None
-        return {p for p, end in self._ends.items() if end - self.positions.get(p, 0) > 1}
+        """The partitions with records not read yet; None when not known (runtime.consumer_lag)."""
+        return self._lag.unread(self.positions)
 
     def flush_outputs(self) -> None:
         """Hand the results gathered so far and the watermark, if news, to the output; count what
@@ -484,9 +480,7 @@ class StageWorker:
     # ------------------------------------------------------------------ monitoring
 
     def report_lag(self) -> None:
-        ends = self._lag.report(self.positions, self.read_partitions)
-        if ends is not None:
-            self._ends = ends
+        self._lag.report(self.positions, self.read_partitions)
         if self.clock is not None:
             self.clock.report_lag()
 
