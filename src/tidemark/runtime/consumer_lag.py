@@ -22,16 +22,17 @@ from typing import Any
 from tidemark.kafka.metadata import list_partitions, watermarks
 from tidemark.kafka.outage import broker_wait, unavailable
 from tidemark.runtime.metrics import CONSUMER_LAG
+from tidemark.spark.offsets import TopicPartitionKey
 from tidemark.chassis.logs import get_logger
 from tidemark.types import JobId
 
 log = get_logger(__name__)
 REPORT_EVERY_S = 2.0
 STALE_AFTER_S = 2 * REPORT_EVERY_S + 1.0  # two reports missed: the end offsets are not known any more
-Partition = tuple[str, int]
 
 
-def unread_partitions(ends: Mapping[Partition, int], positions: Mapping[Partition, int]) -> set[Partition]:
+def unread_partitions(ends: Mapping[TopicPartitionKey, int],
+                      positions: Mapping[TopicPartitionKey, int]) -> set[TopicPartitionKey]:
     """The partitions whose end is beyond the position (one offset is allowed for the marker that
     ends a transaction)."""
     return {p for p, end in ends.items() if end - positions.get(p, 0) > 1}
@@ -46,17 +47,19 @@ class ConsumerLag:
         self.stage = stage
         self.inputs = list(inputs)
         self._clock = clock
+        self._wait = broker_wait(client)  # the process's outage state for this broker
         self._error: str | None = None
-        self._ends: dict[Partition, int] | None = None  # each read partition's end, at the last answer
+        self._ends: dict[TopicPartitionKey, int] | None = None  # each read partition's end, at the last answer
         self._ends_at = 0.0
 
-    def report(self, positions: Mapping[Partition, int], reads: Sequence[Partition] | None = None) -> None:
+    def report(self, positions: Mapping[TopicPartitionKey, int],
+               reads: Sequence[TopicPartitionKey] | None = None) -> None:
         """``reads``: the partitions this worker reads (all of the inputs' by default)."""
         try:
             marks = watermarks(self.metadata, list(reads) if reads else list_partitions(self.metadata, self.inputs))
         except Exception as exc:
             if unavailable(exc):
-                broker_wait(self.client).failed("consumer lag", exc)
+                self._wait.failed("consumer lag", exc)
             elif str(exc) != self._error:
                 log.warning("consumer lag not measured", job=self.job, stage=self.stage, error=str(exc))
             self._error = str(exc)
@@ -67,10 +70,10 @@ class ConsumerLag:
         self._ends = {position: high for position, (_, high) in marks.items()}
         self._ends_at = self._clock()
 
-    def unread(self, positions: Mapping[Partition, int]) -> set[Partition] | None:
+    def unread(self, positions: Mapping[TopicPartitionKey, int]) -> set[TopicPartitionKey] | None:
         """The partitions with records not read yet, by the last report; None when that is not
         known (see the module docstring)."""
         if (self._ends is None or self._clock() - self._ends_at > STALE_AFTER_S
-                or broker_wait(self.client).waiting):
+                or self._wait.waiting):
             return None
         return unread_partitions(self._ends, positions)

@@ -23,7 +23,7 @@ from typing import Any
 
 from tidemark.config.settings import TidemarkSettings
 from tidemark.kafka.outage import BrokerWatch
-from tidemark.runtime.consumer_lag import REPORT_EVERY_S as LAG_EVERY_S
+from tidemark.runtime.consumer_lag import REPORT_EVERY_S
 from tidemark.runtime.health import serve_health
 from tidemark.runtime.records import records_of
 from tidemark.exit_codes import EXIT_REFUSED
@@ -139,7 +139,7 @@ def _run_query(worker: StageWorker, attempt: Attempt, spark: Any, source: StageS
             time.sleep(0.1)
             with worker.lock:
                 worker.on_tick()  # processing-time timers, idle partitions, the control plane
-            if time.monotonic() - last_lag > LAG_EVERY_S:
+            if time.monotonic() - last_lag > REPORT_EVERY_S:
                 worker.report_lag()
                 last_lag = time.monotonic()
         query.stop()
