@@ -55,6 +55,7 @@ def read_all(spark: Any, source: StageSource, topic: str, records: int, batch: i
             done.set()
 
     options = source.options(ReadSelection((topic,), max_records=batch))
+    source.prepare(spark)
     with query_checkpoint_location(f"bench-{source.format}") as location:
         started = time.monotonic()
         query = (spark.readStream.format(source.format).options(**options).load().writeStream

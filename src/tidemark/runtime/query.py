@@ -120,6 +120,7 @@ def _run_stage(settings: TidemarkSettings, attempt: Attempt, spark: Any) -> int:
 def _run_query(worker: StageWorker, attempt: Attempt, spark: Any, source: StageSource, on_batch: Any,
                spark_checkpoints: str, watch: BrokerWatch) -> int:
     options = source.options(worker.read_selection())
+    source.prepare(spark)
     stream = spark.readStream.format(source.format).options(**options).load()
     query = (stream.writeStream.foreachBatch(on_batch).option("checkpointLocation", spark_checkpoints)
              .trigger(processingTime=TRIGGER).queryName(f"{worker.job}.{worker.stage.name}").start())

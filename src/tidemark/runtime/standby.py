@@ -56,6 +56,7 @@ def warm_up(spark: Any, settings: TidemarkSettings, source: StageSource, interru
     ``interrupt`` is set)."""
     options = source.options(ReadSelection((TopicNames(settings.topic_prefix).control,), max_records=1))
     ran = threading.Event()
+    source.prepare(spark)
 
     def on_batch(frame: Any, batch_id: int) -> None:
         frame.toArrow()

@@ -42,8 +42,9 @@ class LocalSessionOptions:
 def local_session(options: LocalSessionOptions = LocalSessionOptions()) -> SparkSession:
     """Create (or return the active) local-mode session: UI off, Arrow on, quiet logs.
 
-    Also registers Tidemark's Python data sources (``tidemark-kafka``); the JVM maps the class
-    archive of :mod:`tidemark.spark.class_archive` when it has been built.
+    The JVM maps the class archive of :mod:`tidemark.spark.class_archive` when it has been built.
+    Tidemark's Python data source (``tidemark-kafka``) is registered by who reads with it
+    (:func:`tidemark.spark.datasource.register`, ``StageSource.prepare``).
     """
     java_home = find_java_home()
     if java_home:
@@ -72,9 +73,6 @@ def local_session(options: LocalSessionOptions = LocalSessionOptions()) -> Spark
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(options.log_level)
-    from tidemark.spark.datasource import register
-
-    register(spark)
     return spark
 
 

@@ -16,11 +16,13 @@ def spark() -> Iterator["SparkSession"]:
     """One local SparkSession per test module, with tidemark-kafka registered and Spark's Kafka
     connector on its classpath (``tidemark.spark.kafka_connector``); stopped after it."""
     from tidemark.jvm import QUICK_START_JVM_OPTIONS
+    from tidemark.spark.datasource import register
     from tidemark.spark.kafka_connector import connector_jars
     from tidemark.spark.session import LocalSessionOptions, local_session
 
     jars = ",".join(str(jar) for jar in connector_jars())
     session = local_session(LocalSessionOptions(java_options=QUICK_START_JVM_OPTIONS, extra_conf={"spark.jars": jars}))
+    register(session)
     try:
         yield session
     finally:
