@@ -169,8 +169,11 @@ def json_decode(key: bytes | None, value: bytes | None) -> Any:
     return json.loads(value)
 
 
+_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"))  # json.dumps with these makes one per call
+
+
 def json_encode(value: Any) -> bytes:
-    return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
+    return _JSON.encode(value).encode()
 
 
 def key_encode(key: Any) -> bytes:
