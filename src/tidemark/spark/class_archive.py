@@ -12,7 +12,8 @@ name is a digest of both, :func:`archive_path`): a training run in a child proce
 ``-XX:ArchiveClassesAtExit``, runs what a stage worker runs (a batch to Arrow, a streaming query
 into ``foreachBatch``, and Spark's Kafka connector on a broker when one is given), and the JVM
 writes the archive as it exits. A file lock keeps two builders (a test session's workers, a demo)
-from training at the same time. :func:`with_archive` adds ``-XX:SharedArchiveFile`` to a JVM's
+from training at the same time; a build removes the archives of installations that are gone (a
+deleted virtualenv), as its ``.origin`` file names them. :func:`with_archive` adds ``-XX:SharedArchiveFile`` to a JVM's
 options when the archive exists. With ``-Xshare:auto`` an archive that does not fit (another JDK,
 changed jars, other heap settings) is ignored by the JVM, never an error; a missing one only
 means a slower start. The image builds it at build time (``Dockerfile``).
@@ -39,18 +40,20 @@ BUILD_TIMEOUT_S = 300.0
 QUIET = "-Xshare:auto -Xlog:cds=off -Xlog:cds+dynamic=off"  # a misfit archive is skipped silently
 
 
-def _installation_digest() -> str:
-    """What the archive's classes come from: the JDK (its path and ``release``) and PySpark's jars
-    (path, name, size and time of each)."""
+def _installation() -> tuple[Path, Path]:
+    """(the JDK's home, PySpark's jars directory) the archive's classes come from."""
     import pyspark
 
-    digest = hashlib.sha256()
-    java_home = Path(find_java_home() or "java-on-path").resolve()
-    digest.update(str(java_home).encode())
+    return Path(find_java_home() or "java-on-path").resolve(), Path(pyspark.__file__).resolve().parent / "jars"
+
+
+def _installation_digest() -> str:
+    """The JDK (its path and ``release``) and PySpark's jars (path, name, size and time of each)."""
+    java_home, jars = _installation()
+    digest = hashlib.sha256(str(java_home).encode())
     release = java_home / "release"
     if release.is_file():
         digest.update(release.read_bytes())
-    jars = Path(pyspark.__file__).resolve().parent / "jars"
     for jar in sorted(jars.glob("*.jar")):
         stat = jar.stat()
         digest.update(f"{jar}:{stat.st_size}:{int(stat.st_mtime)}".encode())
@@ -60,6 +63,17 @@ def _installation_digest() -> str:
 def archive_path(cache_dir: Path | None = None) -> Path:
     """Where the archive of this JDK and PySpark installation is (or will be)."""
     return (cache_dir or default_cache_dir()) / "spark-classes" / f"{_installation_digest()}.jsa"
+
+
+def remove_orphans(directory: Path) -> None:
+    """Remove the archives (and their files) of installations that are gone: another
+    virtualenv's PySpark or JDK deleted since (each archive is about 160 MiB)."""
+    for origin in directory.glob("*.origin"):
+        paths = origin.read_text(encoding="utf-8").splitlines()
+        if all(Path(path).exists() for path in paths):
+            continue
+        for leftover in directory.glob(f"{origin.stem}.*"):
+            leftover.unlink(missing_ok=True)
 
 
 def with_archive(java_options: str, cache_dir: Path | None = None) -> str:
@@ -72,17 +86,21 @@ def with_archive(java_options: str, cache_dir: Path | None = None) -> str:
 
 def ensure_archive(jars: list[str] | None = None, bootstrap: str | None = None,
                    cache_dir: Path | None = None) -> Path | None:
-    """The archive, built first if missing (about 20 s, once); None when the build failed, which
-    is logged and otherwise harmless. ``jars``: the session's ``spark.jars`` (the Kafka
+    """The archive, built first if missing (about 30 s, once); None when the build failed, which
+    is logged once (a ``.failed`` file keeps later calls from trying again) and otherwise harmless. ``jars``: the session's ``spark.jars`` (the Kafka
     connector); ``bootstrap``: a broker the training query may read from."""
     path = archive_path(cache_dir)
     if path.is_file():
         return path
+    failed = path.with_suffix(".failed")
+    if failed.is_file():  # not again at every start: remove the file to try again
+        return None
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path.with_suffix(".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if path.is_file():  # built by another process while this one waited
-            return path
+        if path.is_file() or failed.is_file():  # built (or tried) by another process meanwhile
+            return path if path.is_file() else None
+        remove_orphans(path.parent)
         return _build(path, jars or [], bootstrap)
 
 
@@ -101,9 +119,11 @@ def _build(path: Path, jars: list[str], bootstrap: str | None) -> Path | None:
         code = None
     if code != 0 or not partial.is_file() or partial.stat().st_size == 0:
         partial.unlink(missing_ok=True)
-        log.warning("the JVM class archive was not built; Spark starts without it", exit_code=code,
-                    journal=str(journal))
+        path.with_suffix(".failed").write_text(f"exit code {code}; see {journal}\n", encoding="utf-8")
+        log.warning("the JVM class archive was not built; Spark starts without it (remove the .failed file to "
+                    "try again)", exit_code=code, journal=str(journal))
         return None
+    path.with_suffix(".origin").write_text("\n".join(str(p) for p in _installation()) + "\n", encoding="utf-8")
     partial.replace(path)
     log.info("JVM class archive built", path=str(path), seconds=round(time.monotonic() - started, 1),
              mib=round(path.stat().st_size / 2**20))

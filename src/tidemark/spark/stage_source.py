@@ -34,6 +34,12 @@ from tidemark.spark.offsets import PartitionOffsets
 
 EARLIEST = -2  # Spark's connector: "earliest" for one partition in a startingOffsets JSON
 OUTAGE_PATIENCE_MS = 300_000  # how long the connector's Kafka calls wait through a broker outage
+# The broker holds a fetch that finds nothing visible yet for up to fetch.max.wait.ms (500 ms by
+# default). A read_committed range of transactional records ends at a commit marker, so every task
+# of a micro-batch made one such fetch and waited 500 ms: a batch of 250 records on 4 partitions
+# took 1.2 s instead of 0.23 s. The executors fetch only the planned ranges, so a short wait costs
+# no polling while a stage is idle.
+FETCH_MAX_WAIT_MS = 20
 
 
 @dataclass(frozen=True)
@@ -121,6 +127,7 @@ class SparkKafkaSource:
         options = {"kafka.bootstrap.servers": self.bootstrap,
                    **{f"kafka.{k}": v for k, v in self.security.items()},
                    "kafka.isolation.level": "read_committed",
+                   "kafka.fetch.max.wait.ms": str(FETCH_MAX_WAIT_MS),
                    "includeHeaders": "true",
                    "maxOffsetsPerTrigger": str(selection.max_records),
                    # wait through a broker outage instead of failing the query

@@ -3,9 +3,10 @@ built, then the archive with sharing that falls back quietly."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
-from tidemark.spark.class_archive import archive_path, with_archive
+from tidemark.spark.class_archive import archive_path, ensure_archive, remove_orphans, with_archive
 
 
 def test_without_an_archive_the_options_are_unchanged(tmp_path: Path) -> None:
@@ -28,3 +29,22 @@ def test_the_archive_is_named_by_the_jdk_and_pyspark_it_was_built_from(tmp_path:
     before = archive_path(tmp_path)
     monkeypatch.setenv("JAVA_HOME", str(tmp_path / "another-jdk"))
     assert archive_path(tmp_path) != before
+
+
+def test_a_failed_build_is_not_tried_again_at_every_start(tmp_path: Path) -> None:
+    path = archive_path(tmp_path)
+    path.parent.mkdir()
+    path.with_suffix(".failed").write_text("exit code 1\n")
+    started = time.monotonic()
+    assert ensure_archive([], None, cache_dir=tmp_path) is None
+    assert time.monotonic() - started < 1 and not path.exists()  # no training run
+
+
+def test_the_archives_of_installations_that_are_gone_are_removed(tmp_path: Path) -> None:
+    directory = tmp_path / "spark-classes"
+    directory.mkdir()
+    for name, origin in (("gone", tmp_path / "deleted-venv" / "jars"), ("here", tmp_path)):
+        (directory / f"{name}.jsa").write_bytes(b"archive")
+        (directory / f"{name}.origin").write_text(f"{tmp_path}\n{origin}\n")
+    remove_orphans(directory)
+    assert sorted(p.name for p in directory.iterdir()) == ["here.jsa", "here.origin"]

@@ -38,6 +38,7 @@ def test_the_connector_reads_committed_records_with_headers_and_waits_through_ou
     options = _connector().options(SUBSCRIBED)
     assert options["kafka.bootstrap.servers"] == "h:9092" and options["kafka.security.protocol"] == "SSL"
     assert options["kafka.isolation.level"] == "read_committed" and options["includeHeaders"] == "true"
+    assert int(options["kafka.fetch.max.wait.ms"]) <= 50  # not 500 ms at each range's commit marker
     assert options["subscribe"] == "a,b" and "assign" not in options
     assert options["maxOffsetsPerTrigger"] == "500" and options["startingOffsets"] == "earliest"
     assert int(options["kafka.default.api.timeout.ms"]) >= 120_000  # a broker outage of minutes
