@@ -33,6 +33,10 @@ Epoch = NewType("Epoch", int)
 MaterializationId = NewType("MaterializationId", int)
 """Monotonically increasing per task; identifies one materialized snapshot."""
 
+TopicPartitionKey = tuple[str, int]
+"""A Kafka partition as ``(topic, partition)``: hashable, a dictionary key (confluent-kafka's
+``TopicPartition`` also carries an offset and is what its clients take)."""
+
 
 def task_id(operator_id: str, subtask_index: int) -> TaskId:
     """The canonical id of subtask ``subtask_index`` of ``operator_id``."""

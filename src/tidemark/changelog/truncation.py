@@ -39,9 +39,8 @@ from tidemark.protocol.messages import (
     TaskAssignment,
 )
 from tidemark.keygroups import UPPER_BOUND_MAX_PARALLELISM, KeyGroupRange
-from tidemark.types import CheckpointId, JobId, OperatorId, TaskId
+from tidemark.types import CheckpointId, JobId, OperatorId, TaskId, TopicPartitionKey
 
-TopicPartition = tuple[str, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +84,7 @@ class ChangelogLedger:
         self.registrations: dict[JobId, JobRegistration] = {}
         self._retained: dict[JobId, dict[CheckpointId, CheckpointMetadata]] = defaultdict(dict)
         self._discarded: dict[JobId, set[CheckpointId]] = defaultdict(set)
-        self._covered: dict[tuple[JobId, TaskId], dict[TopicPartition, int]] = defaultdict(dict)
+        self._covered: dict[tuple[JobId, TaskId], dict[TopicPartitionKey, int]] = defaultdict(dict)
         self.materializations: dict[tuple[JobId, TaskId], MaterializationEvent] = {}
 
     # ------------------------------------------------------------------ folding
@@ -189,7 +188,7 @@ def _overlaps(task: TaskAssignment, key_groups: KeyGroupRange) -> bool:
     return task.key_group_start <= key_groups.end and key_groups.start <= task.key_group_end
 
 
-def advances(plans: Iterable[PartitionPlan], current: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
+def advances(plans: Iterable[PartitionPlan], current: Mapping[TopicPartitionKey, int]) -> dict[TopicPartitionKey, int]:
     """The partitions whose planned point is past their current truncation point, and where to."""
     moved = {}
     for plan in plans:

@@ -24,9 +24,8 @@ from dataclasses import dataclass, field
 
 from tidemark.materializer.materializer_ledger import TaskCheckpoint
 from tidemark.protocol.messages import ChangelogRange
-from tidemark.types import MaterializationId
+from tidemark.types import MaterializationId, TopicPartitionKey
 
-TopicPartition = tuple[str, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +54,7 @@ class Rebuild:
 class Extend:
     """Read the target's ranges, applying only records at or after ``resume`` per partition."""
 
-    resume: dict[TopicPartition, int]
+    resume: dict[TopicPartitionKey, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,9 +65,9 @@ class Current:
 FoldPlan = Rebuild | Extend | Current
 
 
-def read_ends(ranges: Iterable[ChangelogRange]) -> dict[TopicPartition, int]:
+def read_ends(ranges: Iterable[ChangelogRange]) -> dict[TopicPartitionKey, int]:
     """Per partition, the end of the furthest range."""
-    ends: dict[TopicPartition, int] = {}
+    ends: dict[TopicPartitionKey, int] = {}
     for r in ranges:
         tp = (r.topic, r.partition)
         ends[tp] = max(ends.get(tp, r.end_offset), r.end_offset)
@@ -103,7 +102,7 @@ def plan_fold(lineage: ReplicaLineage | None, target: TaskCheckpoint) -> FoldPla
 
 
 def _ranges_problem(held: tuple[ChangelogRange, ...], target: tuple[ChangelogRange, ...],
-                    resume: dict[TopicPartition, int], same_base: bool) -> str | None:
+                    resume: dict[TopicPartitionKey, int], same_base: bool) -> str | None:
     if same_base:
         for old in held:
             if not any((r.partition, r.start_offset) == (old.partition, old.start_offset)

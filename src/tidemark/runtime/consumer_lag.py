@@ -22,7 +22,7 @@ from typing import Any
 from tidemark.kafka.metadata import list_partitions, watermarks
 from tidemark.kafka.outage import broker_wait, unavailable
 from tidemark.runtime.metrics import CONSUMER_LAG
-from tidemark.spark.offsets import TopicPartitionKey
+from tidemark.types import TopicPartitionKey
 from tidemark.chassis.logs import get_logger
 from tidemark.types import JobId
 

@@ -13,11 +13,10 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from tidemark.protocol.messages import SourceOffset
+from tidemark.types import TopicPartitionKey
 
 EARLIEST = -2
 LATEST = -1
-
-TopicPartitionKey = tuple[str, int]
 
 
 class OffsetFormatError(ValueError):

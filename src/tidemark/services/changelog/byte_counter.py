@@ -20,8 +20,8 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 from tidemark.changelog.offset_sizes import PartitionSizes
 from tidemark.kafka.clients import consumer_config
 from tidemark.kafka.outage import broker_wait, unavailable
+from tidemark.types import TopicPartitionKey
 
-TP = tuple[str, int]
 
 
 class ChangelogSizeReader:
@@ -32,10 +32,10 @@ class ChangelogSizeReader:
             "isolation.level": "read_uncommitted", "auto.offset.reset": "earliest"}))
         self._wait = broker_wait(config)
         self._lock = threading.Lock()
-        self._sizes: dict[TP, PartitionSizes] = {}
+        self._sizes: dict[TopicPartitionKey, PartitionSizes] = {}
         self._to_assign: list[TopicPartition] = []
 
-    def track(self, topic: str, partitions: int, start_of: Callable[[TP], int]) -> None:
+    def track(self, topic: str, partitions: int, start_of: Callable[[TopicPartitionKey], int]) -> None:
         """Start counting the partitions of ``topic`` not counted yet, each from ``start_of``."""
         with self._lock:
             for partition in range(partitions):
@@ -68,7 +68,7 @@ class ChangelogSizeReader:
                     counted += 1
         return counted
 
-    def bytes_between(self, tp: TP, low: int, high: int | None = None) -> int:
+    def bytes_between(self, tp: TopicPartitionKey, low: int, high: int | None = None) -> int:
         """Bytes of the records of ``tp`` in ``[low, high)`` (``None``: up to the last counted)."""
         with self._lock:
             sizes = self._sizes.get(tp)
@@ -76,18 +76,18 @@ class ChangelogSizeReader:
                 return 0
             return sizes.bytes_between(low, sizes.end if high is None else high)
 
-    def counted_start(self, tp: TP) -> int:
+    def counted_start(self, tp: TopicPartitionKey) -> int:
         """Where counting of ``tp`` started (or was dropped to)."""
         with self._lock:
             sizes = self._sizes.get(tp)
             return 0 if sizes is None else sizes.start
 
-    def counted_end(self, tp: TP) -> int:
+    def counted_end(self, tp: TopicPartitionKey) -> int:
         with self._lock:
             sizes = self._sizes.get(tp)
             return 0 if sizes is None else sizes.end
 
-    def drop_before(self, tp: TP, offset: int) -> None:
+    def drop_before(self, tp: TopicPartitionKey, offset: int) -> None:
         with self._lock:
             sizes = self._sizes.get(tp)
             if sizes is not None:

@@ -21,7 +21,7 @@ from typing import Any
 from confluent_kafka.admin import AdminClient
 
 from tidemark.changelog.changelog_topics import changelog_specs
-from tidemark.changelog.truncation import ChangelogLedger, PartitionPlan, TopicPartition, advances
+from tidemark.changelog.truncation import ChangelogLedger, PartitionPlan, advances
 from tidemark.kafka.admin import ensure_topics
 from tidemark.kafka.clients import base_config
 from tidemark.kafka.metadata import partition_counts
@@ -30,6 +30,7 @@ from tidemark.protocol.messages import CheckpointMetadata, JobRegistration
 from tidemark.chassis.app import ServiceApp
 from tidemark.chassis.dead_letter_publisher import RawRecord
 from tidemark.chassis.logs import get_logger
+from tidemark.types import TopicPartitionKey
 from tidemark.services.changelog import metrics
 from tidemark.services.changelog.settings import ChangelogOptions
 from tidemark.services.changelog.byte_counter import ChangelogSizeReader
@@ -45,16 +46,16 @@ class ChangelogEdge:
         self.config = base_config(app.settings, app.bootstrap)
         self.ledger = ChangelogLedger(app.topics)
         self.partitions: dict[str, int] = {}  # changelog topics that exist: partition counts
-        self.truncated: dict[TopicPartition, int] = {}  # logical truncation points
-        self.physical: dict[TopicPartition, int] = {}  # points DeleteRecords confirmed
+        self.truncated: dict[TopicPartitionKey, int] = {}  # logical truncation points
+        self.physical: dict[TopicPartitionKey, int] = {}  # points DeleteRecords confirmed
         self.plans: list[PartitionPlan] = []
         self.truncator = PhysicalTruncator(
             self.config, enabled=options.delete_records,
             retry_after_s=options.delete_records_retry_ms / 1000,
             timeout_s=options.delete_records_timeout_s)
         self.sizes = ChangelogSizeReader(self.config) if options.measure_bytes else None
-        self._bytes_counted: dict[TopicPartition, int] = {}  # truncated bytes counted up to
-        self._logged_logical: set[TopicPartition] = set()
+        self._bytes_counted: dict[TopicPartitionKey, int] = {}  # truncated bytes counted up to
+        self._logged_logical: set[TopicPartitionKey] = set()
         self._lock = asyncio.Lock()
         self.live = False
 
@@ -129,7 +130,7 @@ class ChangelogEdge:
             self.plans = plans  # GET /changelog never shows new plans beside old truncation points
             self._track_sizes()
 
-    def _record(self, tp: TopicPartition, point: int, owner: Any, *, physical: bool) -> None:
+    def _record(self, tp: TopicPartitionKey, point: int, owner: Any, *, physical: bool) -> None:
         before = self.truncated.get(tp, 0)
         self.truncated[tp] = point
         mode = "physical" if physical else "logical"

@@ -21,9 +21,9 @@ from confluent_kafka.admin import AdminClient
 from tidemark.kafka.admin import TruncationResult, delete_records_before
 from tidemark.chassis.logs import get_logger
 from tidemark.services.changelog.metrics import DELETE_RECORDS_UNSUPPORTED
+from tidemark.types import TopicPartitionKey
 
 log = get_logger(__name__)
-TopicPartition = tuple[str, int]
 
 
 class PhysicalTruncator:
@@ -42,7 +42,7 @@ class PhysicalTruncator:
         self.broker: str = "unknown"  # "supported" | "unsupported" | "unknown"
         self._errors_logged: set[str] = set()
 
-    def delete(self, offsets: Mapping[TopicPartition, int]) -> set[TopicPartition]:
+    def delete(self, offsets: Mapping[TopicPartitionKey, int]) -> set[TopicPartitionKey]:
         """Truncate ``offsets`` physically if the broker lets us; the partitions it did."""
         if not self.enabled or not offsets or self._clock() < self._paused_until:
             return set()
