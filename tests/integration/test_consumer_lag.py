@@ -32,7 +32,7 @@ def test_unread_partitions_allow_one_offset_for_a_transaction_marker():
     assert unread_partitions(ends, {}) == {("t", 0), ("t", 1)}
 
 
-def test_unread_follows_the_end_offsets_and_is_unknown_when_stale_or_during_an_outage(kafka_bootstrap, unique_name):
+def test_unread_follows_the_end_offsets_and_is_unknown_when_stale_failed_or_during_an_outage(kafka_bootstrap, unique_name):
     client = {"bootstrap.servers": kafka_bootstrap}
     topic = unique_name("input")
     ensure_topics(AdminClient(client), [TopicSpec(topic, 2)])
@@ -61,6 +61,11 @@ def test_unread_follows_the_end_offsets_and_is_unknown_when_stale_or_during_an_o
             assert lag.unread({(topic, 0): 5}) is None
         finally:
             wait.succeeded()
+        assert lag.unread({(topic, 0): 5}) == set()
+
+        lag.report({(topic, 0): 5}, [(unique_name("missing"), 0)])  # a report without an answer
+        assert lag.unread({(topic, 0): 5}) is None  # (a broker going away answers so first)
+        lag.report({(topic, 0): 5}, [(topic, 0), (topic, 1)])
         assert lag.unread({(topic, 0): 5}) == set()
     finally:
         metadata.close()

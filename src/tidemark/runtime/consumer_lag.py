@@ -8,7 +8,8 @@ otherwise).
 ``ConsumerLag.unread(positions)`` answers the question event-time idleness depends on: which
 partitions still hold records this worker has not read. The answer is only as good as the last
 report, so it is *unknown* (None, and then no partition may go idle) before the first report,
-when the last one is older than ``STALE_AFTER_S`` and while the process is waiting for the broker.
+after a report that got no answer (a broker going away first answers "unknown partition"), when
+the last one is older than ``STALE_AFTER_S`` and while the process is waiting for the broker.
 A broker that stops answering must not make a partition with a backlog look caught up: its
 records would be dropped as late when the broker comes back.
 """
@@ -58,6 +59,7 @@ class ConsumerLag:
         try:
             marks = watermarks(self.metadata, list(reads) if reads else list_partitions(self.metadata, self.inputs))
         except Exception as exc:
+            self._ends = None  # no answer: what is left to read is not known until the next one
             if unavailable(exc):
                 self._wait.failed("consumer lag", exc)
             elif str(exc) != self._error:

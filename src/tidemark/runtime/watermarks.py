@@ -10,7 +10,9 @@ largest of theirs, and the combination is idle. A combined watermark never goes 
   (:class:`~tidemark.runtime.api.EventTime`), and it is idle after ``idle_timeout_ms`` without a
   record *while nothing is left to read in it*: a partition with unread records (a worker still
   starting, or behind) is never idle, or its records would arrive behind a watermark that went
-  on without them. A partition that has had no record yet holds the watermark at
+  on without them. While that is not known (a broker outage, a stale lag report) no partition
+  turns idle, and the silence counts anew once it is known again: a partition silent through an
+  outage has not been seen to be idle, and its producers' backlog is still to come. A partition that has had no record yet holds the watermark at
   :data:`~tidemark.runtime.api.NO_WATERMARK` until it turns idle.
 * :class:`ChannelWatermarks` (a stage reading a channel): an input is a channel (topic, partition,
   upstream task); its watermark and idleness are what the upstream task last wrote into it
@@ -92,6 +94,8 @@ class SourceWatermarks(_Combined):
         query's first batch or tick), for partitions not in ``unread`` (those known to hold
         records not read yet; None: not known, so none is idle)."""
         timeout = self.strategy.idle_timeout_ms
+        if unread is None:  # silence counts only while what is left to read is known: after a
+            self._last_seen.update(dict.fromkeys(self._largest, now_ms))  # broker outage, anew
         statuses = []
         for partition, largest in self._largest.items():
             watermark = largest - self._lag if largest != NO_WATERMARK else NO_WATERMARK

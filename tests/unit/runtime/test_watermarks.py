@@ -67,6 +67,24 @@ def test_a_partition_with_unread_records_is_never_idle() -> None:
     assert source.update(now_ms=6_100, unread=set()) == WatermarkStatus(49_999, idle=True)
 
 
+def test_silence_while_the_unread_records_are_not_known_does_not_count_toward_idleness() -> None:
+    """A broker outage: nothing arrives and the ends are not known. Right after it, the
+    producers' backlog is still to come, so a partition silent through the outage is not idle
+    until it has been silent for the timeout with the ends known."""
+    source = SourceWatermarks(EventTime(idle_timeout_ms=1_000), [A, B])
+    source.update(now_ms=0, unread=())
+    source.observe(A, 50_000, now_ms=0)
+    source.observe(B, 20_000, now_ms=0)
+    assert source.update(now_ms=500, unread=()).watermark == 19_999
+    for now_ms in range(1_000, 9_000, 100):  # the outage
+        assert source.update(now_ms=now_ms, unread=None).watermark == 19_999
+    assert source.update(now_ms=9_000, unread=()).watermark == 19_999  # ends known again: not idle yet
+    assert source.update(now_ms=9_800, unread=()).watermark == 19_999
+    source.observe(B, 30_000, now_ms=9_850)  # the backlog arrives
+    assert source.update(now_ms=9_850, unread=()).watermark == 29_999
+    assert source.update(now_ms=10_900, unread=()) == WatermarkStatus(49_999, idle=True)
+
+
 def test_source_snapshot_restores_the_largest_event_times_and_the_floor() -> None:
     source = SourceWatermarks(EventTime(idle_timeout_ms=1_000), [A, B])
     source.update(now_ms=0, unread=())
