@@ -42,7 +42,6 @@ from tidemark.keygroups import UPPER_BOUND_MAX_PARALLELISM, KeyGroupRange
 from tidemark.types import CheckpointId, JobId, OperatorId, TaskId, TopicPartitionKey
 
 
-
 @dataclass(frozen=True, slots=True)
 class ChangelogTopic:
     """One registered changelog topic: whose it is and how its key groups are laid out."""

@@ -27,7 +27,6 @@ from tidemark.protocol.messages import ChangelogRange
 from tidemark.types import MaterializationId, TopicPartitionKey
 
 
-
 @dataclass(frozen=True, slots=True)
 class ReplicaLineage:
     """What a replica holds: the state of ``checkpoint``, and the materializations it produced

@@ -23,9 +23,8 @@ from typing import Any
 from tidemark.kafka.metadata import list_partitions, watermarks
 from tidemark.kafka.outage import broker_wait, unavailable
 from tidemark.runtime.metrics import CONSUMER_LAG
-from tidemark.types import TopicPartitionKey
 from tidemark.chassis.logs import get_logger
-from tidemark.types import JobId
+from tidemark.types import JobId, TopicPartitionKey
 
 log = get_logger(__name__)
 REPORT_EVERY_S = 2.0

@@ -54,9 +54,9 @@ def warm_up(spark: Any, settings: TidemarkSettings, source: StageSource, interru
     """Run one micro-batch of one control-topic record through the stage's source and discard it;
     True when the batch ran within ``timeout_s`` (within ``INTERRUPTED_WARM_UP_S`` once
     ``interrupt`` is set)."""
+    source.prepare(spark)
     options = source.options(ReadSelection((TopicNames(settings.topic_prefix).control,), max_records=1))
     ran = threading.Event()
-    source.prepare(spark)
 
     def on_batch(frame: Any, batch_id: int) -> None:
         frame.toArrow()

@@ -12,8 +12,9 @@ largest of theirs, and the combination is idle. A combined watermark never goes 
   starting, or behind) is never idle, or its records would arrive behind a watermark that went
   on without them. While that is not known (a broker outage, a stale lag report) no partition
   turns idle, and the silence counts anew once it is known again: a partition silent through an
-  outage has not been seen to be idle, and its producers' backlog is still to come. A partition that has had no record yet holds the watermark at
-  :data:`~tidemark.runtime.api.NO_WATERMARK` until it turns idle.
+  outage has not been seen to be idle, and its producers' backlog is still to come. A partition
+  that has had no record yet holds the watermark at :data:`~tidemark.runtime.api.NO_WATERMARK`
+  until it turns idle.
 * :class:`ChannelWatermarks` (a stage reading a channel): an input is a channel (topic, partition,
   upstream task); its watermark and idleness are what the upstream task last wrote into it
   (:func:`tidemark.runtime.records.watermark_headers`). It remembers each channel's watermark

@@ -24,8 +24,8 @@ from tidemark.spark.offsets import (
     PartitionOffsets,
     StartingOffsets,
     StartKind,
-    TopicPartitionKey,
 )
+from tidemark.types import TopicPartitionKey
 
 
 def source_partitions(

@@ -13,7 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tidemark.spark.offsets import OffsetFormatError, StartingOffsets, StartKind, TopicPartitionKey
+from tidemark.spark.offsets import OffsetFormatError, StartingOffsets, StartKind
+from tidemark.types import TopicPartitionKey
 
 BOOTSTRAP = "kafka.bootstrap.servers"
 _CONTROLLED = {

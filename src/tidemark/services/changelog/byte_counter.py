@@ -23,7 +23,6 @@ from tidemark.kafka.outage import broker_wait, unavailable
 from tidemark.types import TopicPartitionKey
 
 
-
 class ChangelogSizeReader:
     """Assign-mode reader of changelog topics that only counts record bytes."""
 
