@@ -67,9 +67,11 @@ class LocalWorkers:
         if not self._standby:
             return
         env = {k: v for k, v in os.environ.items() if k not in ("TIDEMARK_HTTP_PORT", "TIDEMARK_FAULT")}
-        for name in self._launched:
-            if name in self._standbys and self._standbys[name].poll() is None:
-                continue
+        missing = [name for name in self._launched
+                   if name not in self._standbys or self._standbys[name].poll() is not None]
+        if missing:
+            log.info("starting warm standbys", processes=missing)
+        for name in missing:
             command = [sys.executable, "-m", "tidemark.cli", "jobs", "standby", "--stage", name]
             self._standbys[name] = self._start_process(name, command, env, stdin=subprocess.PIPE)
 

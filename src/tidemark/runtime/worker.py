@@ -122,7 +122,7 @@ class StageWorker:
         self.restored_from: CheckpointMetadata | None = None
         self.stopping: CheckpointId | None = None
         self.finished = False
-        self.processing = False  # set at the first micro-batch with records for a task
+        self.processing = False  # set when the first records a task processed are counted (flush_outputs)
         self.checkpointer: StageCheckpointer | None = None
         self._batch: dict[TaskId, list[OutputRecord]] = defaultdict(list)
         self.time = StageTime()  # the watermark and clock the tasks share
@@ -307,10 +307,6 @@ class StageWorker:
                 if self.finished:  # a stop-with-savepoint completed while aligning
                     return
                 self._feed(record)
-        if not self.processing and any(t.records_in for t in self.tasks):
-            self.processing = True  # the moment a recovery ends (bench/bench_recovery.py)
-            log.info("first records processed", job=self.job, stage=self.stage.name, epoch=self.epoch)
-            self.attempt.processing_file.touch()
         self.flush_outputs()
         FAULTS.hit("after-batch")
         if FAULTS.armed("after-changelog-write"):  # make the batch's changes reach the changelog first
@@ -406,17 +402,26 @@ class StageWorker:
                              self.stage.encode_key(timer.key), None)
         self.failures.record_failed(origin, FunctionFailed(f"on_timer: {type(error).__name__}: {error}"))
 
+    def _first_records_processed(self) -> None:
+        self.processing = True  # the moment a recovery ends (bench/bench_recovery.py)
+        log.info("first records processed", job=self.job, stage=self.stage.name, epoch=self.epoch)
+        self.attempt.processing_file.touch()
+
     def _unread(self) -> set[tuple[str, int]] | None:
         """The partitions with records not read yet; None when not known (runtime.consumer_lag)."""
         return self._lag.unread(self.positions)
 
     def flush_outputs(self) -> None:
         """Hand the results gathered so far and the watermark, if news, to the output; count what
-        the tasks read and the timers did meanwhile."""
+        the tasks read and the timers did meanwhile. The first records an attempt processed are
+        noticed here, where every count passes (also those of a batch whose barrier completed an
+        alignment, flushed before its checkpoint)."""
         for task in self.tasks:
             read, task.records_in = task.records_in, 0
             if read:
                 RECORDS_IN.labels(self.job, task.task_id).inc(read)
+                if not self.processing:
+                    self._first_records_processed()
         clock = self.clock
         assert clock is not None
         clock.count_timers()
