@@ -1,7 +1,9 @@
 """Child-process helpers used by every part that starts processes: the embedded broker, the local
 services, the supervisor's workers and the coordinator's job launcher.
 
-- :func:`free_port`: a loopback TCP port that was free a moment ago;
+- :func:`free_port`: a loopback TCP port that was free a moment ago, never one it gave this process
+  recently (a child binds its port seconds after it was chosen: the kernel could hand the same free
+  port out again meanwhile, to the next child);
 - :func:`die_with_parent`: a ``preexec_fn`` that has the kernel SIGKILL the child when its parent
   dies, so a killed test session or demo leaves nothing behind;
 - :func:`pid_alive`: whether a pid names a live (not zombie) process, also one we did not start;
@@ -15,16 +17,28 @@ import os
 import signal
 import socket
 import subprocess
+import threading
 import time
+from collections import deque
 
 _PR_SET_PDEATHSIG = 1
+_GIVEN_PORTS: deque[int] = deque(maxlen=4096)  # what free_port handed out, newest last
+_GIVEN_LOCK = threading.Lock()
 
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A TCP port on 127.0.0.1 that was free a moment ago and that this process has not handed out
+    among its last 4096 ports (two services of a local cluster once got the same port: the first
+    had not bound it yet when the second was chosen)."""
+    with _GIVEN_LOCK:
+        for _ in range(100):
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                sock.bind(("127.0.0.1", 0))
+                port = int(sock.getsockname()[1])
+            if port not in _GIVEN_PORTS:
+                break
+        _GIVEN_PORTS.append(port)
+        return port
 
 
 def free_port_block(count: int) -> int:

@@ -49,6 +49,10 @@ def cluster(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> I
             JOB, Epoch(1), CheckpointingMode.EXACTLY_ONCE, 128, tasks, tuple(t.task_id for t in tasks),
             int(time.time() * 1000))))
         producer.flush(10)
+        deadline = time.monotonic() + 60  # the coordinator folds the registration a moment later
+        while JOB not in call(running.services["coordinator"], "GET", "/api/v1/jobs")[1].decode():
+            assert time.monotonic() < deadline, "the coordinator did not learn the registered job"
+            time.sleep(0.2)
         yield running
 
 

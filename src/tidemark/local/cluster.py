@@ -8,6 +8,7 @@ manager so Ctrl-C or an exception at any moment still stops everything.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -48,10 +49,16 @@ class LocalService:
         return response.status_code, response.content
 
     def ready(self) -> bool:
+        """``/readyz`` answers 200 and names this service (not another process on its port)."""
         try:
-            return self.get("/readyz")[0] == 200
+            code, body = self.get("/readyz")
         except OSError:
             return False
+        try:
+            answered = json.loads(body).get("service")
+        except (ValueError, AttributeError):
+            return False
+        return code == 200 and answered == self.name
 
     def log_tail(self, lines: int = 30) -> str:
         try:
