@@ -27,9 +27,7 @@ _GIVEN_LOCK = threading.Lock()
 
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago and that this process has not handed out
-    among its last 4096 ports (two services of a local cluster once got the same port: the first
-    had not bound it yet when the second was chosen)."""
+    """A TCP port on 127.0.0.1 that was free a moment ago, not among the last 4096 it returned."""
     with _GIVEN_LOCK:
         for _ in range(100):
             with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:

@@ -20,6 +20,7 @@ from confluent_kafka import Producer
 from tidemark.checkpoint import plan_assignments
 from tidemark.kafka.clients import producer_config
 from tidemark.local.cluster import LocalCluster, LocalService
+from tidemark.local.pipeline import wait_for
 from tidemark.protocol import codec
 from tidemark.protocol.messages import JobRegistration
 from tidemark.chassis.http_edge import BODY_TIMEOUT_S, HEADER_TIMEOUT_S
@@ -49,10 +50,9 @@ def cluster(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> I
             JOB, Epoch(1), CheckpointingMode.EXACTLY_ONCE, 128, tasks, tuple(t.task_id for t in tasks),
             int(time.time() * 1000))))
         producer.flush(10)
-        deadline = time.monotonic() + 60  # the coordinator folds the registration a moment later
-        while JOB not in call(running.services["coordinator"], "GET", "/api/v1/jobs")[1].decode():
-            assert time.monotonic() < deadline, "the coordinator did not learn the registered job"
-            time.sleep(0.2)
+        # the coordinator folds the registration a moment later
+        wait_for(lambda: JOB in call(running.services["coordinator"], "GET", "/api/v1/jobs")[1].decode(), 60,
+                 "the coordinator knowing the registered job", poll_s=0.2)
         yield running
 
 

@@ -52,13 +52,9 @@ class LocalService:
         """``/readyz`` answers 200 and names this service (not another process on its port)."""
         try:
             code, body = self.get("/readyz")
-        except OSError:
+            return code == 200 and json.loads(body).get("service") == self.name
+        except (OSError, ValueError, AttributeError):
             return False
-        try:
-            answered = json.loads(body).get("service")
-        except (ValueError, AttributeError):
-            return False
-        return code == 200 and answered == self.name
 
     def log_tail(self, lines: int = 30) -> str:
         try:

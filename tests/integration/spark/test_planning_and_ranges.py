@@ -16,6 +16,7 @@ from tidemark.spark.offsets import OffsetFormatError, OffsetRange, PartitionOffs
 from tidemark.spark.options import InvalidOptionError, KafkaSinkOptions, KafkaSourceOptions
 from tidemark.spark.offset_planning import fair_budget, plan_latest, plan_ranges, resolve_starting, source_partitions
 from tidemark.spark.arrow_range_reader import read_range
+from tidemark.local.pipeline import wait_for
 
 from kafka_test_helpers import create_topic, produce_transaction
 
@@ -259,11 +260,8 @@ def test_a_short_reported_end_delays_records_but_never_loses_or_repeats_them(kaf
         produce_transaction(kafka_bootstrap, topic, [(0, None, b"tx", None)])  # the end is exact after a commit
         # the commit returns before its marker is written (the coordinator writes markers after it
         # answers), so the read_committed end reaches the record a moment later
-        deadline = time.monotonic() + 10
-        second_end = plan_latest(consumer, [topic], first_end)
-        while second_end[(topic, 0)] <= 100 and time.monotonic() < deadline:
-            time.sleep(0.05)
-            second_end = plan_latest(consumer, [topic], first_end)
+        second_end = wait_for(lambda: (end := plan_latest(consumer, [topic], first_end))[(topic, 0)] > 100 and end,
+                              10, "the read_committed end past the transaction", poll_s=0.05)
         second = _read_offsets(kafka_bootstrap, OffsetRange(topic, 0, first_end[(topic, 0)], second_end[(topic, 0)]))
     finally:
         consumer.close()
