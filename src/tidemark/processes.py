@@ -1,9 +1,12 @@
 """Child-process helpers used by every part that starts processes: the embedded broker, the local
 services, the supervisor's workers and the coordinator's job launcher.
 
-- :func:`free_port`: a loopback TCP port that was free a moment ago, never one it gave this process
-  recently (a child binds its port seconds after it was chosen: the kernel could hand the same free
-  port out again meanwhile, to the next child);
+- :func:`free_port` / :func:`free_port_block`: loopback TCP ports that were free a moment ago,
+  never one this process gave out recently, and never in the kernel's ephemeral range. A child
+  binds its port seconds after it was chosen, and a worker binds the same port again at every
+  restart: a port from the ephemeral range can meanwhile be taken by any outgoing connection on the
+  machine (the kernel hands those out as source ports) or be offered again to the next child, and
+  the worker then dies with "Address already in use";
 - :func:`die_with_parent`: a ``preexec_fn`` that has the kernel SIGKILL the child when its parent
   dies, so a killed test session or demo leaves nothing behind;
 - :func:`pid_alive`: whether a pid names a live (not zombie) process, also one we did not start;
@@ -14,39 +17,55 @@ from __future__ import annotations
 
 import ctypes
 import os
+import random
 import signal
 import socket
 import subprocess
 import threading
 import time
 from collections import deque
+from pathlib import Path
 
 _PR_SET_PDEATHSIG = 1
-_GIVEN_PORTS: deque[int] = deque(maxlen=4096)  # what free_port handed out, newest last
+_GIVEN_PORTS: deque[int] = deque(maxlen=4096)  # what free_port(_block) handed out, newest last
 _GIVEN_LOCK = threading.Lock()
+_LOWEST_PORT = 10000  # below: well-known and registered ports of other software
+_EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
+def _port_range() -> tuple[int, int]:
+    """Ports to choose from, ``[low, high)``: from ``_LOWEST_PORT`` up to the ephemeral range (on
+    Linux by default 32768-60999, so 10000-32767), else above it; when neither leaves 2000 ports,
+    every port from ``_LOWEST_PORT`` (then only the memory of what was handed out protects)."""
+    try:
+        first, last = (int(part) for part in _EPHEMERAL_RANGE.read_text().split())
+    except (OSError, ValueError):
+        first, last = 32768, 60999
+    if first - _LOWEST_PORT >= 2000:
+        return _LOWEST_PORT, first
+    if 65536 - (last + 1) >= 2000:
+        return last + 1, 65536
+    return _LOWEST_PORT, 65536
 
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago, not among the last 4096 it returned."""
-    with _GIVEN_LOCK:
-        for _ in range(100):
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-                sock.bind(("127.0.0.1", 0))
-                port = int(sock.getsockname()[1])
-            if port not in _GIVEN_PORTS:
-                break
-        _GIVEN_PORTS.append(port)
-        return port
+    """A TCP port on 127.0.0.1 that was free a moment ago, outside the ephemeral range and not
+    among the last 4096 this process handed out."""
+    return free_port_block(1)
 
 
 def free_port_block(count: int) -> int:
     """A port ``p`` with ``p .. p + count - 1`` free on 127.0.0.1 a moment ago (a process that
-    serves on ``p`` and gives ``p + 1 + i`` to its children)."""
-    for _ in range(50):
-        base = free_port()
-        if base + count <= 65536 and all(port_free(port) for port in range(base, base + count)):
-            return base
-    raise RuntimeError(f"no block of {count} free ports")
+    serves on ``p`` and gives ``p + 1 + i`` to its children), none of them handed out recently."""
+    low, high = _port_range()
+    with _GIVEN_LOCK:
+        for _ in range(200):
+            base = random.randrange(low, high - count + 1)
+            block = range(base, base + count)
+            if not any(port in _GIVEN_PORTS for port in block) and all(port_free(port) for port in block):
+                _GIVEN_PORTS.extend(block)
+                return base
+    raise RuntimeError(f"no block of {count} free ports in {low}-{high - 1}")
 
 
 def port_free(port: int) -> bool:
