@@ -335,6 +335,18 @@ def test_worker_hosts_run_w_pods_per_stage_each_knowing_its_stage_and_index() ->
                                                                          "/var/lib/tidemark/checkpoints"}
 
 
+def test_the_workers_extra_env_reaches_the_supervisor_and_every_host_pod() -> None:
+    values = load_yaml(CHART_DIR / "ci" / "worker-hosts-values.yaml")
+    extra = {"name": "TIDEMARK_SPARK__JAVA_OPTIONS", "value": "-XX:TieredStopAtLevel=1"}
+    values["worker"]["extraEnv"] = [extra]
+    manifests = render_chart(values)
+    containers = [m.doc["spec"]["template"]["spec"]["containers"][0] for m in manifests
+                  if m.doc["kind"] in ("Deployment", "StatefulSet")
+                  and m.doc["metadata"]["name"].startswith("tidemark-worker")]
+    assert len(containers) == 3  # the supervisor and the two stages' host pods
+    assert all(extra in container["env"] for container in containers)
+
+
 def test_large_integers_render_as_plain_digits() -> None:
     deployments = _deployments(render_chart({"checkpoint": {"timeoutMs": 86400000}}))
     assert _env(deployments["coordinator"])["TIDEMARK_CHECKPOINT__TIMEOUT_MS"] == "86400000"

@@ -3,9 +3,10 @@ the cluster to this machine, start the image's entrypoint with the rendered argu
 
 Only what names the cluster is mapped: the broker and coordinator addresses, the HTTP host and
 port, the mounted volumes (checkpoint storage shared by every pod, a state volume and ``/tmp`` per
-pod), the API token Secret and the downward API (a StatefulSet pod's index). The image's
-entrypoint is ``tidemark``, so a pod is this environment's ``tidemark`` script with the rendered
-arguments; killing its process tree is what losing the pod does.
+pod), the API token Secret and the downward API (a StatefulSet pod's index); and the image's own
+cache directory (``TIDEMARK_CACHE_DIR``) is this machine's. The image's entrypoint is
+``tidemark``, so a pod is this environment's ``tidemark`` script with the rendered arguments;
+killing its process tree is what losing the pod does.
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ from typing import Any
 import helm_python as helm
 import yaml
 
+from tidemark.jvm import QUICK_START_JVM_OPTIONS
 from tidemark.local.pipeline import JobRun, LocalPipeline
+from tidemark.maven import default_cache_dir
 from tidemark.processes import die_with_parent, free_port_block
 
 CHART_DIR = Path(__file__).resolve().parents[2] / "helm" / "tidemark"
@@ -28,6 +31,10 @@ TOKEN = "chart-started-worker-token-7e21c9"
 CHECKPOINTS_MOUNT = "/var/lib/tidemark/checkpoints"  # the chart's checkpoint storage volume
 CLUSTER_NAMES = ("kafka:9092", "tidemark-coordinator", "/var/lib/tidemark", "0.0.0.0")
 POD_INDEX = "metadata.labels['apps.kubernetes.io/pod-index']"
+# the worker pods' Spark drivers compile with C1 only, as the local pipeline's do (tidemark.jvm): a
+# value a small cluster sets too (``worker.extraEnv``); without it each pod's JVMs spend their first
+# minutes in C2 compilations, on a test machine that runs several pod trees at once
+QUICK_START_EXTRA_ENV = [{"name": "TIDEMARK_SPARK__JAVA_OPTIONS", "value": QUICK_START_JVM_OPTIONS}]
 
 
 @dataclass(frozen=True)
@@ -74,10 +81,13 @@ class LocalPod:
     fields: dict[str, str]  # downward API field path -> value
 
     def env(self, container: RenderedContainer) -> dict[str, str]:
-        """``os.environ`` without Tidemark or Kafka settings (the image sets none of its own
-        that the chart does not), plus the container's environment mapped."""
+        """``os.environ`` without Tidemark or Kafka settings, plus the one the image sets that the
+        chart does not: ``TIDEMARK_CACHE_DIR``, the cache the image is built with (Spark's Kafka
+        connector and the JVM class archive; here this machine's cache, which the local pipeline
+        fills the same way), plus the container's environment mapped."""
         env = {k: v for k, v in os.environ.items()
                if not k.startswith("TIDEMARK_") and k not in ("KAFKA_BOOTSTRAP_SERVERS", "BOOTSTRAP_SERVERS")}
+        env["TIDEMARK_CACHE_DIR"] = str(default_cache_dir())
         for name, value in container.env.items():
             if isinstance(value, dict) and "secretKeyRef" in value:
                 ref = value["secretKeyRef"]

@@ -19,16 +19,19 @@ from typing import Any
 
 import pytest
 
-from chart_pods import TOKEN, LocalPod, RenderedContainer, local_pod, render_worker, start_container
+from chart_pods import (QUICK_START_EXTRA_ENV, TOKEN, LocalPod, RenderedContainer, local_pod, render_worker,
+                        start_container)
 from pipeline_support import TOP_URLS, Milestone, Topics, pipeline, topics_for, verify_two_stage
 from tidemark.local.pipeline import InputFeeder, JobRun, LocalPipeline, wait_for
 
 pytestmark = pytest.mark.timeout(900)
 
 def chart_values(pipe: LocalPipeline, topics: Topics, **job: str) -> dict[str, Any]:
-    """The job and the deployment's topic prefix; one broker, so replication factor 1."""
+    """The job and the deployment's topic prefix; one broker, so replication factor 1; the pods' JVMs on C1
+    (``chart_pods.QUICK_START_EXTRA_ENV``)."""
     return {"topicPrefix": pipe.cluster.topic_prefix, "kafka": {"replicationFactor": 1},
-            "worker": {"job": TOP_URLS, "jobArgs": topics.args(), "stages": 2}, "job": job}
+            "worker": {"job": TOP_URLS, "jobArgs": topics.args(), "stages": 2, "extraEnv": QUICK_START_EXTRA_ENV},
+            "job": job}
 
 
 def kill_and_start_again(pipe: LocalPipeline, topics: Topics, worker: RenderedContainer, pod: LocalPod,

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from chart_pods import TOKEN, local_pod, render_workers, start_container
+from chart_pods import QUICK_START_EXTRA_ENV, TOKEN, local_pod, render_workers, start_container
 from pipeline_support import TOP_URLS, Milestone, pipeline, topics_for, verify_two_stage
 from tidemark.admin.client import CoordinatorClient
 from tidemark.local.pipeline import InputFeeder, JobRun, wait_for
@@ -37,7 +37,8 @@ def test_chart_worker_hosts_run_each_stage_on_two_pods_and_pod_restarts_keep_the
         pipe.create_topic(topics.input, 4)
         values = {"topicPrefix": pipe.cluster.topic_prefix, "kafka": {"replicationFactor": 1},
                   "worker": {"job": TOP_URLS, "jobArgs": topics.args(), "stages": 2, "workers": 2,
-                             "hosts": {"enabled": True}, "standby": False}}
+                             "hosts": {"enabled": True}, "standby": False,
+                             "extraEnv": QUICK_START_EXTRA_ENV}}
         rendered = render_workers(values)
         supervisor = rendered.pop("tidemark-worker")
         assert sorted(rendered) == ["tidemark-worker-s0", "tidemark-worker-s1"]
