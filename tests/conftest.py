@@ -31,22 +31,23 @@ _INTEGRATION_FIXTURES = {"kafka_bootstrap", "spark", "topic_names"}
 # the longest files of their tier first (about the seconds of the whole file under ``make test``
 # on a 2-core machine, from ``--durations``); a file missing here runs after them, in its tier
 _LONGEST_FIRST = {name: rank for rank, name in enumerate((
-    "test_scale_out.py",  # ~750: 7 SIGKILLs of one of 3 workers, and a rescale 1 -> 2 -> 1 workers
-    "test_demo.py",  # ~600+: two demo runs of 6 worker processes, each waiting for 6 warm standbys
-    "test_savepoints_and_modes.py",  # ~590
-    "test_changelog_exactly_once.py",  # ~570
-    "test_production_continuity.py",  # ~560
-    "test_exactly_once.py",  # ~460
-    "test_chart_started_worker.py",  # ~350
-    "test_chart_worker_hosts.py",  # ~330: 4 worker-host pods, a host pod's and the supervisor's restarts
-    "test_no_leaks.py",  # ~325: a 5-minute run by definition
-    "test_corrupted_checkpoint.py",  # ~290
-    "test_broker_faults.py",  # ~250
-    "test_readme_commands.py",  # ~210
-    "test_monitoring_live_pipeline.py",  # ~100 (tests/monitoring, e2e by its fixtures)
-    "test_checkpoints_page.py",  # ~80
-    "test_job_states.py",  # ~65
-    "test_poison_records.py",  # ~55
+    "test_scale_out.py",  # ~720: 7 SIGKILLs of one of 3 workers (cold restarts of 4 JVMs), a rescale 1 -> 2 -> 1
+    "test_demo.py",  # ~620: two demo runs of 6 worker processes, each waiting for 6 warm standbys
+    "test_savepoints_and_modes.py",  # ~350
+    "test_no_leaks.py",  # ~330: a 5-minute run by definition, little CPU: beside the heavy ones
+    "test_changelog_exactly_once.py",  # ~310
+    "test_production_continuity.py",  # ~260
+    "test_chart_started_worker.py",  # ~220 (the pods with the image's cache and C1, chart_pods)
+    "test_chart_worker_hosts.py",  # ~200: 4 worker-host pods, a host pod's and the supervisor's restarts
+    "test_exactly_once.py",  # ~175
+    "test_corrupted_checkpoint.py",  # ~120
+    "test_broker_faults.py",  # ~115
+    "test_event_time.py",  # ~95
+    "test_readme_commands.py",  # ~85
+    "test_job_states.py",  # ~50
+    "test_monitoring_live_pipeline.py",  # ~45 (tests/monitoring, e2e by its fixtures)
+    "test_checkpoints_page.py",  # ~35
+    "test_poison_records.py",  # ~35
 ))}
 
 
