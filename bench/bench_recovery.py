@@ -12,8 +12,9 @@ the timeline of the recovery from the supervisor's and the stages' logs:
     checkpoint   the first checkpoint of the new attempt completed
 
 Each round is done with warm standby workers (the default) and without (``--no-standby``: a new
-process per stage, as before), interleaved, on the same broker; the table gives min / median /
-max per part and the ratio of the medians.
+process for the killed worker), interleaved, on the same broker; either way the other stage's
+worker ends its attempt and restores in place (``tidemark.runtime.stage_process``). The table
+gives min / median / max per part and the ratio of the medians.
 
     .venv/bin/python bench/bench_recovery.py --rounds 3
 """
@@ -47,8 +48,9 @@ def _at(event: dict[str, Any]) -> float:
 
 def _all_events(home: Path, stage: str) -> list[dict[str, Any]]:
     events: list[dict[str, Any]] = []
-    for log in (home / "runs").glob(f"*/{stage}.log"):
-        events += list(json_events(log.read_text(errors="replace")))
+    for pattern in (f"*/{stage}.log", f"*/{stage}.standby.log"):  # a standby keeps its own log
+        for log in (home / "runs").glob(pattern):
+            events += list(json_events(log.read_text(errors="replace")))
     return events
 
 

@@ -6,9 +6,10 @@ Steps (each printed with the time since start): the embedded broker (unless
 (per-URL counts per minute -> per-minute top URLs, an event-time tumbling window: two PySpark
 queries connected by a Kafka topic, each minute's top URLs emitted once, by an event-time timer,
 when the watermark passes the minute's end) with checkpoints every 2 s -> a generator writing access-log records until the kill -> once
-checkpoints complete and every worker process has its warm standby (``tidemark.runtime.standby``),
+checkpoints complete and every stage has its warm standby (``tidemark.runtime.standby``),
 a ``top_urls`` worker is killed with SIGKILL -> the supervisor restores every stage from the newest
-checkpoint, in the standbys -> the output is read read_committed and compared with what the input
+checkpoint: the killed worker's share in its stage's standby, the others in place, in their
+running processes (``tidemark.runtime.stage_process``) -> the output is read read_committed and compared with what the input
 topic implies (the check ``tidemark verify --example top_urls`` runs) -> stop-with-savepoint ->
 everything stops. Exit 0 only when the output is exactly once.
 Ctrl-C at any point stops everything (exit 130).
@@ -38,7 +39,7 @@ from tidemark.verification.output_check import check_output
 
 JOB = "tidemark.examples.access_log:top_urls"
 RECORDS = 6_000  # at least; the generator goes on until the kill
-STANDBY_WAIT_S = 120.0  # how long the kill waits for every worker process's standby to be warm
+STANDBY_WAIT_S = 120.0  # how long the kill waits for every stage's standby to be warm
 WORKERS = 2  # worker processes per stage (issue #14): each owns half of its stage's tasks
 
 
@@ -102,7 +103,7 @@ def _worker(home: Path, stage: str) -> dict | None:
 
 
 def _stage_events(home: Path, event: str) -> list[dict]:
-    """``event`` in every worker process's log (standbys log into their process's log)."""
+    """``event`` in every worker process's log (a standby's included)."""
     return [e for log in home.glob("runs/*/*.log") for e in json_events(log.read_text(errors="replace"))
             if e.get("event") == event]
 
@@ -175,16 +176,16 @@ def _run(home: Path, bootstrap: str, status: BrokerStatus | None, progress: _Pro
         progress.step(f"generator writing access-log records to {names['input_topic']} (200/s, until the kill)")
         status_line = _LiveStatus(progress, bootstrap, names["output_topic"], lambda: len(feeder.records),
                                   lambda: pipe.completed_checkpoints(names["job_id"]))
-        processes = sum(started["workers"].values())
+        stages = len(started["workers"])
         with status_line:
             wait_for(lambda: pipe.completed_checkpoints(names["job_id"]) >= 3, 180, "3 completed checkpoints")
             try:
-                warm = wait_for(lambda: len(_stage_events(home, "standby warm; waiting for an attempt")) >= processes,
+                warm = wait_for(lambda: len(_stage_events(home, "standby warm; waiting for an attempt")) >= stages,
                                 STANDBY_WAIT_S, "the warm standbys")
             except TimeoutError:
                 warm = False
-            progress.step(f"{processes} warm standbys waiting, one per worker process (a JVM and a SparkSession "
-                          "started, ready to take the next attempt)" if warm else
+            progress.step(f"{stages} warm standbys waiting, one per stage (a JVM and a SparkSession started, "
+                          "ready to take a failed worker's place)" if warm else
                           f"the warm standbys were not ready within {STANDBY_WAIT_S:.0f}s; killing anyway")
             victim = _worker(home, f"top_urls.w{WORKERS - 1}")
             assert victim is not None
@@ -197,8 +198,13 @@ def _run(home: Path, bootstrap: str, status: BrokerStatus | None, progress: _Pro
             restored = wait_for(lambda: _registered_after(job, victim["epoch"]), 300, "the restore")
             restore_s = time.monotonic() - killed_at
             restore_from = job.events("restore issued")[-1]
+            taken = {how: sum(e["epoch"] == restored["epoch"] for e in job.events(event))
+                     for how, event in (("in place", "a released worker takes the attempt in place"),
+                                        ("in a warm standby", "a warm standby takes the attempt"))}
             progress.step(f"restored both stages from checkpoint {restore_from['checkpoint']} as epoch "
-                          f"{restored['epoch']} in {restore_s:.1f}s")
+                          f"{restored['epoch']} in {restore_s:.1f}s ("
+                          + ", ".join(f"{count} worker process{'es' if count != 1 else ''} {how}"
+                                      for how, count in taken.items()) + ")")
             wait_for(lambda: _processing_again(home, set(started["workers"]), victim["epoch"]) or None, 300,
                      "every stage processing again")
             processing_s = time.monotonic() - killed_at

@@ -10,7 +10,7 @@ from typing import Any
 
 from tidemark.examples.generator import expected_top_urls, expected_url_counts
 from tidemark.examples.verify import Verdict, read_committed, verify_top_urls, verify_url_counts
-from tidemark.local.pipeline import LocalPipeline, wait_for
+from tidemark.local.pipeline import JobRun, LocalPipeline, wait_for
 
 TOP_URLS = "tidemark.examples.access_log:top_urls"
 URL_COUNTS = "tidemark.examples.access_log:url_counts"
@@ -41,6 +41,13 @@ def pipeline(tmp_path: Path, bootstrap: str, unique_name: Callable[[str], str], 
     """Jobs here run without warm standbys unless ``standby``: each would cost a JVM start for
     nothing in a test that fails over little (the SIGKILL tests at every fault point use them)."""
     return LocalPipeline(tmp_path / "home", bootstrap, topic_prefix=unique_name("tm"), standby=standby, **kwargs)
+
+
+def worker_deaths(job: JobRun) -> list[dict[str, Any]]:
+    """Every worker process the supervisor saw die, in order: after its attempt registered
+    ("worker failed") or before ("worker died while starting": with processes restoring in place,
+    a fault point can be reached before the slowest process of the attempt has started)."""
+    return [e for e in job.log_events() if e.get("event") in ("worker failed", "worker died while starting")]
 
 
 def verify_two_stage(bootstrap: str, topics: Topics, records: list[bytes], timeout_s: float) -> Verdict:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline_support import TOP_URLS, pipeline, topics_for, verify_two_stage
+from pipeline_support import TOP_URLS, pipeline, topics_for, verify_two_stage, worker_deaths
 from tidemark.examples.generator import expected_top_urls, generate, produce
 from tidemark.examples.verify import read_committed
 from tidemark.local.pipeline import InputFeeder, json_events, wait_for
@@ -42,7 +42,7 @@ def test_changelog_mode_is_exactly_once_across_sigkills(tmp_path, kafka_bootstra
         records = InputFeeder(kafka_bootstrap, topics.input, total=4000, chunk=100, pause_s=0.5,
                               until=all_killed).start().join(timeout_s=720)
         verdict = verify_two_stage(kafka_bootstrap, topics, records, timeout_s=300)
-        failures = job.events("worker failed")
+        failures = worker_deaths(job)
         started = job.events("starting attempt")
         materializer_log = (tmp_path / "home" / "logs" / "materializer.log").read_text(errors="replace")
         job.stop()

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline_support import TOP_URLS, pipeline, topics_for, verify_two_stage
+from pipeline_support import TOP_URLS, pipeline, topics_for, verify_two_stage, worker_deaths
 from tidemark.local.pipeline import InputFeeder
 
 pytestmark = pytest.mark.timeout(900)
@@ -41,7 +41,7 @@ def test_two_stage_job_is_exactly_once_across_sigkills(tmp_path, kafka_bootstrap
                              until=all_killed).start()  # input flows until every kill happened
         records = feeder.join(timeout_s=720)
         verdict = verify_two_stage(kafka_bootstrap, topics, records, timeout_s=300)
-        failures = job.events("worker failed")
+        failures = worker_deaths(job)
         restores = job.events("restore issued")
         taken_over = job.events("a warm standby takes the attempt")
         job.stop()

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline_support import TOP_URLS, pipeline, topics_for, verify_two_stage
+from pipeline_support import TOP_URLS, pipeline, topics_for, verify_two_stage, worker_deaths
 from tidemark.examples.generator import expected_top_urls, generate, produce
 from tidemark.examples.verify import read_committed
 from tidemark.local.pipeline import InputFeeder, stage_logs
@@ -44,9 +44,8 @@ def test_a_stage_over_three_workers_is_exactly_once_across_sigkills_of_one_worke
                              until=all_killed).start()  # 50 records/s: each restored attempt's backlog stays short
         records = feeder.join(timeout_s=780)
         verdict = verify_two_stage(kafka_bootstrap, topics, records, timeout_s=300)
-        # a kill during a restored worker's start (after-commit:1 is reached when it commits the
-        # restored buffers) is "worker died while starting"; one later is "worker failed"
-        failures = [e for e in job.log_events() if e.get("event") in ("worker failed", "worker died while starting")]
+        failures = worker_deaths(job)
+        in_place = job.events("a released worker takes the attempt in place")
         started = job.events("starting attempt")
         registered = job.events("attempt registered")
         logs = stage_logs(pipe.home)
@@ -54,6 +53,9 @@ def test_a_stage_over_three_workers_is_exactly_once_across_sigkills_of_one_worke
     assert started[0]["workers"] == {"minute_counts": 1, "top_urls": 3}
     assert registered[0]["tasks"] == 6
     assert [f["stage"] for f in failures] == [k.split("@")[1] for k in KILLS], failures
+    # the 3 processes not killed restore in place at each failover; only one still starting (the
+    # last kill's new process) may be too slow to end its attempt and be replaced
+    assert len(in_place) >= 2 * len(KILLS), in_place
     assert {"minute_counts.log", "top_urls.w0.log", "top_urls.w1.log", "top_urls.w2.log"} <= set(logs)
     assert verdict.exactly_once, verdict
     assert verdict.records == verdict.expected_records

@@ -329,7 +329,7 @@ class CheckpointDiscarded:
 class HostAction(str, enum.Enum):
     RUN = "RUN"  # start the launches of the epoch, after killing an older epoch's processes
     STOP = "STOP"  # SIGTERM the epoch's processes (the supervisor was stopped)
-    KILL = "KILL"  # SIGKILL the epoch's processes (the attempt failed over)
+    KILL = "KILL"  # the attempt failed over: the host releases its processes for the next RUN (runtime.stage_process)
     HEARTBEAT = "HEARTBEAT"  # the supervisor is alive (host ""; every host reads it)
 
 

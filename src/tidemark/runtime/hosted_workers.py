@@ -183,6 +183,9 @@ class HostedWorkers:
     def start_standbys(self) -> None:
         """Nothing: every host keeps its own standbys (the RUN says whether)."""
 
+    def release(self) -> None:
+        self.kill(graceful=False)  # KILL: each host releases its processes (runtime.worker_host)
+
     def kill(self, *, graceful: bool) -> None:
         action = HostAction.STOP if graceful else HostAction.KILL
         self._channel.deliver([HostAssignment(self.job_id, host, self.ledger.epoch, action, issued_at=now_ms())

@@ -149,14 +149,17 @@ def worker(
     workers: str = typer.Option("{}", "--workers", help="Worker processes of each stage, a JSON object."),
     worker_index: int = typer.Option(0, "--worker", min=0, help="Which of its stage's workers this one is."),
 ) -> None:
-    """Run one stage of a job, or one worker's share of it (the supervisor starts these)."""
-    from tidemark.runtime.query import run_attempt
+    """Run one stage of a job, or one worker's share of it, then each attempt the supervisor hands
+    it after releasing it (the supervisor starts these)."""
     from tidemark.runtime.stage_attempt import Attempt
+    from tidemark.runtime.stage_process import StageProcess, SupervisorLines
 
     settings = _settings("worker")
     attempt = Attempt(job, stage, Epoch(epoch), parallelism, run_dir, _job_args(job_args, "jobs worker"), restore,
                       {str(k): int(v) for k, v in json.loads(workers).items()}, worker_index)
-    raise typer.Exit(run_attempt(settings, attempt))
+    lines = SupervisorLines()
+    lines.start()
+    raise typer.Exit(StageProcess(settings, lines).run(attempt))
 
 
 def standby(

@@ -1,12 +1,14 @@
 """Worker processes on this machine: children of the supervisor (or of a worker host).
 
 :class:`LocalWorkers` is the :class:`~tidemark.runtime.worker_pool.WorkerPool` whose processes are
-started here: each launch goes to the process's warm standby when one is waiting
-(:mod:`tidemark.runtime.standby`, one JSON line on its standard input), else to a new
-``tidemark jobs worker``. A process tells where it is through files in the run directory
-(``<process>.epoch-<n>.ready`` / ``.processing`` / ``.failed``, :mod:`tidemark.runtime.stage_attempt`)
-and its exit status; its output goes to ``<run_dir>/<process>.log``. Every child dies with its
-parent (``die_with_parent``).
+started here. Each launch goes, in this order, to the process of the same name that the last
+failover released (:meth:`LocalWorkers.release`: it ended its attempt in place and kept its
+SparkSession, :mod:`tidemark.runtime.stage_process`), to its stage's warm standby
+(:mod:`tidemark.runtime.standby`), or to a new ``tidemark jobs worker``; the first two get the
+attempt as one JSON line on their standard input. A process tells where it is through files in
+the run directory (``<process>.epoch-<n>.ready`` / ``.processing`` / ``.released`` / ``.failed``,
+:mod:`tidemark.runtime.stage_attempt`) and its exit status; its output goes to
+``<run_dir>/<process>.log``. Every child dies with its parent (``die_with_parent``).
 """
 
 from __future__ import annotations
@@ -16,17 +18,19 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
 from tidemark.chassis.logs import get_logger
 from tidemark.processes import die_with_parent
-from tidemark.runtime.stage_attempt import Assignment
+from tidemark.runtime.stage_attempt import Assignment, Attempt, release_line
 from tidemark.runtime.start_errors import failed_file
 from tidemark.runtime.worker_pool import Launch, ProcessPhase, ProcessState
 
 log = get_logger(__name__)
 KILL_WAIT_S = 10.0  # within a pod's default 30 s grace period
+RELEASE_WAIT_S = 10.0  # how long a launch waits for released processes to end their attempt
 
 
 def worker_command(assignment: Assignment) -> list[str]:
@@ -48,14 +52,21 @@ class LocalWorkers:
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = run_dir
         self._launched: dict[str, tuple[Launch, subprocess.Popen[bytes]]] = {}
-        self._standbys: dict[str, subprocess.Popen[bytes]] = {}  # process name -> a warm worker
+        self._released: dict[str, tuple[Attempt, subprocess.Popen[bytes]]] = {}  # ending their attempt
+        self._standbys: dict[str, subprocess.Popen[bytes]] = {}  # stage -> a warm worker
+        self._logs: dict[int, Path] = {}  # pid -> where its output goes (a standby keeps its own log)
         self._standby = True
 
     # ------------------------------------------------------------------ WorkerPool
 
     def launch(self, launches: Sequence[Launch], *, standby: bool) -> None:
         self._standby = standby
+        self._await_released()
         self._launched = {launch.name: (launch, self._start(launch)) for launch in launches}
+        for name, (_, process) in self._released.items():  # not needed by this attempt (a rescale)
+            log.info("released worker not needed; ending it", process=name, pid=process.pid)
+            _kill(process)
+        self._released.clear()
 
     def states(self) -> dict[str, ProcessState]:
         return {name: self._state(launch, process) for name, (launch, process) in self._launched.items()}
@@ -67,13 +78,22 @@ class LocalWorkers:
         if not self._standby:
             return
         env = {k: v for k, v in os.environ.items() if k not in ("TIDEMARK_HTTP_PORT", "TIDEMARK_FAULT")}
-        missing = [name for name in self._launched
-                   if name not in self._standbys or self._standbys[name].poll() is not None]
+        stages = sorted({launch.assignment.attempt.stage for launch, _ in self._launched.values()})
+        missing = [stage for stage in stages if stage not in self._standbys or self._standbys[stage].poll() is not None]
         if missing:
-            log.info("starting warm standbys", processes=missing)
-        for name in missing:
-            command = [sys.executable, "-m", "tidemark.cli", "jobs", "standby", "--stage", name]
-            self._standbys[name] = self._start_process(name, command, env, stdin=subprocess.PIPE)
+            log.info("starting warm standbys", stages=missing)
+        for stage in missing:
+            command = [sys.executable, "-m", "tidemark.cli", "jobs", "standby", "--stage", stage]
+            self._standbys[stage] = self._start_process(f"{stage}.standby", command, env)
+
+    def release(self) -> None:
+        for name, (launch, process) in self._launched.items():
+            if process.poll() is None:
+                if _write(process, release_line(launch.assignment.attempt.epoch)):
+                    self._released[name] = (launch.assignment.attempt, process)
+                else:
+                    _kill(process)
+        self._launched = {}
 
     def kill(self, *, graceful: bool) -> None:
         processes = [process for _, process in self._launched.values()]
@@ -88,11 +108,10 @@ class LocalWorkers:
                 process.wait()
 
     def close(self) -> None:
-        for process in self._standbys.values():
-            if process.poll() is None:
-                process.kill()
-            process.wait()
+        for process in [*self._standbys.values(), *(p for _, p in self._released.values())]:
+            _kill(process)
         self._standbys.clear()
+        self._released.clear()
 
     # ------------------------------------------------------------------ processes
 
@@ -103,7 +122,7 @@ class LocalWorkers:
 
     def _state(self, launch: Launch, process: subprocess.Popen[bytes]) -> ProcessState:
         attempt = launch.assignment.attempt
-        where = str(self.run_dir / f"{launch.name}.log")
+        where = str(self._logs.get(process.pid, self.run_dir / f"{launch.name}.log"))
         code = process.poll()
         if code is not None:
             reason_file = failed_file(attempt.run_dir, launch.name, attempt.epoch)
@@ -115,20 +134,39 @@ class LocalWorkers:
             return ProcessState(ProcessPhase.READY, log=where)
         return ProcessState(ProcessPhase.STARTING, log=where)
 
+    def _await_released(self) -> None:
+        """Wait (``RELEASE_WAIT_S`` at most) until every released process has ended its attempt;
+        one that has not by then is killed (a new process takes its place)."""
+        deadline = time.monotonic() + RELEASE_WAIT_S
+        waiting = dict(self._released)
+        while waiting:
+            for name, (attempt, process) in list(waiting.items()):
+                if attempt.released_file.exists() or process.poll() is not None:
+                    del waiting[name]
+            if waiting and time.monotonic() > deadline:
+                for name, (_, process) in waiting.items():
+                    log.warning("released worker did not end its attempt in time; killing it", process=name,
+                                pid=process.pid, waited_s=RELEASE_WAIT_S)
+                    _kill(process)
+                break
+            time.sleep(0.05)
+        self._released = {name: entry for name, entry in self._released.items() if entry[1].poll() is None}
+
     def _start(self, launch: Launch) -> subprocess.Popen[bytes]:
-        """The process's warm standby takes the attempt when there is one; else a new worker."""
+        """The process of this name that ended the last attempt in place, else the stage's warm
+        standby, else a new worker."""
         assignment = launch.assignment
-        standby = self._standbys.pop(launch.name, None)
-        if standby is not None and standby.poll() is None:
-            try:
-                assert standby.stdin is not None
-                standby.stdin.write(assignment.to_line())
-                standby.stdin.flush()
-                log.info("a warm standby takes the attempt", stage=assignment.attempt.stage,
-                         worker=assignment.attempt.worker, epoch=assignment.attempt.epoch, pid=standby.pid)
-                return standby
-            except (BrokenPipeError, OSError) as exc:  # it died meanwhile: start a worker instead
-                log.warning("standby gone; starting a worker", stage=assignment.attempt.stage, error=str(exc))
+        attempt = assignment.attempt
+        released = self._released.pop(launch.name, None)
+        if released is not None and _write(released[1], assignment.to_line()):
+            log.info("a released worker takes the attempt in place", stage=attempt.stage, worker=attempt.worker,
+                     epoch=attempt.epoch, pid=released[1].pid)
+            return released[1]
+        standby = self._standbys.pop(attempt.stage, None)
+        if standby is not None and _write(standby, assignment.to_line()):
+            log.info("a warm standby takes the attempt", stage=attempt.stage, worker=attempt.worker,
+                     epoch=attempt.epoch, pid=standby.pid)
+            return standby
         env = dict(os.environ)
         env.pop("TIDEMARK_FAULT", None)
         if assignment.http_port is not None:
@@ -137,9 +175,30 @@ class LocalWorkers:
             env["TIDEMARK_FAULT"] = assignment.fault
         return self._start_process(launch.name, worker_command(assignment), env)
 
-    def _start_process(self, name: str, command: list[str], env: dict[str, str],
-                       stdin: int = subprocess.DEVNULL) -> subprocess.Popen[bytes]:
+    def _start_process(self, name: str, command: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        with open(self.run_dir / f"{name}.log", "ab") as out:
-            return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=stdin, env=env,
-                                    preexec_fn=die_with_parent)
+        path = self.run_dir / f"{name}.log"
+        with open(path, "ab") as out:
+            process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.PIPE, env=env,
+                                       preexec_fn=die_with_parent)
+        self._logs[process.pid] = path
+        return process
+
+
+def _write(process: subprocess.Popen[bytes], line: bytes) -> bool:
+    """Hand a line to a live process; False when it is gone."""
+    if process.poll() is not None or process.stdin is None:
+        return False
+    try:
+        process.stdin.write(line)
+        process.stdin.flush()
+        return True
+    except (BrokenPipeError, OSError) as exc:
+        log.warning("worker process gone", pid=process.pid, error=str(exc))
+        return False
+
+
+def _kill(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.kill()
+    process.wait()

@@ -1,15 +1,16 @@
-"""Run one stage worker as a PySpark Structured Streaming query (the worker process's main).
+"""Run one attempt of a stage worker as a PySpark Structured Streaming query.
 
-Lifecycle: ``run_attempt(settings, attempt)`` prepares the worker (restore included) while a
-local SparkSession starts in the background (or takes the warm session of a standby,
-:mod:`tidemark.runtime.standby`), starts the streaming query (the stage's Kafka source,
-:mod:`tidemark.spark.stage_source`, -> ``foreachBatch``), writes
-the attempt's ready file, then loops: the control plane between micro-batches, consumer lag every
-few seconds, until the stage finishes (stop-with-savepoint completed: returns 0) or the query
-fails (raises). ``/metrics``, ``/livez`` and ``/readyz`` (ready: the query has started) are
-served on ``settings.http_port`` from the start (:mod:`tidemark.runtime.health`). A broker outage
-neither ends the loop nor fails the query: every Kafka call of the stage waits for the broker, and
-a :class:`~tidemark.kafka.outage.BrokerWatch` reports the outage in the log.
+Lifecycle: ``run_attempt(settings, attempt, spark, released)`` prepares the worker (restore
+included) while a local SparkSession starts in the background (or takes the session it is
+given: a warm standby's, or the one of the process's previous attempt,
+:mod:`tidemark.runtime.stage_process`), starts the streaming query (the stage's Kafka source,
+:mod:`tidemark.spark.stage_source`, -> ``foreachBatch``), writes the attempt's ready file, then
+loops: the control plane between micro-batches, consumer lag every few seconds, until the stage
+finishes (stop-with-savepoint completed: code 0), the supervisor releases the attempt
+(``released()``: the query stopped and the worker closed, the session kept and returned for the
+next attempt) or the query fails (raises). A broker outage neither ends the loop nor fails the
+query: every Kafka call of the stage waits for the broker, and a
+:class:`~tidemark.kafka.outage.BrokerWatch` reports the outage in the log.
 """
 
 from __future__ import annotations
@@ -19,12 +20,13 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from tidemark.config.settings import TidemarkSettings
 from tidemark.kafka.outage import BrokerWatch
 from tidemark.runtime.consumer_lag import REPORT_EVERY_S
-from tidemark.runtime.health import serve_health
 from tidemark.runtime.records import records_of
 from tidemark.exit_codes import EXIT_REFUSED
 from tidemark.runtime.start_errors import failed_file, not_retryable_reason
@@ -75,15 +77,28 @@ def _exit_on_sigterm(signum: int, frame: Any) -> None:
     raise SystemExit(128 + signum)  # unwinds run_attempt, so its temp directory is removed
 
 
-def run_attempt(settings: TidemarkSettings, attempt: Attempt, spark: Any = None) -> int:
-    """Run the stage, in ``spark`` (a warm standby's session) or a session started meanwhile; a
-    failure a restart will not fix (:mod:`tidemark.runtime.start_errors`) leaves its reason in
-    the attempt's ``.failed`` file and returns ``EXIT_REFUSED``."""
+@dataclass(frozen=True)
+class AttemptEnd:
+    """How an attempt ended: the process's exit status, and its session when it was released
+    (kept for the next attempt; otherwise stopped)."""
+
+    code: int
+    spark: Any = None
+
+
+def _never() -> bool:
+    return False
+
+
+def run_attempt(settings: TidemarkSettings, attempt: Attempt, spark: Any = None,
+                released: Callable[[], bool] = _never) -> AttemptEnd:
+    """Run the stage, in ``spark`` (a warm session) or a session started meanwhile, until it
+    finishes, fails or is ``released``; a failure a restart will not fix
+    (:mod:`tidemark.runtime.start_errors`) leaves its reason in the attempt's ``.failed`` file and
+    ends with ``EXIT_REFUSED``."""
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
-    if settings.http_port:
-        serve_health(settings.http_host, settings.http_port, attempt.ready_file.exists)
     try:
-        return _run_stage(settings, attempt, spark)
+        return _run_stage(settings, attempt, spark, released)
     except Exception as exc:
         reason = not_retryable_reason(exc)
         if reason is None:
@@ -93,10 +108,10 @@ def run_attempt(settings: TidemarkSettings, attempt: Attempt, spark: Any = None)
         path = failed_file(attempt.run_dir, attempt.process, attempt.epoch)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(reason + "\n", encoding="utf-8")
-        return EXIT_REFUSED
+        return AttemptEnd(EXIT_REFUSED)
 
 
-def _run_stage(settings: TidemarkSettings, attempt: Attempt, spark: Any) -> int:
+def _run_stage(settings: TidemarkSettings, attempt: Attempt, spark: Any, released: Callable[[], bool]) -> AttemptEnd:
     starting = None
     source = stage_source(settings)
     if spark is None:  # the JVM starts while the worker restores
@@ -109,16 +124,40 @@ def _run_stage(settings: TidemarkSettings, attempt: Attempt, spark: Any) -> int:
         spark = starting.session()
 
     def on_batch(frame: Any, batch_id: int) -> None:
-        table = frame.toArrow()
+        if released():  # the attempt is over: its records are the next attempt's to process
+            return
+        try:
+            table = frame.toArrow()
+        except Exception:
+            if released():  # stopping the query cancelled the batch's Spark job
+                return
+            raise
         with worker.lock:
-            worker.on_batch(records_of(table))
+            if not worker.closed:
+                worker.on_batch(records_of(table))
 
     with query_checkpoint_location(f"{worker.job}-{attempt.process}") as spark_checkpoints:
-        return _run_query(worker, attempt, spark, source, on_batch, spark_checkpoints, watch)
+        return _run_query(worker, attempt, spark, source, on_batch, spark_checkpoints, watch, released)
 
 
 def _run_query(worker: StageWorker, attempt: Attempt, spark: Any, source: StageSource, on_batch: Any,
-               spark_checkpoints: str, watch: BrokerWatch) -> int:
+               spark_checkpoints: str, watch: BrokerWatch, released: Callable[[], bool]) -> AttemptEnd:
+    ended = AttemptEnd(0)  # until it ends otherwise (an exception: the session is stopped)
+    try:
+        # released while it restored and its session started: no query to start
+        ended = AttemptEnd(0, spark) if released() else _stream(worker, attempt, spark, source, on_batch,
+                                                                  spark_checkpoints, released)
+        return ended
+    finally:
+        watch.stop()
+        with worker.lock:  # after a batch still running
+            worker.close()
+        if ended.spark is None:
+            spark.stop()
+
+
+def _stream(worker: StageWorker, attempt: Attempt, spark: Any, source: StageSource, on_batch: Any,
+            spark_checkpoints: str, released: Callable[[], bool]) -> AttemptEnd:
     options = source.options(worker.read_selection())
     source.prepare(spark)
     stream = spark.readStream.format(source.format).options(**options).load()
@@ -133,20 +172,20 @@ def _run_query(worker: StageWorker, attempt: Attempt, spark: Any, source: StageS
              tasks=[t.task_id for t in worker.tasks], source=source.format,
              starting_offsets=options["startingOffsets"])
     last_lag = 0.0
-    try:
-        while not worker.finished:
-            if not query.isActive:
-                raise QueryFailed(f"stage {worker.stage.name} query stopped: {query.exception()}")
-            time.sleep(0.1)
-            with worker.lock:
-                worker.on_tick()  # processing-time timers, idle partitions, the control plane
-            if time.monotonic() - last_lag > REPORT_EVERY_S:
-                worker.report_lag()
-                last_lag = time.monotonic()
-        query.stop()
-        log.info("stage finished", job=worker.job, stage=worker.stage.name, epoch=attempt.epoch)
-        return 0
-    finally:
-        watch.stop()
-        worker.close()
-        spark.stop()
+    while not worker.finished:
+        if released():
+            worker.abandon()  # a batch waiting for a stop-with-savepoint gives up
+            query.stop()  # returns once the running batch has
+            log.info("attempt released: query stopped", job=worker.job, stage=worker.stage.name, epoch=attempt.epoch)
+            return AttemptEnd(0, spark)
+        if not query.isActive:
+            raise QueryFailed(f"stage {worker.stage.name} query stopped: {query.exception()}")
+        time.sleep(0.1)
+        with worker.lock:
+            worker.on_tick()  # processing-time timers, idle partitions, the control plane
+        if time.monotonic() - last_lag > REPORT_EVERY_S:
+            worker.report_lag()
+            last_lag = time.monotonic()
+    query.stop()
+    log.info("stage finished", job=worker.job, stage=worker.stage.name, epoch=attempt.epoch)
+    return AttemptEnd(0)

@@ -1,7 +1,9 @@
-"""What the supervisor hands a stage worker: the attempt, and the line a warm standby receives.
+"""What the supervisor hands a stage worker: the attempt, and the lines its process receives.
 
 A worker started for the attempt gets it as command-line arguments (``tidemark jobs worker``); a
-warm standby (:mod:`tidemark.runtime.standby`) gets it as one JSON line on its standard input.
+warm standby (:mod:`tidemark.runtime.standby`), or a process released from its attempt at a
+failover, gets it as one JSON line on its standard input (:meth:`Assignment.to_line`); ``release
+<epoch>`` (:func:`release_line`) ends an attempt in place (:mod:`tidemark.runtime.stage_process`).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from tidemark.types import Epoch
 
 def stage_file(run_dir: Path, process: str, epoch: int, kind: str) -> Path:
     """``<run_dir>/<process>.epoch-<epoch>.<kind>``: how a stage worker (``process``, see
-    :func:`process_name`) tells the supervisor where it is (``ready``, ``processing``; ``failed``
+    :func:`process_name`) tells the supervisor where it is (``ready``, ``processing``, ``released``; ``failed``
     in :mod:`tidemark.runtime.start_errors`)."""
     return run_dir / f"{process}.epoch-{epoch}.{kind}"
 
@@ -55,6 +57,12 @@ class Attempt:
         """Written when the stage processed its first records (the supervisor starts standbys then)."""
         return stage_file(self.run_dir, self.process, self.epoch, "processing")
 
+    @property
+    def released_file(self) -> Path:
+        """Written when the supervisor released the attempt and the process ended it in place,
+        ready for the next one (:mod:`tidemark.runtime.stage_process`)."""
+        return stage_file(self.run_dir, self.process, self.epoch, "released")
+
 
 @dataclass(frozen=True)
 class Assignment:
@@ -77,3 +85,11 @@ class Assignment:
                            Path(attempt["run_dir"]), attempt["job_args"], attempt["restore_path"],
                            attempt.get("workers", {}), attempt.get("worker", 0)),
                    doc["fault"], doc["http_port"])
+
+
+RELEASE = "release"
+
+
+def release_line(epoch: int) -> bytes:
+    """The line that ends attempt ``epoch`` in a worker process without ending the process."""
+    return f"{RELEASE} {epoch}\n".encode()

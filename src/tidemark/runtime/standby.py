@@ -6,9 +6,9 @@ Tidemark's data source) and runs one warm-up query (one record of the control to
 so the JVM, the SparkContext, the data-source lookup and Spark's Python workers are all started.
 Then it blocks on its standard input. At the next failover (or a restore through the API) the
 supervisor writes the new attempt there as one JSON line (:class:`Assignment`) instead of
-starting a process, and the standby becomes that attempt's stage worker
-(:func:`tidemark.runtime.query.run_attempt` with the warm session). End of input (the supervisor
-is gone) ends the standby.
+starting a process, and the standby becomes that attempt's stage worker, a
+:class:`~tidemark.runtime.stage_process.StageProcess` with the warm session. End of input (the
+supervisor is gone) ends the standby.
 
 What it saves is measured by ``bench/bench_recovery.py``: the interpreter start, the imports,
 the JVM and SparkContext start and the first query's cold start, most of a fresh worker's start.
@@ -17,16 +17,14 @@ the JVM and SparkContext start and the first query's cold start, most of a fresh
 from __future__ import annotations
 
 import os
-import sys
 import threading
 import time
 from typing import Any
 
 from tidemark.config.settings import TidemarkSettings
 from tidemark.kafka.topics import TopicNames
-from tidemark.runtime.faults import FAULTS
-from tidemark.runtime.query import TRIGGER, run_attempt, session_options
-from tidemark.runtime.stage_attempt import Assignment
+from tidemark.runtime.query import TRIGGER, session_options
+from tidemark.runtime.stage_process import StageProcess, SupervisorLines
 from tidemark.chassis.logs import get_logger
 from tidemark.spark.session import local_session, query_checkpoint_location
 from tidemark.spark.stage_source import ReadSelection, StageSource, stage_source
@@ -34,19 +32,6 @@ from tidemark.spark.stage_source import ReadSelection, StageSource, stage_source
 log = get_logger(__name__)
 WARM_UP_TIMEOUT_S = 30.0
 INTERRUPTED_WARM_UP_S = 5.0  # how long an assignment waits for the warm-up batch to end
-
-
-class _AssignmentReader(threading.Thread):
-    """Reads the one line the supervisor writes; a standby still warming up stops warming then."""
-
-    def __init__(self) -> None:
-        super().__init__(name="standby-assignment", daemon=True)
-        self.line = ""
-        self.arrived = threading.Event()
-
-    def run(self) -> None:
-        self.line = sys.stdin.readline()
-        self.arrived.set()
 
 
 def warm_up(spark: Any, settings: TidemarkSettings, source: StageSource, interrupt: threading.Event,
@@ -78,22 +63,11 @@ def warm_up(spark: Any, settings: TidemarkSettings, source: StageSource, interru
 
 
 def run_standby(settings: TidemarkSettings, stage: str) -> int:
-    reader = _AssignmentReader()
-    reader.start()
+    lines = SupervisorLines()
+    lines.start()
     source = stage_source(settings)
     spark = local_session(session_options(settings, f"tidemark-standby-{stage}", source))
-    if not reader.arrived.is_set():
-        warm = warm_up(spark, settings, source, reader.arrived)
+    if not lines.arrived.is_set():
+        warm = warm_up(spark, settings, source, lines.arrived)
         log.info("standby warm; waiting for an attempt", stage=stage, warm_up_batch=warm, pid=os.getpid())
-    reader.arrived.wait()
-    if not reader.line.strip():
-        log.info("standby not needed; exiting", stage=stage)
-        spark.stop()
-        return 0
-    assignment = Assignment.from_line(reader.line)
-    FAULTS.configure(assignment.fault)
-    if assignment.http_port is not None:
-        settings = settings.model_copy(update={"http_port": assignment.http_port})
-    log.info("standby takes over the attempt", stage=stage, epoch=assignment.attempt.epoch,
-             restore=assignment.attempt.restore_path)
-    return run_attempt(settings, assignment.attempt, spark)
+    return StageProcess(settings, lines, spark).run(None)

@@ -18,12 +18,14 @@ Lifecycle: ``JobSupervisor(settings, options).run()`` blocks until the job finis
    changelog topics before the workers need them);
 4. watch: a worker that dies, or an ``AttemptFailed`` for the attempt on the control topic (the
    coordinator's checkpoint failure policy), fails the whole attempt (global failover, as Flink's
-   full restart strategy): the others are killed, and the next attempt restores every stage from
-   the newest retained checkpoint or savepoint *of this run* via the coordinator (up to
-   ``max_restarts``). A ``RestoreCommand`` of a newer epoch (the restore API called by an
+   full restart strategy): the others are released (each ends the attempt in place and keeps its
+   started SparkSession, :mod:`tidemark.runtime.stage_process`), and the next attempt restores
+   every stage from the newest retained checkpoint or savepoint *of this run* via the coordinator
+   (up to ``max_restarts``), in the released processes, the failed one's in its stage's warm
+   standby or a new process. A ``RestoreCommand`` of a newer epoch (the restore API called by an
    operator) replaces the attempt the same way with the attempt it names (not counted as a
    restart). Once every stage of the attempt processes records (or 30 s after it registered),
-   the pool starts one warm standby per worker process for the next attempt (``RunOptions.standby``);
+   the pool starts one warm standby per stage for the next attempt (``RunOptions.standby``);
 5. when every worker exits 0 (a stop-with-savepoint completed) the attempt is registered as
    finished and ``run`` returns 0. SIGTERM/SIGINT stop the workers and return 143/130.
 
@@ -217,8 +219,10 @@ class JobSupervisor:
             self.running = True
             RUNNING.labels(self.spec.job_id).set(1)
             outcome = self._watch(attempt)
-        if outcome != "finished":
-            self.pool.kill(graceful=outcome == "stopped")
+        if outcome == "stopped":
+            self.pool.kill(graceful=True)
+        elif outcome != "finished":  # the processes still alive end the attempt in place, for the next
+            self.pool.release()
         return outcome
 
     def _launches(self, attempt: AttemptState) -> list[Launch]:
@@ -256,7 +260,8 @@ class JobSupervisor:
             states = self.pool.states()
             for name, state in states.items():
                 if state.exited:
-                    log.error("worker died while starting", stage=name, code=state.exit_code)
+                    log.error("worker died while starting", job=self.spec.job_id, stage=name, code=state.exit_code,
+                              epoch=attempt.epoch, reason=state.reason or None)
                     return self._stage_failed(name, state)
             pending = sorted(name for name, state in states.items() if not state.started)
             if not pending:

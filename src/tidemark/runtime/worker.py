@@ -122,6 +122,8 @@ class StageWorker:
         self.restored_from: CheckpointMetadata | None = None
         self.stopping: CheckpointId | None = None
         self.finished = False
+        self.abandoned = False  # the supervisor released the attempt (runtime.stage_process)
+        self.closed = False
         self.processing = False  # set when the first records a task processed are counted (flush_outputs)
         self.checkpointer: StageCheckpointer | None = None
         self._batch: dict[TaskId, list[OutputRecord]] = defaultdict(list)
@@ -468,8 +470,9 @@ class StageWorker:
                     self.stopping = None
 
     def wait_while_stopping(self) -> None:
-        """After a stop-with-savepoint snapshot: process nothing until it completes or aborts."""
-        while self.stopping is not None and not self.finished:
+        """After a stop-with-savepoint snapshot: process nothing until it completes or aborts (or
+        the attempt is abandoned)."""
+        while self.stopping is not None and not self.finished and not self.abandoned:
             self.handle_control()
             time.sleep(0.05)
 
@@ -489,7 +492,14 @@ class StageWorker:
         if self.clock is not None:
             self.clock.report_lag()
 
+    def abandon(self) -> None:
+        """The attempt is over (released): a batch waiting on the control plane stops waiting."""
+        self.abandoned = True
+
     def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
         for task in self.tasks:
             task.close()
         if self.output is not None:

@@ -7,11 +7,12 @@ the stage's StatefulSet. The host:
 1. follows the job's worker-hosts topic (:mod:`tidemark.runtime.host_channel`) from its end, and
    reports every second (:class:`~tidemark.protocol.messages.HostReport`): its incarnation (new at
    each start, so a restarted pod is told from a live one) and where each of its processes is;
-2. on a ``RUN`` of a newer attempt, kills what it runs and starts the attempt's processes placed
-   on it with a :class:`~tidemark.runtime.local_workers.LocalWorkers` (its warm standbys first),
-   and logs which tasks each owns; on ``STOP``/``KILL`` of its attempt, ends them;
+2. on a ``RUN`` of a newer attempt, releases what it runs and starts the attempt's processes
+   placed on it with a :class:`~tidemark.runtime.local_workers.LocalWorkers` (the released
+   processes and its warm standby first), and logs which tasks each owns; on ``STOP`` of its
+   attempt, ends them, on ``KILL`` (a failover) releases them;
 3. once its processes process records (or 30 s after the RUN; ``worker_pool.standbys_due``)
-   starts one warm standby per process for the next attempt, when the RUN asks for standbys.
+   starts one warm standby for the next attempt, when the RUN asks for standbys.
 
 Nothing is decided here: failover, restore sources and epochs stay with the supervisor, which
 fails the attempt over when a host restarts or falls silent. With ``TIDEMARK_HTTP_PORT`` set the
@@ -103,7 +104,7 @@ class WorkerHost:
 
     def _on_assignment(self, message: HostAssignment) -> None:
         if message.action is HostAction.RUN and message.epoch > self.epoch:
-            self.workers.kill(graceful=False)  # an older attempt's, if any
+            self.workers.release()  # an older attempt's, if any: its processes take this one
             self.epoch = message.epoch
             launches = self._launches(message)
             self.workers.launch(launches, standby=message.standby)
@@ -117,7 +118,10 @@ class WorkerHost:
         elif message.action in (HostAction.STOP, HostAction.KILL) and message.epoch == self.epoch:
             log.info("worker host ends its processes", job=self.job_id, host=self.host, epoch=self.epoch,
                      action=message.action.value)
-            self.workers.kill(graceful=message.action is HostAction.STOP)
+            if message.action is HostAction.STOP:
+                self.workers.kill(graceful=True)
+            else:  # a failover: the processes end the attempt in place, for the next RUN
+                self.workers.release()
             self._launched_at = None
 
     def _launches(self, message: HostAssignment) -> list[Launch]:

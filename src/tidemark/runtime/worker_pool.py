@@ -12,8 +12,9 @@ and runs them. Two implementations:
   (``tidemark jobs run --worker-hosts``).
 
 Lifecycle, per attempt: ``launch`` -> ``states`` until each is ready, then while it runs ->
-``start_standbys`` once it processes records -> ``kill`` unless every process exited 0; ``close``
-at the end of the run. ``states`` never blocks.
+``start_standbys`` once it processes records -> at a failover ``release`` (the processes end the
+attempt in place and take the next launch's, :mod:`tidemark.runtime.stage_process`), at a stop
+``kill``; ``close`` at the end of the run. ``states`` never blocks.
 """
 
 from __future__ import annotations
@@ -68,8 +69,9 @@ class WorkerPool(Protocol):
     """Runs one attempt's worker processes at a time, and keeps their warm standbys."""
 
     def launch(self, launches: Sequence[Launch], *, standby: bool) -> None:
-        """Start the attempt's processes, handing each to its warm standby where one is waiting;
-        ``standby``: whether ``start_standbys`` will start new ones."""
+        """Start the attempt's processes, handing each to the released process of its name, or to
+        its stage's warm standby, where one is waiting; ``standby``: whether ``start_standbys``
+        will start new ones."""
         ...
 
     def states(self) -> dict[str, ProcessState]:
@@ -82,7 +84,12 @@ class WorkerPool(Protocol):
         ...
 
     def start_standbys(self) -> None:
-        """One warm standby per process of the last launch, for the next attempt."""
+        """One warm standby per stage of the last launch, for the next attempt."""
+        ...
+
+    def release(self) -> None:
+        """End the last launch's attempt in its live processes, keeping them for the next launch
+        (a failover): each stops its query and closes its state, and keeps its SparkSession."""
         ...
 
     def kill(self, *, graceful: bool) -> None:
