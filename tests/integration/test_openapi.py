@@ -150,6 +150,7 @@ def test_the_served_description_is_the_file(server: Server) -> None:
 
 def test_every_described_operation_answers_as_described(server: Server) -> None:
     call = server.call
+    assert call("GET", "/openapi.json", token=None)[0] == 200
     assert call("GET", "/livez", token=None)[0] == 200
     assert call("GET", "/readyz", token=None)[0] == 200
     assert "<svg" not in call("GET", "/ui/checkpoints")[1] and call("GET", "/ui/checkpoints", token=None)[0] == 401

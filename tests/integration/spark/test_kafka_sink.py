@@ -32,6 +32,8 @@ SINK_SCHEMA = "key binary, value binary"
 
 
 def _writer(bootstrap: str, topic: str, markers: str, schema: str = SINK_SCHEMA):
+    """The stream writer Spark would build (parsing the schema needs a running session: tests
+    calling this take the ``spark`` fixture)."""
     from pyspark.sql.types import _parse_datatype_string
 
     source = TidemarkKafkaDataSource({"kafka.bootstrap.servers": bootstrap, "topic": topic,
@@ -85,7 +87,7 @@ def test_a_retried_task_writes_its_batch_partition_once(spark, kafka_bootstrap, 
     assert writer.outcomes[-1].skipped_partitions == (0,) and writer.outcomes[-1].failed_partitions == (1,)
 
 
-def test_write_partition_needs_a_topic_and_a_value_column(kafka_bootstrap, unique_name):
+def test_write_partition_needs_a_topic_and_a_value_column(spark, kafka_bootstrap, unique_name):
     with pytest.raises(InvalidOptionError, match="'topic'"):
         _writer(kafka_bootstrap, "", unique_name("m"), "key binary, value binary")
     with pytest.raises(SinkColumnError, match="'value' column"):
@@ -93,8 +95,7 @@ def test_write_partition_needs_a_topic_and_a_value_column(kafka_bootstrap, uniqu
 
 
 @tansu_gap("aborted-transaction filtering for read_committed readers")
-def test_a_failed_attempt_and_a_dead_task_leave_nothing_visible(
-    kafka_bootstrap, unique_name):
+def test_a_failed_attempt_and_a_dead_task_leave_nothing_visible(spark, kafka_bootstrap, unique_name):
     out, markers = unique_name("out"), unique_name("markers")
     create_topic(kafka_bootstrap, out, 1)
     writer = _writer(kafka_bootstrap, out, markers)
