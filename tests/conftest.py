@@ -29,27 +29,23 @@ TIERS = ("unit", "integration", "e2e")
 _FOLDER_TIERS = {"e2e": "e2e", "integration": "integration", "deploy": "integration", "monitoring": "integration"}
 _INTEGRATION_FIXTURES = {"kafka_bootstrap", "spark", "topic_names"}
 # the longest files of their tier first (about the seconds of the whole file under ``make test``
-# on a 2-core machine, from ``--durations``); a file missing here runs after them, in its tier.
-# Each of the two workers takes a file and queues the next: the 3-worker SIGKILL file (the most
-# CPU) and the 5-minute leak run (little CPU, mostly waiting) start side by side, so neither
-# leaves a core idle; two waiting files side by side did (the leak run beside the checkpoint
-# timeout's 60 s pause: the machine a quarter busy for minutes).
+# on a 2-core machine, from ``--durations``); a file missing here runs after them, in its tier
 _LONGEST_FIRST = {name: rank for rank, name in enumerate((
-    "test_scale_out.py",  # ~415: 7 SIGKILLs of one of 3 workers (each a new process beside 3 restored in place), a rescale
+    "test_scale_out.py",  # ~720: 7 SIGKILLs of one of 3 workers (cold restarts of 4 JVMs), a rescale 1 -> 2 -> 1
+    "test_demo.py",  # ~620: two demo runs of 6 worker processes, each waiting for 6 warm standbys
+    "test_savepoints_and_modes.py",  # ~350
     "test_no_leaks.py",  # ~330: a 5-minute run by definition, little CPU: beside the heavy ones
-    "test_demo.py",  # ~410: two demo runs of 6 worker processes, each waiting for 3 warm standbys, and a Ctrl-C
-    "test_savepoints_and_modes.py",  # ~250
-    "test_production_continuity.py",  # ~290 (a 60 s checkpoint-timeout pause: after the leak run)
-    "test_changelog_exactly_once.py",  # ~185
-    "test_chart_started_worker.py",  # ~165 (the pods with the image's cache and C1, chart_pods)
-    "test_corrupted_checkpoint.py",  # ~150
-    "test_chart_worker_hosts.py",  # ~135: 4 worker-host pods, a host pod's and the supervisor's restarts
-    "test_readme_commands.py",  # ~115
-    "test_broker_faults.py",  # ~110
-    "test_exactly_once.py",  # ~95
+    "test_changelog_exactly_once.py",  # ~310
+    "test_production_continuity.py",  # ~260
+    "test_chart_started_worker.py",  # ~220 (the pods with the image's cache and C1, chart_pods)
+    "test_chart_worker_hosts.py",  # ~200: 4 worker-host pods, a host pod's and the supervisor's restarts
+    "test_exactly_once.py",  # ~175
+    "test_corrupted_checkpoint.py",  # ~120
+    "test_broker_faults.py",  # ~115
     "test_event_time.py",  # ~95
-    "test_job_states.py",  # ~55
-    "test_monitoring_live_pipeline.py",  # ~50 (tests/monitoring, e2e by its fixtures)
+    "test_readme_commands.py",  # ~85
+    "test_job_states.py",  # ~50
+    "test_monitoring_live_pipeline.py",  # ~45 (tests/monitoring, e2e by its fixtures)
     "test_checkpoints_page.py",  # ~35
     "test_poison_records.py",  # ~35
 ))}
