@@ -409,6 +409,26 @@ def test_concurrent_savepoint_requests_each_end_completed_or_failed_with_a_reaso
 # ---------------------------------------------------------------------- restore
 
 
+def test_a_restore_guarded_by_newest_seen_is_refused_after_a_newer_checkpoint_completed(
+        deployment: Deployment, participant: Participant):
+    """A supervisor's failover sends the newest id it saw: restoring an older checkpoint than
+    one completed meanwhile (whose output the running attempt may have committed) is a 409,
+    changes nothing, and goes through once the newer one was seen."""
+    first, second = completed_checkpoints(participant, 2)
+    job = participant.job
+    guarded = {"checkpoint_id": first.checkpoint_id, "parallelism": 2, "newest_seen": first.checkpoint_id}
+    status, body, _ = call(deployment, "POST", f"/api/v1/jobs/{job}/restore", guarded)
+    assert status == 409, body
+    assert f"checkpoint {second.checkpoint_id} of job {job} completed after the restore source was chosen" \
+        in body["error"], body
+    status, jobs, _ = call(deployment, "GET", "/api/v1/jobs")
+    assert next(j for j in jobs["jobs"] if j["job"] == job)["counts"]["restored"] == 0
+    newest = max(m.checkpoint_id for m in participant.seen if isinstance(m, CheckpointCompleted))
+    status, body, _ = call(deployment, "POST", f"/api/v1/jobs/{job}/restore",
+                           {**guarded, "checkpoint_id": newest, "newest_seen": newest})
+    assert status == 202 and body["checkpoint_id"] == newest, body
+
+
 def test_restore_publishes_a_restore_command_with_the_new_assignments(deployment: Deployment,
                                                                       participant: Participant):
     [first] = completed_checkpoints(participant, 1)

@@ -173,9 +173,12 @@ class CoordinatorClient:
             time.sleep(poll_s)
 
     def restore(self, job: str, *, parallelism: int, checkpoint_id: int | None = None,
-                savepoint_path: str | None = None) -> Any:
-        body = {"checkpoint_id": checkpoint_id, "savepoint_path": savepoint_path,
-                "parallelism": parallelism}
+                savepoint_path: str | None = None, newest_seen: int | None = None) -> Any:
+        """``newest_seen``: refused with HTTP 409 when a newer checkpoint completed (docs/api.md)."""
+        body: dict[str, Any] = {"checkpoint_id": checkpoint_id, "savepoint_path": savepoint_path,
+                                "parallelism": parallelism}
+        if newest_seen is not None:
+            body["newest_seen"] = newest_seen
         return self.request("POST", f"/jobs/{_segment(job)}/restore", body)
 
     def submit_run(self, reference: str, *, args: dict[str, Any] | None = None,

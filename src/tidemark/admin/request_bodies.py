@@ -187,11 +187,14 @@ class SavepointBody(_Body):
 
 class RestoreBody(_Body):
     """``POST /jobs/{job}/restore``: exactly one of ``checkpoint_id`` and ``savepoint_path``,
-    and the new ``parallelism`` of every operator."""
+    and the new ``parallelism`` of every operator; ``newest_seen``: refuse (409) when a checkpoint
+    newer than this id has completed (a supervisor's failover guard,
+    :class:`~tidemark.checkpoint.restore_request.RestoreRequest`)."""
 
     parallelism: Parallelism
     checkpoint_id: PositiveId | None = None
     savepoint_path: str | None = None
+    newest_seen: Annotated[int, Ge(0)] | None = None
 
     @field_validator("savepoint_path")
     @classmethod

@@ -22,7 +22,7 @@ from tidemark.checkpoint.operator_state_mode import (
 from tidemark.checkpoint.options import CheckpointingOptions
 from tidemark.checkpoint.outcomes import AbortReason, AckOutcome
 from tidemark.checkpoint.pending import PendingCheckpoint
-from tidemark.checkpoint.restore_request import RestoreRequest
+from tidemark.checkpoint.restore_request import NewerCheckpointCompleted, RestoreRequest
 from tidemark.checkpoint.restore_planner import (
     RestorePlan,
     SubtaskRestore,
@@ -64,6 +64,7 @@ __all__ = [
     "PendingCheckpoint",
     "PersistCheckpoint",
     "RestorePlan",
+    "NewerCheckpointCompleted",
     "RestoreRequest",
     "SubtaskRestore",
     "operator_state_file_name",

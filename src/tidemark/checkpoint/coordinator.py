@@ -39,7 +39,7 @@ from tidemark.checkpoint.coordinator_ledger import CheckpointLedger, Coordinator
 from tidemark.checkpoint.options import CheckpointingOptions
 from tidemark.checkpoint.outcomes import DECLINED_SUBSUMED, AbortReason, AckOutcome
 from tidemark.checkpoint.pending import PendingCheckpoint
-from tidemark.checkpoint.restore_request import RestoreRequest
+from tidemark.checkpoint.restore_request import NewerCheckpointCompleted, RestoreRequest
 from tidemark.checkpoint.restore_planner import plan_restore
 from tidemark.checkpoint.stats import CheckpointStatsSnapshot
 from tidemark.checkpoint_store.layout import metadata_path
@@ -111,7 +111,13 @@ class CheckpointCoordinator:
         return commands
 
     def request_restore(self, request: RestoreRequest, now_ms: int) -> list[Command]:
-        """Issue a ``RestoreCommand`` starting the next epoch from ``request.metadata``."""
+        """Issue a ``RestoreCommand`` starting the next epoch from ``request.metadata``; refused
+        with :class:`NewerCheckpointCompleted` when a checkpoint newer than ``request.newest_seen``
+        has completed (see :class:`RestoreRequest`). From then on no checkpoint of an older
+        attempt newer than the restored one is announced (:meth:`_superseded`)."""
+        last = self._ledger.last_completed
+        if request.newest_seen is not None and last is not None and last.checkpoint_id > request.newest_seen:
+            raise NewerCheckpointCompleted(self.job_id, last.checkpoint_id, request.newest_seen)
         plan = plan_restore(request.metadata, request.parallelism)
         command = RestoreCommand(
             job_id=self.job_id,
@@ -223,17 +229,43 @@ class CheckpointCoordinator:
         ]
 
     def _close_completing(self, now_ms: int) -> list[Command]:
-        """Announce checkpoints the store made durable; abort those it rejected."""
+        """Announce checkpoints the store made durable; abort those it rejected, and those whose
+        attempt ended before they could be announced (:meth:`_superseded`)."""
         commands: list[Command] = []
         for cid in sorted(self._ledger.completing):
             completed = self._ledger.completing[cid]
             rejection = self._ledger.store_rejections.get(cid)
-            if completed.durable:
+            superseded = self._superseded(completed)
+            if superseded is not None:
+                commands.append(self._abort(cid, completed.metadata.epoch, AbortReason.SUPERSEDED, superseded, now_ms))
+            elif completed.durable:
                 commands.append(self._complete(completed, now_ms))
             elif rejection is not None:
                 epoch, why = completed.metadata.epoch, AbortReason.STORE_REJECTED
                 commands.append(self._abort(cid, epoch, why, rejection, now_ms))
         return commands
+
+    def _superseded(self, completed: CompletedCheckpoint) -> str | None:
+        """Why a fully acknowledged checkpoint may no longer be announced, if so.
+
+        The announcement is what lets the attempt's sinks commit its output. Once a restore
+        issued for a newer attempt, or the attempt ended (failed over, cancelled, replaced by an
+        empty start), its processes may still be alive (released in place, or on worker hosts
+        that did not hear yet), and a commit of a checkpoint newer than the one the next attempt
+        restores would be repeated by that attempt. So such a checkpoint is aborted; one no
+        newer than the restored checkpoint is still announced (what it commits, the restore
+        commits anyway, and the markers make that once). Its ``_metadata``, if already durable,
+        stays in storage as a restore source whose buffers no sink committed."""
+        ledger, epoch = self._ledger, completed.metadata.epoch
+        if ledger.restore_epoch > epoch:
+            if completed.checkpoint_id <= ledger.restored_id:
+                return None
+            return (f"job attempt {ledger.restore_epoch} restores checkpoint {ledger.restored_id}, "
+                    f"older than this one of attempt {epoch}")
+        running = ledger.running
+        if running is None or running.epoch != epoch:
+            return f"job attempt {epoch} ended before its checkpoint was announced"
+        return None
 
     def _settle_pending(self, now_ms: int) -> list[Command]:
         """Abort pending checkpoints that cannot complete; persist the fully acknowledged."""

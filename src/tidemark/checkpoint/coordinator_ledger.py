@@ -64,6 +64,7 @@ class CheckpointLedger:
         self.interval_ms = interval_ms
         self.registration: JobRegistration | None = None
         self.restore_epoch: Epoch = Epoch(-1)
+        self.restored_id: CheckpointId = CheckpointId(0)  # what the newest restore command restores
         self.failed_epoch: Epoch = Epoch(-1)  # the newest attempt declared failed
         self.failed_reason: str | None = None  # why (its AttemptFailed's reason)
         self.restore_reason: str | None = None  # what the newest restore command restores
@@ -285,12 +286,11 @@ class CheckpointLedger:
         self.last_id = max(self.last_id, cid)
         self.store_rejections.pop(cid, None)
         pending = self.pending.pop(cid, None)
-        rejected = self.completing.get(cid)
+        completing = self.completing.pop(cid, None)  # rejected by the store, or superseded
         if pending is not None:
             kind, triggered_at = pending.checkpoint_type, pending.triggered_at
-        elif rejected is not None and not rejected.durable:
-            del self.completing[cid]
-            kind, triggered_at = rejected.checkpoint_type, rejected.metadata.triggered_at
+        elif completing is not None:
+            kind, triggered_at = completing.checkpoint_type, completing.metadata.triggered_at
         else:
             return
         self.failures.on_aborted(kind, AbortReason.parse(record.reason))
@@ -329,6 +329,7 @@ class CheckpointLedger:
         if command.epoch <= self.restore_epoch:
             return
         self.restore_epoch = command.epoch
+        self.restored_id = command.checkpoint_id
         source = "savepoint" if command.is_savepoint else "checkpoint"
         self.restore_reason = f"restoring {source} {command.checkpoint_id} as attempt {command.epoch}"
         self.last_id = max(self.last_id, command.checkpoint_id)

@@ -16,10 +16,23 @@
 
 A restore goes through the coordinator's restore API, which issues the ``RestoreCommand`` and
 the epoch; an empty start takes the coordinator's newest epoch + 1.
+
+The processes of the attempt before may still be alive while the next one is chosen (released
+in place, on worker hosts that have not heard yet, or running beside a restarted supervisor), and
+their sinks commit each checkpoint the coordinator announces. So a failover or resume never
+restores an older checkpoint than one announced: its restore carries the newest retained id it
+saw (``newest_seen``), the coordinator refuses it when a newer checkpoint completed meanwhile and
+announces nothing newer of the older attempt afterwards, and the choice is made again
+(:meth:`AttemptPlanner._choose_current`). A failover first waits until the coordinator has the
+failed attempt ended (:meth:`AttemptPlanner._await_ended`), after which none of its checkpoints
+completes, so it chooses once (an empty restart included); a resume beside a still-running
+attempt relies on the guard alone.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,7 +42,7 @@ from tidemark.clock import now_ms
 from tidemark.config.settings import TidemarkSettings
 from tidemark.kafka.clients import base_config
 from tidemark.kafka.topics import TopicNames
-from tidemark.admin.client import CoordinatorClient
+from tidemark.admin.client import ApiError, CoordinatorClient
 from tidemark.protocol.messages import RestoreCommand
 from tidemark.runtime.api import JobSpec
 from tidemark.runtime.committed_output import committed_output, newest_committed_checkpoint
@@ -41,6 +54,7 @@ from tidemark.types import CheckpointId, Epoch
 
 log = get_logger(__name__)
 COORDINATOR_PATIENCE_S = 180.0  # how long a restore or an epoch lookup waits for the coordinator
+CHOICES = 10  # how often a restore source is chosen again while newer checkpoints complete meanwhile
 
 
 @dataclass(frozen=True)
@@ -62,6 +76,10 @@ class FaultPlan:
 
 class StartRefused(Exception):
     """The job cannot start as asked; the message is one line for the operator."""
+
+
+class _NewerCheckpoint(Exception):
+    """A checkpoint newer than the chosen restore source completed meanwhile: choose again."""
 
 
 @dataclass
@@ -112,33 +130,48 @@ class AttemptPlanner:
 
     def first(self) -> AttemptState:
         """The first attempt of the run; later failovers fall back to its restore source."""
-        self.origin = self._first()
+        self.origin = self._choose_current(self._first)
         return self.origin
 
-    def _first(self) -> AttemptState:
+    def _first(self, newest: int) -> AttemptState:
         """Flink's operator's start semantics: ``fresh`` starts empty; a named checkpoint or
         savepoint is restored unless the job already has newer retained state (then this is a
         restart of a run that began there, e.g. a pod restarted with the same arguments, and
         the newest state is resumed: restoring the older one would commit its results again);
-        otherwise the newest retained checkpoint or savepoint (last state)."""
+        otherwise the newest retained checkpoint or savepoint (last state). ``newest``: the
+        newest retained id, listed just now."""
         options, job = self.options, self.spec.job_id
+        self.baseline = newest
         if options.fresh:
-            return self._fresh_attempt()
+            return self._fresh_attempt(newest)
         if options.restore_checkpoint is not None or options.restore_path is not None:
             requested = self._requested_id()
             if self.baseline > requested and not options.force:
                 log.warning("the job has newer state than the requested restore source; resuming it",
                             job=job, requested=requested, newest=self.baseline)
-                return self._resume_last_state()
+                return self._resume_last_state(newest)
             self._verify_requested()
-            return self._restore(0, options.restore_checkpoint, options.restore_path)
+            return self._restore(0, options.restore_checkpoint, options.restore_path,
+                                 None if options.force else newest)
         if self.baseline:
             log.info("resuming the job's last state", job=job, checkpoint=self.baseline)
-            return self._resume_last_state()
+            return self._resume_last_state(newest)
         self._refuse_over_committed_output("a start without a retained checkpoint or savepoint")
         return self.empty(0)
 
-    def _fresh_attempt(self) -> AttemptState:
+    def _choose_current(self, choose: Callable[[int], AttemptState]) -> AttemptState:
+        """``choose(newest)`` with the newest retained id listed first; again when the coordinator
+        answers that a newer checkpoint completed meanwhile (see the module docstring)."""
+        for choice in range(1, CHOICES + 1):
+            try:
+                return choose(self.newest_retained_id())
+            except _NewerCheckpoint as exc:
+                log.info("a newer checkpoint completed while the restore source was chosen; choosing again",
+                         job=self.spec.job_id, choice=choice, reason=str(exc))
+        raise StartRefused(f"checkpoints kept completing while job {self.spec.job_id}'s restore source was "
+                           f"chosen ({CHOICES} times): is another supervisor running the job?")
+
+    def _fresh_attempt(self, newest: int) -> AttemptState:
         """``--fresh``: empty state, unless ``start_id`` already started empty (a restart of that
         deployment: resume the newest state retained since, never one from before it; with none
         yet, start empty again)."""
@@ -154,7 +187,7 @@ class AttemptPlanner:
                 if source.checkpoint_id is not None:
                     log.info("restart of a fresh start; resuming the job's last state", job=job, start_id=start_id,
                              checkpoint=source.checkpoint_id, fresh_start_baseline=recorded.baseline)
-                    return self._restore(0, source.checkpoint_id, None)
+                    return self._restore(0, source.checkpoint_id, None, newest)
                 log.info("restart of a fresh start with no checkpoint of it; starting empty again", job=job,
                          start_id=start_id)
                 self._refuse_over_committed_output("--fresh")
@@ -186,17 +219,39 @@ class AttemptPlanner:
     def empty(self, index: int) -> AttemptState:
         return AttemptState(index, Epoch(self.coordinator_epoch() + 1), None, None)
 
-    def failover(self, index: int) -> AttemptState:
+    def failover(self, index: int, failed: Epoch) -> AttemptState:
         """Restore from the newest checkpoint of this run, else from where the run started; a
-        corrupted one stops the job or falls back (see :mod:`tidemark.runtime.restore_source`)."""
+        corrupted one stops the job or falls back (see :mod:`tidemark.runtime.restore_source`).
+        ``failed``: the epoch of the attempt that failed, which the supervisor has reported ended."""
+        self._await_ended(failed)
+        return self._choose_current(lambda newest: self._failover(index, newest))
+
+    def _failover(self, index: int, newest: int) -> AttemptState:
         assert self.origin is not None
         source = self._choose_source(self.baseline, self.origin.restore_path)
         if source.checkpoint_id is not None or source.path is not None:
-            return self._restore(index, source.checkpoint_id, source.path)
+            return self._restore(index, source.checkpoint_id, source.path, newest)
         log.warning("no checkpoint of this run yet; restarting from the start", job=self.spec.job_id)
         return self.empty(index)
 
-    def _resume_last_state(self) -> AttemptState:
+    def _await_ended(self, failed: Epoch) -> None:
+        """Wait until the coordinator has attempt ``failed`` ended: it announces no checkpoint of it
+        after that, so what storage holds from then on is every checkpoint whose output the
+        attempt's processes may have committed. The supervisor's report of the ending may not
+        have reached it (a broker outage): after ``COORDINATOR_PATIENCE_S`` the failover goes on
+        (nothing completes without a broker, and a restore is still guarded)."""
+        deadline = time.monotonic() + COORDINATOR_PATIENCE_S
+        while True:
+            job = next((j for j in self.coordinator.jobs()["jobs"] if j.get("job") == self.spec.job_id), None)
+            if job is None or int(job.get("epoch") or 0) > failed or job.get("state") != "RUNNING":
+                return
+            if time.monotonic() > deadline:
+                log.warning("the coordinator still shows the failed attempt running; restarting anyway",
+                            job=self.spec.job_id, epoch=failed, waited_s=COORDINATOR_PATIENCE_S)
+                return
+            time.sleep(0.05)
+
+    def _resume_last_state(self, newest: int) -> AttemptState:
         """The newest retained checkpoint or savepoint, verified first: a corrupted one refuses the
         start, or with ``TIDEMARK_RESTORE_FALLBACK`` an older one stands in when that keeps the output
         exactly once (the same rule as a failover; :mod:`tidemark.runtime.restore_source`)."""
@@ -204,7 +259,7 @@ class AttemptPlanner:
         if source.checkpoint_id is None:  # every candidate corrupted, and starting over is allowed
             log.warning("no whole checkpoint to resume; starting from the start", job=self.spec.job_id)
             return self.empty(0)
-        return self._restore(0, source.checkpoint_id, None)
+        return self._restore(0, source.checkpoint_id, None, newest)
 
     def _choose_source(self, baseline: int, started_from: str | None) -> RestoreSource:
         try:
@@ -234,9 +289,16 @@ class AttemptPlanner:
         self.origin = AttemptState(index, command.epoch, command.metadata_path, command.checkpoint_id)
         return self.origin
 
-    def _restore(self, index: int, checkpoint_id: int | None, path: str | None) -> AttemptState:
-        doc = self.coordinator.restore(self.spec.job_id, parallelism=self.parallelism,
-                                       checkpoint_id=checkpoint_id, savepoint_path=path)
+    def _restore(self, index: int, checkpoint_id: int | None, path: str | None,
+                 newest_seen: int | None) -> AttemptState:
+        """Issue the restore; ``newest_seen`` (None: unguarded) as the restore API takes it."""
+        try:
+            doc = self.coordinator.restore(self.spec.job_id, parallelism=self.parallelism,
+                                           checkpoint_id=checkpoint_id, savepoint_path=path, newest_seen=newest_seen)
+        except ApiError as exc:
+            if exc.status == 409 and newest_seen is not None:
+                raise _NewerCheckpoint(str(exc)) from None
+            raise
         log.info("restore issued", job=self.spec.job_id, checkpoint=doc["checkpoint_id"], epoch=doc["epoch"],
                  path=doc["metadata_path"])
         return AttemptState(index, Epoch(doc["epoch"]), doc["metadata_path"], CheckpointId(doc["checkpoint_id"]))

@@ -156,7 +156,7 @@ class JobSupervisor:
                 self.gave_up = reason
                 return 1
             self._report_ended(attempt, AttemptOutcome.RESTARTING, self._failure or "the attempt failed")
-            attempt = self.planner.failover(attempt.index + 1)
+            attempt = self.planner.failover(attempt.index + 1, attempt.epoch)
 
     def _check_inputs(self) -> None:
         """Refuse the start when an input topic of the job is missing (before any worker starts)."""

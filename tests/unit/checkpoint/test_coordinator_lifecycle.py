@@ -25,6 +25,7 @@ from tidemark.checkpoint import (
     EmitRestore,
     EmitTrigger,
     FailJob,
+    NewerCheckpointCompleted,
     PersistCheckpoint,
     RestoreRequest,
 )
@@ -335,6 +336,80 @@ def test_restore_issues_a_command_with_key_group_assignments_and_waits_for_the_n
     trigger = triggers(coord.tick(1_100))[0]
     assert (trigger.checkpoint_id, trigger.epoch) == (3, 1)
     assert coord.stats().last_restore_at == 300
+
+
+def _completing_after_checkpoint_1(coord, reg):
+    """Checkpoint 1 completed; checkpoint 2 fully acknowledged, its persist not yet confirmed."""
+    coord.tick(100)
+    (first,) = ack_all(coord, reg, 1, 110)
+    coord.apply(first.metadata, 120)
+    coord.tick(200)
+    (second,) = ack_all(coord, reg, 2, 210)
+    return first, second
+
+
+def test_a_guarded_restore_is_refused_when_a_newer_checkpoint_completed() -> None:
+    """A failover chose checkpoint 1 while 2 completed: the running attempt's sinks may have
+    committed 2's output, so restoring 1 would commit it twice. Refused, and nothing changes."""
+    coord, reg = started()
+    first, second = _completing_after_checkpoint_1(coord, reg)
+    coord.apply(second.metadata, 220)
+    request = RestoreRequest("r", first.metadata, first.metadata_path, 2, requested_at=300, newest_seen=1)
+    with pytest.raises(NewerCheckpointCompleted, match="checkpoint 2 of job job completed"):
+        coord.request_restore(request, 300)
+    assert coord.active_epoch == Epoch(0) and coord.state == "RUNNING"
+    for newest_seen in (2, None):  # it saw 2, or an operator rolls back on purpose
+        request = replace(request, restore_id=f"r{newest_seen}", newest_seen=newest_seen)
+        assert isinstance(coord.request_restore(request, 310)[0], EmitRestore)
+
+
+def test_a_checkpoint_newer_than_the_restored_one_is_never_announced() -> None:
+    """Checkpoint 2 was fully acknowledged but not durable when the restore of 1 was issued: the
+    old attempt's processes may still be alive, so its completion is never announced (they would
+    commit its output, which the attempt restored from 1 writes again); it aborts as superseded,
+    and the store's confirmation that follows changes nothing."""
+    coord, reg = started()
+    first, second = _completing_after_checkpoint_1(coord, reg)
+    request = RestoreRequest("r", first.metadata, first.metadata_path, 2, requested_at=300, newest_seen=1)
+    (aborted,) = aborts(coord.request_restore(request, 300))
+    assert coord.apply(second.metadata, 320) == []  # the store's confirmation comes too late
+    assert aborted.aborted.checkpoint_id == 2 and aborted.aborted.epoch == 0
+    assert AbortReason.parse(aborted.aborted.reason) is AbortReason.SUPERSEDED
+    assert "restores checkpoint 1" in aborted.aborted.reason
+    assert coord.last_completed.checkpoint_id == 1 and coord.completing_checkpoint_ids == ()
+    assert coord.consecutive_failures == 0
+
+
+def test_the_restored_checkpoint_itself_is_still_announced() -> None:
+    """Restoring checkpoint 2 while the store confirms it: announcing it is harmless (the
+    restore commits its output anyway, once, by the commit markers)."""
+    coord, reg = started()
+    _, second = _completing_after_checkpoint_1(coord, reg)
+    request = RestoreRequest("r", second.metadata, second.metadata_path, 2, requested_at=300, newest_seen=2)
+    coord.request_restore(request, 300)
+    (completed,) = coord.apply(second.metadata, 320)
+    assert isinstance(completed, EmitCompleted) and completed.completed.checkpoint_id == 2
+
+
+@pytest.mark.parametrize("ending", ["RESTARTING", "CANCELLED"])
+def test_a_checkpoint_of_an_ended_attempt_is_never_announced(ending: str) -> None:
+    """The supervisor reported the attempt ended (a failover: it chooses the restore source
+    next, from what is durable) before checkpoint 2 was announced: 2 aborts."""
+    coord, reg = started()
+    _, second = _completing_after_checkpoint_1(coord, reg)
+    (aborted,) = aborts(coord.apply(replace(reg, finished=True, outcome=ending, registered_at=300), 300))
+    assert coord.apply(second.metadata, 320) == []
+    assert aborted.aborted.checkpoint_id == 2
+    assert AbortReason.parse(aborted.aborted.reason) is AbortReason.SUPERSEDED
+    assert "job attempt 0 ended" in aborted.aborted.reason
+
+
+def test_an_empty_start_of_a_newer_attempt_supersedes_the_completing_checkpoint() -> None:
+    coord, reg = started()
+    _, second = _completing_after_checkpoint_1(coord, reg)
+    (aborted,) = aborts(coord.apply(registration(epoch=1, at=300), 300))
+    assert coord.apply(second.metadata, 320) == []
+    assert aborted.aborted.checkpoint_id == 2 and coord.last_completed.checkpoint_id == 1
 
 
 def test_a_registration_without_tasks_is_never_checkpointed() -> None:

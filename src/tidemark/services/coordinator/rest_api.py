@@ -10,7 +10,8 @@ already checked the bearer token (401), the body size (413) and the body time (4
 caught up with its topics the answer is 503. Errors are JSON ``{"error": message, "status":
 code}``: 400 malformed request (body, field, job id, or a path that is not a safe relative path
 or resolves outside checkpoint storage), 401, 403 a job reference outside the job catalog, 404
-unknown job / checkpoint / request / run, 409 the job already runs / the run already exited, 422
+unknown job / checkpoint / request / run, 409 the job already runs / the run already exited / a
+checkpoint newer than a restore's ``newest_seen`` completed, 422
 a well-formed request that cannot be carried out, 501 runs with ``TIDEMARK_JOBS__LAUNCHER=none``,
 503 not caught up, 500 a bug (logged).
 """
@@ -28,7 +29,7 @@ import yaml
 from aiohttp import web
 from faust.web import Request, Response, View
 
-from tidemark.checkpoint import CheckpointCoordinator, CheckpointStatus, RestoreRequest
+from tidemark.checkpoint import CheckpointCoordinator, CheckpointStatus, NewerCheckpointCompleted, RestoreRequest
 from tidemark.checkpoint_store import catalog
 from tidemark.checkpoint_store.layout import metadata_path
 from tidemark.clock import now_ms
@@ -169,10 +170,13 @@ class OperatorApi:
                                         body.checkpoint_id, body.metadata_path)
         try:
             request = RestoreRequest(uuid.uuid4().hex, source.metadata, source.path,
-                                     body.parallelism, now_ms())
+                                     body.parallelism, now_ms(), newest_seen=body.newest_seen)
         except ValueError as exc:
             raise ApiError(422, str(exc)) from None
-        command = await self.edge.request_restore(request)
+        try:
+            command = await self.edge.request_restore(request)
+        except NewerCheckpointCompleted as exc:
+            raise ApiError(409, str(exc)) from None
         log.info("restore requested", job=job, restore_id=command.restore_id,
                  checkpoint_id=command.checkpoint_id, parallelism=command.parallelism)
         return restore_document(command)
