@@ -23,10 +23,14 @@ from typing import Any
 import pytest
 
 from protocol_participant import ProtocolParticipant
+from tidemark.admin.client import CoordinatorClient
 from tidemark.checkpoint import plan_assignments
 from tidemark.checkpoint_store import encode_metadata
+from tidemark.config.settings import TidemarkSettings
+from tidemark.examples.access_log import url_counts
 from tidemark.kafka.topics import TopicNames
 from tidemark.local.cluster import LocalCluster
+from tidemark.runtime.attempt_planner import AttemptPlanner, RunOptions
 from tidemark.protocol.messages import (
     CheckpointCompleted,
     CheckpointMetadata,
@@ -40,6 +44,7 @@ from tidemark.types import CheckpointType, JobId, KeyGroup, OperatorId, task_id
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
 TOKEN = "operator-api-test-token-7f3a9c"
+ACCESS_LOG_COUNTS = "tidemark.examples.access_log:url_counts"
 OPERATOR = OperatorId("counts")
 MAX_PARALLELISM = 128
 TASKS = (TaskAssignment(task_id(OPERATOR, 0), OPERATOR, 0, KeyGroup(0), KeyGroup(63)),
@@ -427,6 +432,52 @@ def test_a_restore_guarded_by_newest_seen_is_refused_after_a_newer_checkpoint_co
     status, body, _ = call(deployment, "POST", f"/api/v1/jobs/{job}/restore",
                            {**guarded, "checkpoint_id": newest, "newest_seen": newest})
     assert status == 202 and body["checkpoint_id"] == newest, body
+
+
+class _CheckpointCompletingWhileChosen:
+    """The job's real checkpoint storage, except that the first state file read (a restore
+    source being verified, after the planner listed and chose it) first lets the running
+    participant complete one more checkpoint: the race of a supervisor restarted beside a
+    running attempt, made certain."""
+
+    def __init__(self, participant: Participant) -> None:
+        self._storage, self._participant, self.completed_meanwhile = participant.storage, participant, None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._storage, name)
+
+    def read_verified(self, ref: Any) -> bytes:
+        if self.completed_meanwhile is None:
+            before = len(_completed(self._participant))
+            self._participant.pump(lambda: len(_completed(self._participant)) > before)
+            self.completed_meanwhile = _completed(self._participant)[-1].checkpoint_id
+        return self._storage.read_verified(ref)
+
+
+def _completed(participant: Participant) -> list[CheckpointCompleted]:
+    return [m for m in participant.seen if isinstance(m, CheckpointCompleted)]
+
+
+def test_a_supervisor_resuming_beside_a_running_attempt_restores_no_older_checkpoint_than_one_completed(
+        deployment: Deployment, participant: Participant):
+    """The planner chose checkpoint N and, while it verified N, the running attempt completed
+    N+1 (whose output its sinks may commit). Its guarded restore of N is refused, it chooses
+    again and restores N+1 (or newer); no checkpoint newer than the restored one is announced,
+    before the restore or after it."""
+    completed_checkpoints(participant, 2)
+    storage = _CheckpointCompletingWhileChosen(participant)
+    settings = TidemarkSettings(bootstrap_servers=deployment.bootstrap, topic_prefix=deployment.topics.prefix,
+                                checkpoint_storage_url=deployment.storage_url)
+    planner = AttemptPlanner(settings, RunOptions(ACCESS_LOG_COUNTS), CoordinatorClient(deployment.url, TOKEN),
+                             url_counts(job_id=participant.job), storage)
+    attempt = planner.first()
+    assert storage.completed_meanwhile is not None  # while checkpoint N was verified
+    assert attempt.restored_id is not None and attempt.restored_id >= storage.completed_meanwhile, attempt
+    participant.pump(lambda: participant.find(RestoreCommand) is not None)
+    quiet_until = time.monotonic() + 3.0
+    participant.pump(lambda: time.monotonic() > quiet_until)  # the old attempt acks what it is sent
+    newer = [m.checkpoint_id for m in _completed(participant) if m.checkpoint_id > attempt.restored_id]
+    assert newer == [], (attempt.restored_id, newer)
 
 
 def test_restore_publishes_a_restore_command_with_the_new_assignments(deployment: Deployment,
