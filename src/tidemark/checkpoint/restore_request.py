@@ -44,4 +44,3 @@ class NewerCheckpointCompleted(Exception):
     def __init__(self, job: str, completed: int, newest_seen: int) -> None:
         super().__init__(f"checkpoint {completed} of job {job} completed after the restore source was chosen "
                          f"(the newest seen then: {newest_seen}); choose again")
-        self.completed = completed

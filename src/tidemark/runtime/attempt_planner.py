@@ -125,7 +125,7 @@ class AttemptPlanner:
         self.storage = storage
         self.topics = TopicNames(settings.topic_prefix)
         self.parallelism = options.parallelism or spec.parallelism
-        self.baseline = self.newest_retained_id()  # newest retained state when the run began
+        self.baseline = 0  # newest retained state when the run began: listed by first()
         self.origin: AttemptState | None = None  # whose restore source a failover falls back to
 
     def first(self) -> AttemptState:
@@ -242,7 +242,7 @@ class AttemptPlanner:
         (nothing completes without a broker, and a restore is still guarded)."""
         deadline = time.monotonic() + COORDINATOR_PATIENCE_S
         while True:
-            job = next((j for j in self.coordinator.jobs()["jobs"] if j.get("job") == self.spec.job_id), None)
+            job = self._job()
             if job is None or int(job.get("epoch") or 0) > failed or job.get("state") != "RUNNING":
                 return
             if time.monotonic() > deadline:
@@ -308,5 +308,9 @@ class AttemptPlanner:
         return max((checkpoint_id for checkpoint_id, _ in restore_candidates(self.storage, self.spec, 0)), default=0)
 
     def coordinator_epoch(self) -> int:
-        jobs = self.coordinator.jobs()["jobs"]
-        return max((int(j.get("epoch") or 0) for j in jobs if j.get("job") == self.spec.job_id), default=0)
+        job = self._job()
+        return int(job.get("epoch") or 0) if job is not None else 0
+
+    def _job(self) -> dict[str, Any] | None:
+        """The coordinator's document of the job (``GET /api/v1/jobs``), None before it knows it."""
+        return next((j for j in self.coordinator.jobs()["jobs"] if j.get("job") == self.spec.job_id), None)
