@@ -10,7 +10,8 @@ services, the supervisor's workers and the coordinator's job launcher.
 - :func:`die_with_parent`: a ``preexec_fn`` that has the kernel SIGKILL the child when its parent
   dies, so a killed test session or demo leaves nothing behind;
 - :func:`pid_alive`: whether a pid names a live (not zombie) process, also one we did not start;
-- :func:`stop_process` / :func:`stop_pid`: SIGTERM, a bounded wait, then SIGKILL.
+- :func:`stop_processes` / :func:`stop_process` / :func:`stop_pid`: SIGTERM, a bounded wait, then
+  SIGKILL (several processes are signalled together and wait out their shutdowns side by side).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import subprocess
 import threading
 import time
 from collections import deque
+from collections.abc import Sequence
 from pathlib import Path
 
 _PR_SET_PDEATHSIG = 1
@@ -98,16 +100,27 @@ def pid_alive(pid: int) -> bool:
         return False
 
 
-def stop_process(process: subprocess.Popen[bytes], sig: int = signal.SIGTERM, timeout_s: float = 20.0) -> int:
-    """Send ``sig`` to a running ``process``, SIGKILL it after ``timeout_s``; its exit status."""
-    if process.poll() is None:
-        process.send_signal(sig)
+def stop_processes(processes: Sequence[subprocess.Popen[bytes]], sig: int = signal.SIGTERM,
+                   timeout_s: float = 20.0) -> list[int]:
+    """Send ``sig`` to every running process at once, then wait for them together, SIGKILLing what still
+    runs ``timeout_s`` after the signal; their exit statuses, in order. Shutdowns that wait on their
+    own (a Kafka client leaving its group, a SparkSession stopping) overlap instead of adding up."""
+    for process in processes:
+        if process.poll() is None:
+            process.send_signal(sig)
+    deadline = time.monotonic() + timeout_s
+    for process in processes:
         try:
-            process.wait(timeout=timeout_s)
+            process.wait(timeout=max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
-    return process.returncode
+    return [process.returncode for process in processes]
+
+
+def stop_process(process: subprocess.Popen[bytes], sig: int = signal.SIGTERM, timeout_s: float = 20.0) -> int:
+    """Send ``sig`` to a running ``process``, SIGKILL it after ``timeout_s``; its exit status."""
+    return stop_processes([process], sig, timeout_s)[0]
 
 
 def stop_pid(pid: int, timeout_s: float, reap: subprocess.Popen[bytes] | None = None) -> bool:

@@ -127,7 +127,7 @@ def test_restore_api_on_a_running_job_replaces_the_attempt_and_checkpoints_go_on
 
 def test_checkpoint_timeout_fails_over_and_the_output_continues_exactly_once(tmp_path, kafka_bootstrap, unique_name):
     topics = topics_for(unique_name)
-    timeout_ms = 60_000  # well above a checkpoint of this job on a loaded 2-core machine (the default is 10 min)
+    timeout_ms = 30_000  # well above a checkpoint of this job on a loaded 2-core machine (the default is 10 min)
     env = {"TIDEMARK_CHECKPOINT__INTERVAL_MS": "1500", "TIDEMARK_CHECKPOINT__TIMEOUT_MS": str(timeout_ms),
            "TIDEMARK_CHECKPOINT__TOLERABLE_FAILURES": "0"}
     with pipeline(tmp_path, kafka_bootstrap, unique_name, env=env) as pipe:

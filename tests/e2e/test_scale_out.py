@@ -34,8 +34,8 @@ KILLS = (
 def test_a_stage_over_three_workers_is_exactly_once_across_sigkills_of_one_worker(
         tmp_path, kafka_bootstrap, unique_name):
     topics = topics_for(unique_name)
-    with pipeline(tmp_path, kafka_bootstrap, unique_name,
-                  env={"TIDEMARK_CHECKPOINT__INTERVAL_MS": "1500"}) as pipe:
+    with pipeline(tmp_path, kafka_bootstrap, unique_name, standby=True,  # the killed worker's successor warms
+                  env={"TIDEMARK_CHECKPOINT__INTERVAL_MS": "1500"}) as pipe:  # while the attempt before runs
         pipe.create_topic(topics.input, 4)
         job = pipe.start_job(TOP_URLS, topics.args(parallelism=3, top_urls_workers=3), faults=KILLS,
                              max_restarts=len(KILLS) + 2)
@@ -46,6 +46,7 @@ def test_a_stage_over_three_workers_is_exactly_once_across_sigkills_of_one_worke
         verdict = verify_two_stage(kafka_bootstrap, topics, records, timeout_s=300)
         failures = worker_deaths(job)
         in_place = job.events("a released worker takes the attempt in place")
+        from_standby = job.events("a warm standby takes the attempt")
         started = job.events("starting attempt")
         registered = job.events("attempt registered")
         logs = stage_logs(pipe.home)
@@ -56,6 +57,7 @@ def test_a_stage_over_three_workers_is_exactly_once_across_sigkills_of_one_worke
     # the 3 processes not killed restore in place at each failover; only one still starting (the
     # last kill's new process) may be too slow to end its attempt and be replaced
     assert len(in_place) >= 2 * len(KILLS), in_place
+    assert from_standby, "no killed worker's successor was its stage's standby"
     assert {"minute_counts.log", "top_urls.w0.log", "top_urls.w1.log", "top_urls.w2.log"} <= set(logs)
     assert verdict.exactly_once, verdict
     assert verdict.records == verdict.expected_records

@@ -5,3 +5,5 @@
 The HTTP views themselves live with the coordinator service
 (:mod:`tidemark.services.coordinator.rest_api`); see docs/api.md.
 """
+
+DEFAULT_URL = "http://127.0.0.1:9400"  # the coordinator's operator API, unless --url or TIDEMARK_COORDINATOR_URL

@@ -18,10 +18,10 @@ from urllib.parse import quote, urlparse
 
 import httpx2
 
+from tidemark.admin import DEFAULT_URL
 from tidemark.chassis.logs import get_logger
 
 log = get_logger(__name__)
-DEFAULT_URL = "http://127.0.0.1:9400"
 TERMINAL_SAVEPOINT_STATES = frozenset({"COMPLETED", "FAILED", "UNKNOWN"})
 RETRY_PAUSE_S = 1.0  # the longest pause between two attempts while the coordinator is unavailable
 # Failures before anything was sent (no connection): sending again cannot repeat an action.

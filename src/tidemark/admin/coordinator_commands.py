@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 
-from tidemark.admin import render
-from tidemark.admin.client import DEFAULT_URL, ApiError, CoordinatorClient
+from tidemark.admin import DEFAULT_URL, render
+
+if TYPE_CHECKING:
+    from tidemark.admin.client import CoordinatorClient
 
 UrlOption = typer.Option(DEFAULT_URL, "--url", envvar="TIDEMARK_COORDINATOR_URL",
                          help="Coordinator HTTP address.")
@@ -42,6 +44,8 @@ def install(app: typer.Typer) -> None:
 
 
 def _client(url: str, token: str | None) -> CoordinatorClient:
+    from tidemark.admin.client import CoordinatorClient  # the HTTP stack: only in a command that calls the API
+
     try:
         return CoordinatorClient(url, token)
     except ValueError as exc:
@@ -49,6 +53,8 @@ def _client(url: str, token: str | None) -> CoordinatorClient:
 
 
 def _call(action: Callable[[], Any]) -> Any:
+    from tidemark.admin.client import ApiError
+
     try:
         return action()
     except ApiError as exc:

@@ -16,7 +16,6 @@ import typer
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
-from tidemark.examples.generator import generate, produce
 from tidemark.kafka.metadata import metadata_consumer, watermarks
 from tidemark.kafka.reachability import short_reason
 from tidemark.exit_codes import EXIT_FAILED, EXIT_USAGE
@@ -70,6 +69,8 @@ def access_log(
 ) -> None:
     """Write nginx-like JSON access-log records (the example jobs' input), spread over the topic's partitions."""
     total = _total(records, rate, duration)
+    from tidemark.examples.generator import generate, produce  # the example's codecs: only when generating
+
     _, client = kafka_client("generate access-log")
     try:
         meta = AdminClient(client).list_topics(topic, timeout=10).topics.get(topic)

@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 
 from confluent_kafka.admin import AdminClient
 
-from tidemark.processes import die_with_parent, stop_process
+from tidemark.processes import die_with_parent, stop_process, stop_processes
 from tidemark.examples.generator import generate, produce
 from tidemark.jvm import QUICK_START_JVM_OPTIONS
 from tidemark.kafka.admin import ensure_topics
@@ -191,8 +191,7 @@ class LocalPipeline:
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
-        for job in self.jobs:
-            job.stop()
+        stop_processes([job.process for job in self.jobs], timeout_s=60.0)  # side by side, as JobRun.stop
         self.cluster.stop()
 
     @property

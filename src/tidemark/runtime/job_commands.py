@@ -14,14 +14,13 @@ from tidemark.exit_codes import EXIT_CONFIG, EXIT_REFUSED, EXIT_UNREACHABLE, EXI
 from tidemark.config.settings import ConfigurationError, TidemarkSettings, load_settings
 from tidemark.kafka.clients import base_config
 from tidemark.kafka.reachability import BrokerUnreachable, require_broker
-from tidemark.admin.client import DEFAULT_URL, CoordinatorClient
-from tidemark.runtime.api import JobSpecError, load_job
+from tidemark.admin import DEFAULT_URL
 from tidemark.runtime.faults import POINTS
-from tidemark.runtime.fresh_start import validate_start_id
-from tidemark.runtime.attempt_planner import FaultPlan, RunOptions, StartRefused
-from tidemark.runtime.supervisor import JobSupervisor
 from tidemark.chassis.logs import configure_logging
 from tidemark.types import Epoch
+
+# Each command imports what only it needs (the supervisor, Spark, the HTTP client) when it runs:
+# every Tidemark process starts through this CLI, and a service or a worker need not load the rest.
 
 # missing input topic, a stage that cannot run (runtime.start_errors); the job's state is FAILED
 JobRef = typer.Argument(..., help="The job: 'package.module:attribute' naming a JobSpec or a function returning one.")
@@ -100,6 +99,12 @@ def run(
     token: Optional[str] = typer.Option(None, "--token", envvar="TIDEMARK_API_TOKEN", show_default=False),
 ) -> None:
     """Run a job: PySpark workers for each stage, checkpointed by the coordinator, restored on failure."""
+    from tidemark.admin.client import CoordinatorClient
+    from tidemark.runtime.api import JobSpecError, load_job
+    from tidemark.runtime.attempt_planner import FaultPlan, RunOptions, StartRefused
+    from tidemark.runtime.fresh_start import validate_start_id
+    from tidemark.runtime.supervisor import JobSupervisor
+
     if from_checkpoint is not None and from_savepoint is not None:
         _usage_error("jobs run", "give --from-checkpoint or --from-savepoint, not both")
     if fresh and (from_checkpoint is not None or from_savepoint is not None):
@@ -181,6 +186,7 @@ def host(
                                      help="Which of the stage's workers this host runs (a StatefulSet pod's index)."),
 ) -> None:
     """Run the worker processes a job's supervisor (`jobs run --worker-hosts`) places on worker host <stage>/<worker>."""
+    from tidemark.runtime.api import JobSpecError, load_job
     from tidemark.runtime.worker_host import WorkerHost
 
     if (stage is None) == (stage_index is None):

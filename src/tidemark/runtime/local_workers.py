@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from tidemark.chassis.logs import get_logger
-from tidemark.processes import die_with_parent
+from tidemark.processes import die_with_parent, stop_processes
 from tidemark.runtime.stage_attempt import Assignment, Attempt, release_line
 from tidemark.runtime.start_errors import failed_file
 from tidemark.runtime.worker_pool import Launch, ProcessPhase, ProcessState
@@ -96,16 +96,8 @@ class LocalWorkers:
         self._launched = {}
 
     def kill(self, *, graceful: bool) -> None:
-        processes = [process for _, process in self._launched.values()]
-        for process in processes:
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM if graceful else signal.SIGKILL)
-        for process in processes:
-            try:
-                process.wait(timeout=KILL_WAIT_S)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        stop_processes([process for _, process in self._launched.values()],
+                       signal.SIGTERM if graceful else signal.SIGKILL, KILL_WAIT_S)
 
     def close(self) -> None:
         for process in [*self._standbys.values(), *(p for _, p in self._released.values())]:
