@@ -68,9 +68,9 @@ def access_log(
                                              "(default: the number of records already in the topic)."),
 ) -> None:
     """Write nginx-like JSON access-log records (the example jobs' input), spread over the topic's partitions."""
-    total = _total(records, rate, duration)
     from tidemark.examples.generator import generate, produce  # the example's codecs: only when generating
 
+    total = _total(records, rate, duration)
     _, client = kafka_client("generate access-log")
     try:
         meta = AdminClient(client).list_topics(topic, timeout=10).topics.get(topic)

@@ -33,6 +33,7 @@ from tidemark.local.cluster import LocalCluster
 from tidemark.admin.client import ApiError, CoordinatorClient
 
 DEFAULT_SERVICES = ("coordinator", "checkpoint-store")
+JOB_STOP_S = 60.0  # how long a job gets to stop after SIGTERM, then SIGKILL
 T = TypeVar("T")
 
 
@@ -67,7 +68,7 @@ class JobRun:
     def wait(self, timeout_s: float) -> int:
         return self.process.wait(timeout=timeout_s)
 
-    def stop(self, timeout_s: float = 60.0) -> int:
+    def stop(self, timeout_s: float = JOB_STOP_S) -> int:
         return stop_process(self.process, signal.SIGTERM, timeout_s)
 
     def kill_tree(self) -> list[int]:
@@ -191,7 +192,7 @@ class LocalPipeline:
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
-        stop_processes([job.process for job in self.jobs], timeout_s=60.0)  # side by side, as JobRun.stop
+        stop_processes([job.process for job in self.jobs], timeout_s=JOB_STOP_S)  # side by side
         self.cluster.stop()
 
     @property

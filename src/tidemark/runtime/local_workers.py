@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from tidemark.chassis.logs import get_logger
-from tidemark.processes import die_with_parent, stop_processes
+from tidemark.processes import die_with_parent, stop_process, stop_processes
 from tidemark.runtime.stage_attempt import Assignment, Attempt, release_line
 from tidemark.runtime.start_errors import failed_file
 from tidemark.runtime.worker_pool import Launch, ProcessPhase, ProcessState
@@ -65,7 +65,7 @@ class LocalWorkers:
         self._launched = {launch.name: (launch, self._start(launch)) for launch in launches}
         for name, (_, process) in self._released.items():  # not needed by this attempt (a rescale)
             log.info("released worker not needed; ending it", process=name, pid=process.pid)
-            _kill(process)
+            stop_process(process, signal.SIGKILL)
         self._released.clear()
 
     def states(self) -> dict[str, ProcessState]:
@@ -92,7 +92,7 @@ class LocalWorkers:
                 if _write(process, release_line(launch.assignment.attempt.epoch)):
                     self._released[name] = (launch.assignment.attempt, process)
                 else:
-                    _kill(process)
+                    stop_process(process, signal.SIGKILL)
         self._launched = {}
 
     def kill(self, *, graceful: bool) -> None:
@@ -100,8 +100,7 @@ class LocalWorkers:
                        signal.SIGTERM if graceful else signal.SIGKILL, KILL_WAIT_S)
 
     def close(self) -> None:
-        for process in [*self._standbys.values(), *(p for _, p in self._released.values())]:
-            _kill(process)
+        stop_processes([*self._standbys.values(), *(p for _, p in self._released.values())], signal.SIGKILL)
         self._standbys.clear()
         self._released.clear()
 
@@ -139,7 +138,7 @@ class LocalWorkers:
                 for name, (_, process) in waiting.items():
                     log.warning("released worker did not end its attempt in time; killing it", process=name,
                                 pid=process.pid, waited_s=RELEASE_WAIT_S)
-                    _kill(process)
+                    stop_process(process, signal.SIGKILL)
                 break
             time.sleep(0.05)
         self._released = {name: entry for name, entry in self._released.items() if entry[1].poll() is None}
@@ -189,8 +188,3 @@ def _write(process: subprocess.Popen[bytes], line: bytes) -> bool:
         log.warning("worker process gone", pid=process.pid, error=str(exc))
         return False
 
-
-def _kill(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.kill()
-    process.wait()
