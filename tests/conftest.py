@@ -29,26 +29,26 @@ TIERS = ("unit", "integration", "e2e")
 _FOLDER_TIERS = {"e2e": "e2e", "integration": "integration", "deploy": "integration", "monitoring": "integration"}
 _INTEGRATION_FIXTURES = {"kafka_bootstrap", "spark", "topic_names"}
 # the longest files of their tier first (about the seconds of the whole file under ``make test``
-# on a 2-core machine, from ``--durations``); a file missing here runs after them, in its tier
+# on a 2-core machine, from ``--durations``); a file missing here runs after them, in its tier.
+# ``make test`` runs three lanes: the first three files start together, and the leak run, which
+# waits most of its 5 minutes, takes one lane while the two most CPU-heavy files take the others
 _LONGEST_FIRST = {name: rank for rank, name in enumerate((
-    "test_scale_out.py",  # ~320: 7 SIGKILLs of one of 3 workers (each successor a warm standby), a rescale 1 -> 2 -> 1
-    "test_demo.py",  # ~210: a demo interrupted by Ctrl-C, then a whole one (6 workers, 3 warm standbys)
-    # its at-least-once test asserts that barriers were overtaken, which needs its second stage to lag
-    # behind: in this order it runs beside the leak run, where it passed in every measured run
-    "test_savepoints_and_modes.py",  # ~380
-    "test_no_leaks.py",  # ~380: a 5-minute run by definition, little CPU
-    "test_changelog_exactly_once.py",  # ~140
-    "test_production_continuity.py",  # ~260
-    "test_chart_started_worker.py",  # ~100 (the pods with the image's cache and C1, chart_pods)
-    "test_chart_worker_hosts.py",  # ~155: 4 worker-host pods, a host pod's and the supervisor's restarts
-    "test_exactly_once.py",  # ~105
-    "test_corrupted_checkpoint.py",  # ~180
-    "test_broker_faults.py",  # ~110
-    "test_event_time.py",  # ~115
-    "test_readme_commands.py",  # ~205
-    "test_job_states.py",  # ~50
-    "test_monitoring_live_pipeline.py",  # ~45 (tests/monitoring, e2e by its fixtures)
-    "test_checkpoints_page.py",  # ~35
+    "test_scale_out.py",  # ~540: 7 SIGKILLs of one of 3 workers (each successor a warm standby), a rescale 1 -> 2 -> 1
+    "test_demo.py",  # ~345: a demo interrupted by Ctrl-C, then a whole one (6 workers, 3 warm standbys)
+    "test_no_leaks.py",  # ~415: a 5-minute run by definition, little CPU
+    "test_savepoints_and_modes.py",  # ~420
+    "test_changelog_exactly_once.py",  # ~300
+    "test_production_continuity.py",  # ~455
+    "test_chart_started_worker.py",  # ~170 (the pods with the image's cache and C1, chart_pods)
+    "test_chart_worker_hosts.py",  # ~140: 4 worker-host pods, a host pod's and the supervisor's restarts
+    "test_exactly_once.py",  # ~205
+    "test_corrupted_checkpoint.py",  # ~170
+    "test_broker_faults.py",  # ~120
+    "test_event_time.py",  # ~150
+    "test_readme_commands.py",  # ~170
+    "test_job_states.py",  # ~65
+    "test_monitoring_live_pipeline.py",  # ~60 (tests/monitoring, e2e by its fixtures)
+    "test_checkpoints_page.py",  # ~50
     "test_poison_records.py",  # ~35
 ))}
 
@@ -66,7 +66,7 @@ def _tier(item: pytest.Item) -> str:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark each test with its tier, and order the run longest first: e2e files by their measured
-    length, then integration, then unit. ``make test`` runs two pytest-xdist workers that take whole
+    length, then integration, then unit. ``make test`` runs three pytest-xdist workers that take whole
     files in this order (``--dist loadfile --no-loadscope-reorder``), so the long files start
     first and the short ones fill in at the end."""
     tiers = {}

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Callable
+import signal
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,6 +43,20 @@ def pipeline(tmp_path: Path, bootstrap: str, unique_name: Callable[[str], str], 
     """Jobs here run without warm standbys unless ``standby``: each would cost a JVM start for
     nothing in a test that fails over little (the SIGKILL tests at every fault point use them)."""
     return LocalPipeline(tmp_path / "home", bootstrap, topic_prefix=unique_name("tm"), standby=standby, **kwargs)
+
+
+@contextlib.contextmanager
+def stopped(*pids: int) -> Iterator[None]:
+    """The processes ``pids`` stopped (SIGSTOP) for the block and continued after it; one that
+    died meanwhile (a failover killed it) is passed over."""
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
 
 
 def worker_deaths(job: JobRun) -> list[dict[str, Any]]:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline_support import TOP_URLS, pipeline, topics_for, verify_two_stage
+from pipeline_support import TOP_URLS, pipeline, stopped, topics_for, verify_two_stage
 from tidemark.broker.embedded import EmbeddedBroker
 from tidemark.local.pipeline import InputFeeder, JobRun, LocalPipeline, json_events, wait_for
 from tidemark.processes import pid_alive
@@ -62,11 +62,8 @@ def kill_and_restart(broker: EmbeddedBroker) -> None:
 def pause_and_resume(broker: EmbeddedBroker) -> None:
     status = broker.status()
     assert status.running and status.pid is not None
-    os.kill(status.pid, signal.SIGSTOP)
-    try:
+    with stopped(status.pid):
         time.sleep(PAUSE_S)
-    finally:
-        os.kill(status.pid, signal.SIGCONT)
 
 
 def process_logs(pipe: LocalPipeline, job: JobRun) -> dict[str, str]:

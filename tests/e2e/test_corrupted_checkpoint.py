@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline_support import TOP_URLS, URL_COUNTS, pipeline, topics_for, verify_single_stage
+from pipeline_support import TOP_URLS, URL_COUNTS, pipeline, stopped, topics_for, verify_single_stage
 from tidemark.checkpoint_store.store import state_files
 from tidemark.examples.generator import expected_top_urls, generate, produce
 from tidemark.examples.verify import read_committed, verify_top_urls
@@ -66,16 +66,13 @@ def test_a_corrupted_newest_checkpoint_stops_the_job_naming_checkpoint_and_file(
         feeder = InputFeeder(kafka_bootstrap, topics.input, total=1200, chunk=100, pause_s=0.4).start()
         wait_for(lambda: pipe.completed_checkpoints(topics.job_id) >= 3, 240, "three checkpoints")
         # hold the supervisor, kill a stage: no checkpoint can complete any more, none is restored yet
-        os.kill(job.process.pid, signal.SIGSTOP)
-        try:
+        with stopped(job.process.pid):
             os.kill(_worker_pid(job.process.pid, "top_urls"), signal.SIGKILL)
             time.sleep(3)
             root = (tmp_path / "home" / "checkpoints").resolve()
             newest = list_retained(open_storage(root.as_uri()), topics.job_id, savepoints=False).entries[-1]
             damaged = (_flip_state_file(root, newest.metadata) if corruption == "state-file"
                        else _flip_metadata_bit(root, newest.path))
-        finally:
-            os.kill(job.process.pid, signal.SIGCONT)
         started = time.monotonic()
         code = job.wait(timeout_s=120)
         stopped_after_s = time.monotonic() - started

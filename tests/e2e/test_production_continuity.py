@@ -13,14 +13,12 @@ failures on a running job fail it over; every case keeps the read_committed outp
 from __future__ import annotations
 
 import json
-import os
-import signal
 import time
 from pathlib import Path
 
 import pytest
 
-from pipeline_support import TOP_URLS, Milestone, pipeline, topics_for, verify_two_stage
+from pipeline_support import TOP_URLS, Milestone, pipeline, stopped, topics_for, verify_two_stage
 from tidemark.local.pipeline import InputFeeder, wait_for
 from upgraded_jobs import UPGRADED_ENV, UPGRADED_TOP_URLS
 
@@ -135,17 +133,11 @@ def test_checkpoint_timeout_fails_over_and_the_output_continues_exactly_once(tmp
         epoch = registered_epochs(job)[-1]
         ready = next(Path(pipe.home, "runs").glob(f"*/top_urls.epoch-{epoch}.ready"))
         worker = json.loads(ready.read_text())["pid"]
-        os.kill(worker, signal.SIGSTOP)
-        try:
+        with stopped(worker):  # until the failover kills it, or a second after the failover
             failed = wait_for(lambda: [e for e in job.events("attempt failed by the coordinator; failing over")
                                        if e["epoch"] == epoch], timeout_ms / 1000 + 30,
                               "the coordinator failing the paused attempt over")
-        finally:
             time.sleep(1)
-            try:
-                os.kill(worker, signal.SIGCONT)
-            except ProcessLookupError:
-                pass  # the failover killed it
         wait_for(lambda: any(e > epoch for e in registered_epochs(job)), 240, "a new attempt registered")
         records, verdict = verified_output(pipe, topics, kafka_bootstrap, milestone, feeder)
         job.stop()

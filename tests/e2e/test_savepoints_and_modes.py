@@ -12,6 +12,7 @@ from pipeline_support import (
     URL_COUNTS,
     pipeline,
     retention_problems,
+    stopped,
     topics_for,
     verify_single_stage,
     verify_two_stage,
@@ -54,22 +55,29 @@ def test_stop_with_savepoint_then_restore_at_another_parallelism(tmp_path, kafka
 def test_at_least_once_skips_alignment_and_duplicates_only_after_the_last_checkpoint(
         tmp_path, kafka_bootstrap, unique_name):
     topics = topics_for(unique_name)
-    with pipeline(tmp_path, kafka_bootstrap, unique_name, env={"TIDEMARK_CHECKPOINT__INTERVAL_MS": "1000"}) as pipe:
+    # checkpoints are triggered while earlier ones wait for the second stage's acks: their barriers
+    # go into the channel between the records the first stage writes while the second is held back
+    env = {"TIDEMARK_CHECKPOINT__INTERVAL_MS": "1000", "TIDEMARK_CHECKPOINT__MAX_CONCURRENT": "4"}
+    with pipeline(tmp_path, kafka_bootstrap, unique_name, env=env) as pipe:
         pipe.create_topic(topics.input, 4)
-        # input faster than the second stage reads it (small micro-batches): it lags behind the
-        # first stage, so one checkpoint's barriers reach it in different batches on different
-        # partitions, with data after them - what alignment would hold back
-        # ``top_urls`` on two workers, each with its own batches; worker 0 is killed mid-stream
+        # ``top_urls`` on two workers, each with its own batches of at most 24 records; worker 0 is
+        # killed mid-stream, past the last checkpoint
         job = pipe.start_job(TOP_URLS, topics.args(mode="AT_LEAST_ONCE", top_urls_batch_records=24,
                                                    top_urls_workers=2),
-                             faults=("0@top_urls@after-batch:20",))  # mid-stream, past the last checkpoint
-        wait_for(lambda: job.events("attempt registered"), 300, "the workers running")  # input must interleave with barriers
-        # 1600 records: about 67 second-stage batches of 24 over two workers, the kill after
-        # worker 0's 20th is mid-stream
-        # 100 records per minute of event time: 16 minutes, so both workers get minutes, spread
-        # over the channel's partitions (a worker overtakes a barrier only between partitions)
-        records = InputFeeder(kafka_bootstrap, topics.input, total=1600, chunk=100, pause_s=0.3,
-                              per_minute=100).start().join(600)
+                             faults=("0@top_urls@after-batch:20",))
+        second_stage = wait_for(lambda: _ready_pids(pipe.home, "top_urls", 2), 300, "both top_urls workers running")
+        # 1600 records, 100 per minute of event time: 16 minutes, so both workers get minutes,
+        # spread over the channel's partitions (a worker overtakes a barrier only between partitions)
+        feeder = InputFeeder(kafka_bootstrap, topics.input, total=1600, chunk=100, pause_s=0.3, per_minute=100).start()
+        # the second stage is held back while the first writes half the input into the channel: it
+        # then reads a backlog with several checkpoints' barriers in it 24 records at a time, so
+        # the barriers of one checkpoint reach a worker in different batches, with records after
+        # them on the partitions read first - what alignment would hold back (without the hold,
+        # the second stage keeps up or not depending on the machine's load)
+        with stopped(*second_stage):
+            wait_for(lambda: _committed_offsets(kafka_bootstrap, topics.channel) >= 800, 300,
+                     "half the input in the channel")
+        records = feeder.join(600)
         wait_for(lambda: job.events("restore issued"), 600, "the restore after the kill")
         restored_id = job.events("restore issued")[0]["checkpoint"]
         expected = expected_top_urls(records)
@@ -101,6 +109,26 @@ def test_at_least_once_skips_alignment_and_duplicates_only_after_the_last_checkp
     first_copies = _first_write_times(kafka_bootstrap, topics.output, repeated)
     assert set(first_copies) == repeated
     assert all(t >= trigger_ms - 1000 for t in first_copies.values()), (trigger_ms, sorted(first_copies.values())[:3])
+
+
+def _ready_pids(home, stage, workers):
+    """The pids of the stage's ``workers`` processes once each has its query running."""
+    pids = [json.loads(path.read_text())["pid"] for path in (home / "runs").glob(f"*/{stage}.w*.epoch-*.ready")]
+    return pids if len(pids) == workers else None
+
+
+def _committed_offsets(bootstrap, topic):
+    """How far the committed records of ``topic`` reach, summed over its partitions."""
+    from confluent_kafka import Consumer
+
+    from tidemark.kafka.metadata import list_partitions, watermarks
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused", "isolation.level": "read_committed"})
+    try:
+        marks = watermarks(consumer, list_partitions(consumer, [topic]))
+    finally:
+        consumer.close()
+    return sum(high - low for low, high in marks.values())
 
 
 def _first_write_times(bootstrap, topic, identities):
