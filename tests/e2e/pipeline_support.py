@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 from collections.abc import Callable, Iterator
@@ -43,6 +44,12 @@ def pipeline(tmp_path: Path, bootstrap: str, unique_name: Callable[[str], str], 
     """Jobs here run without warm standbys unless ``standby``: each would cost a JVM start for
     nothing in a test that fails over little (the SIGKILL tests at every fault point use them)."""
     return LocalPipeline(tmp_path / "home", bootstrap, topic_prefix=unique_name("tm"), standby=standby, **kwargs)
+
+
+def stage_pids(home: Path, process: str = "*") -> dict[str, int]:
+    """The pid of each stage worker process matching ``process`` (a name or a glob, e.g.
+    ``top_urls.w*``, ``top_urls.epoch-2``) that has its query running, by its ready file's name."""
+    return {path.name: json.loads(path.read_text())["pid"] for path in (home / "runs").glob(f"*/{process}.ready")}
 
 
 @contextlib.contextmanager

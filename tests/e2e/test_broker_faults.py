@@ -10,7 +10,6 @@ read_committed output is exact record by record.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import time
@@ -19,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline_support import TOP_URLS, pipeline, stopped, topics_for, verify_two_stage
+from pipeline_support import TOP_URLS, pipeline, stage_pids, stopped, topics_for, verify_two_stage
 from tidemark.broker.embedded import EmbeddedBroker
 from tidemark.local.pipeline import InputFeeder, JobRun, LocalPipeline, json_events, wait_for
 from tidemark.processes import pid_alive
@@ -72,10 +71,6 @@ def process_logs(pipe: LocalPipeline, job: JobRun) -> dict[str, str]:
     logs["supervisor"] = job.log_path
     logs.update({path.stem: path for path in sorted((pipe.home / "runs").glob("*/*.log"))})
     return {name: path.read_text(errors="replace") for name, path in logs.items()}
-
-
-def stage_pids(home: Path) -> dict[str, int]:
-    return {path.name: json.loads(path.read_text())["pid"] for path in (home / "runs").glob("*/*.ready")}
 
 
 def run_through_outage(tmp_path: Path, broker: EmbeddedBroker, unique_name: Callable[[str], str],

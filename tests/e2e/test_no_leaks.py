@@ -7,13 +7,12 @@ temp directory. The input rate is small: the run is about time and checkpoint co
 
 from __future__ import annotations
 
-import json
 import tempfile
 import time
 from pathlib import Path
 
 import pytest
-from pipeline_support import URL_COUNTS, pipeline, retention_problems, topics_for
+from pipeline_support import URL_COUNTS, pipeline, retention_problems, stage_pids, topics_for
 
 from tidemark.local.pipeline import InputFeeder, wait_for
 from tidemark.spark.session import QUERY_DIR_PREFIX
@@ -29,7 +28,7 @@ SAMPLE_EVERY_S = 10
 def _query_dirs_of(home: Path) -> list[Path]:
     """Spark checkpoint folders in the temp directory of the workers of the runs under ``home``
     (``tidemark-query-<pid>-...``, pids from the workers' ready files)."""
-    pids = {json.loads(ready.read_text())["pid"] for ready in home.glob("runs/*/*.ready")}
+    pids = set(stage_pids(home).values())
     assert pids, "no worker ready files found"
     return [d for pid in pids for d in Path(tempfile.gettempdir()).glob(f"{QUERY_DIR_PREFIX}{pid}-*")]
 

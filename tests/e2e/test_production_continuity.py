@@ -12,13 +12,11 @@ failures on a running job fail it over; every case keeps the read_committed outp
 
 from __future__ import annotations
 
-import json
 import time
-from pathlib import Path
 
 import pytest
 
-from pipeline_support import TOP_URLS, Milestone, pipeline, stopped, topics_for, verify_two_stage
+from pipeline_support import TOP_URLS, Milestone, pipeline, stage_pids, stopped, topics_for, verify_two_stage
 from tidemark.local.pipeline import InputFeeder, wait_for
 from upgraded_jobs import UPGRADED_ENV, UPGRADED_TOP_URLS
 
@@ -131,8 +129,7 @@ def test_checkpoint_timeout_fails_over_and_the_output_continues_exactly_once(tmp
     with pipeline(tmp_path, kafka_bootstrap, unique_name, env=env) as pipe:
         job, milestone, feeder = start_fed_job(pipe, topics, kafka_bootstrap, checkpoints=2)
         epoch = registered_epochs(job)[-1]
-        ready = next(Path(pipe.home, "runs").glob(f"*/top_urls.epoch-{epoch}.ready"))
-        worker = json.loads(ready.read_text())["pid"]
+        [worker] = stage_pids(pipe.home, f"top_urls.epoch-{epoch}").values()
         with stopped(worker):  # until the failover kills it, or a second after the failover
             failed = wait_for(lambda: [e for e in job.events("attempt failed by the coordinator; failing over")
                                        if e["epoch"] == epoch], timeout_ms / 1000 + 30,

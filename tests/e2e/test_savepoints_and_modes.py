@@ -12,6 +12,7 @@ from pipeline_support import (
     URL_COUNTS,
     pipeline,
     retention_problems,
+    stage_pids,
     stopped,
     topics_for,
     verify_single_stage,
@@ -20,6 +21,7 @@ from pipeline_support import (
 from tidemark.local.pipeline import wait_for
 from tidemark.examples.generator import expected_top_urls, generate, produce
 from tidemark.examples.verify import read_committed
+from tidemark.kafka.metadata import records_in
 from tidemark.local.pipeline import InputFeeder, acked_checkpoints, stage_logs
 
 pytestmark = pytest.mark.timeout(900)
@@ -65,7 +67,7 @@ def test_at_least_once_skips_alignment_and_duplicates_only_after_the_last_checkp
         job = pipe.start_job(TOP_URLS, topics.args(mode="AT_LEAST_ONCE", top_urls_batch_records=24,
                                                    top_urls_workers=2),
                              faults=("0@top_urls@after-batch:20",))
-        second_stage = wait_for(lambda: _ready_pids(pipe.home, "top_urls", 2), 300, "both top_urls workers running")
+        wait_for(lambda: len(stage_pids(pipe.home, "top_urls.w*")) == 2, 300, "both top_urls workers running")
         # 1600 records, 100 per minute of event time: 16 minutes, so both workers get minutes,
         # spread over the channel's partitions (a worker overtakes a barrier only between partitions)
         feeder = InputFeeder(kafka_bootstrap, topics.input, total=1600, chunk=100, pause_s=0.3, per_minute=100).start()
@@ -74,8 +76,8 @@ def test_at_least_once_skips_alignment_and_duplicates_only_after_the_last_checkp
         # the barriers of one checkpoint reach a worker in different batches, with records after
         # them on the partitions read first - what alignment would hold back (without the hold,
         # the second stage keeps up or not depending on the machine's load)
-        with stopped(*second_stage):
-            wait_for(lambda: _committed_offsets(kafka_bootstrap, topics.channel) >= 800, 300,
+        with stopped(*stage_pids(pipe.home, "top_urls.w*").values()):
+            wait_for(lambda: records_in({"bootstrap.servers": kafka_bootstrap}, topics.channel) >= 800, 300,
                      "half the input in the channel")
         records = feeder.join(600)
         wait_for(lambda: job.events("restore issued"), 600, "the restore after the kill")
@@ -109,26 +111,6 @@ def test_at_least_once_skips_alignment_and_duplicates_only_after_the_last_checkp
     first_copies = _first_write_times(kafka_bootstrap, topics.output, repeated)
     assert set(first_copies) == repeated
     assert all(t >= trigger_ms - 1000 for t in first_copies.values()), (trigger_ms, sorted(first_copies.values())[:3])
-
-
-def _ready_pids(home, stage, workers):
-    """The pids of the stage's ``workers`` processes once each has its query running."""
-    pids = [json.loads(path.read_text())["pid"] for path in (home / "runs").glob(f"*/{stage}.w*.epoch-*.ready")]
-    return pids if len(pids) == workers else None
-
-
-def _committed_offsets(bootstrap, topic):
-    """How far the committed records of ``topic`` reach, summed over its partitions."""
-    from confluent_kafka import Consumer
-
-    from tidemark.kafka.metadata import list_partitions, watermarks
-
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused", "isolation.level": "read_committed"})
-    try:
-        marks = watermarks(consumer, list_partitions(consumer, [topic]))
-    finally:
-        consumer.close()
-    return sum(high - low for low, high in marks.values())
 
 
 def _first_write_times(bootstrap, topic, identities):

@@ -16,7 +16,7 @@ import typer
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
-from tidemark.kafka.metadata import metadata_consumer, watermarks
+from tidemark.kafka.metadata import records_in
 from tidemark.kafka.reachability import short_reason
 from tidemark.exit_codes import EXIT_FAILED, EXIT_USAGE
 from tidemark.admin.kafka_connection import fail, kafka_client
@@ -81,7 +81,7 @@ def access_log(
              "--partitions 4", EXIT_USAGE)
     try:
         if first is None:
-            first = _records_in(client, topic, sorted(meta.partitions))
+            first = records_in(client, topic, sorted(meta.partitions))
         started = time.monotonic()
         written = produce(client, topic, generate(total, seed=seed, first=first), partitions=len(meta.partitions),
                           rate_per_s=rate, progress=_ProgressLine(total))
@@ -92,15 +92,6 @@ def access_log(
     elapsed = time.monotonic() - started
     typer.echo(f"wrote {written} access-log records to {topic} ({len(meta.partitions)} partitions) in "
                f"{elapsed:.1f}s" + (f", event time after record {first}" if first else ""))
-
-
-def _records_in(client: dict, topic: str, partitions: list[int]) -> int:
-    """How many records the topic holds (end minus start offsets; transaction markers count too)."""
-    consumer = metadata_consumer(client)
-    try:
-        return sum(high - low for low, high in watermarks(consumer, [(topic, p) for p in partitions]).values())
-    finally:
-        consumer.close()
 
 
 def install(app: typer.Typer) -> None:

@@ -59,6 +59,17 @@ def watermarks(
     return result
 
 
+def records_in(client: Mapping[str, Any], topic: str, partitions: Iterable[int] | None = None) -> int:
+    """How many records ``topic`` holds (every partition's, or ``partitions``'): end minus start
+    offsets under read_committed, so up to the last committed record; transaction markers count too."""
+    consumer = metadata_consumer(client)
+    try:
+        keys = list_partitions(consumer, [topic]) if partitions is None else [(topic, p) for p in partitions]
+        return sum(high - low for low, high in watermarks(consumer, keys).values())
+    finally:
+        consumer.close()
+
+
 def topic_partitions(consumer: Consumer, topic: str, timeout_s: float) -> list[int]:
     """The partitions of ``topic``, sorted; ``[]`` when the broker does not know it (yet)."""
     meta = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
