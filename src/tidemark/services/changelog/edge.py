@@ -70,9 +70,8 @@ class ChangelogEdge:
                 await self._ensure_topics()
 
     async def on_caught_up(self) -> None:
-        await self._ensure_topics()
-        self.live = True
-        await self.tick()
+        await self._advance()  # the topics the registrations need, then the rebuilt points
+        self.live = True  # only now: GET /changelog never shows a live service without its rebuilt points
         log.info("changelog service rebuilt", jobs=len(self.ledger.registrations),
                  topics=len(self.partitions), truncated_partitions=len(self.truncated))
 
@@ -110,8 +109,10 @@ class ChangelogEdge:
 
     async def tick(self) -> None:
         """Create missing topics, advance truncation points, update the metrics."""
-        if not self.live:
-            return
+        if self.live:
+            await self._advance()
+
+    async def _advance(self) -> None:
         async with self._lock:
             await self._ensure_topics()
             plans = self.ledger.plan(self.partitions)  # published with the truncations it led to, below
