@@ -37,6 +37,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import orjson
+
 from tidemark.keygroups import DEFAULT_MAX_PARALLELISM, check_max_parallelism
 from tidemark.types import CheckpointingMode, JobId, OperatorId
 
@@ -163,17 +165,28 @@ class EventTime:
 
 
 def json_decode(key: bytes | None, value: bytes | None) -> Any:
-    """Default record decoder: the value is one JSON document."""
+    """Default record decoder: the value is one JSON document (parsed by orjson; what it refuses
+    and Python's ``json`` takes, such as ``NaN`` or integers beyond 64 bits, by ``json``, whose
+    error a malformed value raises)."""
     if value is None:
         raise ValueError("record has no value")
-    return json.loads(value)
+    try:
+        return orjson.loads(value)
+    except orjson.JSONDecodeError:
+        return json.loads(value)
 
 
 _JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"))  # json.dumps with these makes one per call
 
 
 def json_encode(value: Any) -> bytes:
-    return _JSON.encode(value).encode()
+    """Default value encoder: compact JSON with sorted keys, in UTF-8 (orjson; ``NaN`` and the
+    infinities, which JSON has not, become ``null``). What orjson cannot write (integers beyond
+    64 bits, keys that are not strings) is written by Python's ``json``."""
+    try:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+    except TypeError:  # orjson.JSONEncodeError
+        return _JSON.encode(value).encode()
 
 
 def key_encode(key: Any) -> bytes:
@@ -192,7 +205,10 @@ class Stage:
     decode: Callable[[bytes | None, bytes | None], Any] = json_decode
     encode_value: Callable[[Any], bytes] = json_encode
     encode_key: Callable[[Any], bytes] = key_encode
-    max_records_per_batch: int = 20_000  # per micro-batch of a worker (offsets with Spark's Kafka connector)
+    # per micro-batch of a worker (offsets with Spark's Kafka connector): a batch costs Spark about
+    # 100 ms of CPU whatever its size, so a backlog goes fastest in large batches; a source stage
+    # checkpoints between two batches (docs/concepts/runtime.md, "Throughput of a worker")
+    max_records_per_batch: int = 100_000
     on_error: ErrorPolicy = ErrorPolicy.DEAD_LETTER
     workers: int | None = None  # worker processes of this stage; None: the job's (JobSpec.workers)
     event_time: EventTime | None = None  # a source stage's watermarks; a channel stage gets its upstream's

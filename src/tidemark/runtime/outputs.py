@@ -63,6 +63,7 @@ from tidemark.runtime.watermarks import WatermarkStatus
 from tidemark.types import CheckpointId, Epoch, JobId, OperatorId, TaskId, parse_task_id
 
 _TIMEOUT_S = 30.0
+COMMIT_QUEUE_MESSAGES = 1_000_000  # the two-phase-commit producer's local queue (librdkafka's default: 100,000)
 
 OutputRecord = tuple[bytes | None, bytes, int]
 """(key, value, event time in ms) as a function emitted it."""
@@ -284,7 +285,11 @@ class TwoPhaseCommitOutput:
         # Tansu shows aborted records to read_committed readers once they reached it, so there
         # nothing may leave the client before commit_transaction() flushes; Apache Kafka hides them
         linger = {"linger.ms": 1000} if tansu_selected() else {}
-        self._producer = Producer(producer_config(client, transactional_id, **linger))
+        # a commit produces a whole checkpoint interval's results at once (about 100,000 records
+        # at 50,000 records/s and 2 s): a queue of librdkafka's default 100,000 messages fills,
+        # and every record after that waits for deliveries (produce_all)
+        self._producer = Producer(producer_config(client, transactional_id, **linger,
+                                                  **{"queue.buffering.max.messages": COMMIT_QUEUE_MESSAGES}))
         self._wait = broker_wait(client)
         init_transactions(self._producer, self._wait, _TIMEOUT_S)  # fences and aborts the previous attempt
 

@@ -15,6 +15,7 @@ query: every Kafka call of the stage waits for the broker, and a
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import signal
@@ -26,6 +27,7 @@ from typing import Any
 
 from tidemark.config.settings import TidemarkSettings
 from tidemark.kafka.outage import BrokerWatch
+from tidemark.runtime.batch_handoff import BatchHandoff
 from tidemark.runtime.consumer_lag import REPORT_EVERY_S
 from tidemark.runtime.records import records_of
 from tidemark.exit_codes import EXIT_REFUSED
@@ -123,43 +125,58 @@ def _run_stage(settings: TidemarkSettings, attempt: Attempt, spark: Any, release
     if starting is not None:
         spark = starting.session()
 
-    def on_batch(frame: Any, batch_id: int) -> None:
+    def process(table: Any) -> None:
         if released():  # the attempt is over: its records are the next attempt's to process
             return
-        try:
-            table = frame.toArrow()
-        except Exception:
-            if released():  # stopping the query cancelled the batch's Spark job
-                return
-            raise
         with worker.lock:
             if not worker.closed:
                 worker.on_batch(records_of(table))
 
+    batches = BatchHandoff(process, name=f"batches-{attempt.stage}")
+
+    def on_batch(frame: Any, batch_id: int) -> None:
+        if released():
+            return
+        try:
+            table = frame.toArrow()  # while the batch before is processed
+        except Exception:
+            if released():  # stopping the query cancelled the batch's Spark job
+                return
+            raise
+        batches.hand_over(table)
+
     with query_checkpoint_location(f"{worker.job}-{attempt.process}") as spark_checkpoints:
-        return _run_query(worker, attempt, spark, source, on_batch, spark_checkpoints, watch, released)
+        return _run_query(worker, attempt, spark, source, on_batch, batches, spark_checkpoints, watch, released)
 
 
 def _run_query(worker: StageWorker, attempt: Attempt, spark: Any, source: StageSource, on_batch: Any,
-               spark_checkpoints: str, watch: BrokerWatch, released: Callable[[], bool]) -> AttemptEnd:
+               batches: BatchHandoff, spark_checkpoints: str, watch: BrokerWatch,
+               released: Callable[[], bool]) -> AttemptEnd:
     ended = AttemptEnd(0)  # until it ends otherwise (an exception: the session is stopped)
     try:
         # released while it restored and its session started: no query to start
         ended = AttemptEnd(0, spark) if released() else _stream(worker, attempt, spark, source, on_batch,
-                                                                  spark_checkpoints, released)
+                                                                  batches, spark_checkpoints, released)
         return ended
     finally:
+        gc.unfreeze()
         watch.stop()
-        with worker.lock:  # after a batch still running
+        worker.abandon()  # a batch waiting for a stop-with-savepoint gives up
+        batches.close()  # after a batch still being processed
+        with worker.lock:
             worker.close()
         if ended.spark is None:
             spark.stop()
 
 
 def _stream(worker: StageWorker, attempt: Attempt, spark: Any, source: StageSource, on_batch: Any,
-            spark_checkpoints: str, released: Callable[[], bool]) -> AttemptEnd:
+            batches: BatchHandoff, spark_checkpoints: str, released: Callable[[], bool]) -> AttemptEnd:
     options = source.options(worker.read_selection())
     source.prepare(spark)
+    # What the process holds by now (modules, the session, the restored state) is never scanned
+    # again by the collector while the attempt runs: full collections scan only what the batches
+    # leave behind (unfrozen when the attempt ends, so its cycles can be collected)
+    gc.freeze()
     stream = spark.readStream.format(source.format).options(**options).load()
     query = (stream.writeStream.foreachBatch(on_batch).option("checkpointLocation", spark_checkpoints)
              .trigger(processingTime=TRIGGER).queryName(f"{worker.job}.{worker.stage.name}").start())
@@ -178,6 +195,7 @@ def _stream(worker: StageWorker, attempt: Attempt, spark: Any, source: StageSour
             query.stop()  # returns once the running batch has
             log.info("attempt released: query stopped", job=worker.job, stage=worker.stage.name, epoch=attempt.epoch)
             return AttemptEnd(0, spark)
+        batches.check()  # a batch that raised ends the attempt, also when no batch follows
         if not query.isActive:
             raise QueryFailed(f"stage {worker.stage.name} query stopped: {query.exception()}")
         time.sleep(0.1)

@@ -100,8 +100,11 @@ def records_of(table: pa.Table | pa.RecordBatch) -> Iterator[InputRecord]:
     keys = table.column("key").to_pylist()
     values = table.column("value").to_pylist()
     header_column = table.column("headers")
-    has_headers = pc.max(pc.list_value_length(header_column)).as_py() or 0
-    all_headers = header_column.to_pylist() if has_headers else [None] * n
+    if not pc.max(pc.list_value_length(header_column)).as_py():  # one C-level map over the columns
+        yield from map(InputRecord, topics, partitions, offsets,
+                       [stamp // 1000 if stamp is not None else 0 for stamp in stamps], keys, values)
+        return
+    all_headers = header_column.to_pylist()
     for i in range(n):
         headers = all_headers[i]
         epoch = task = barrier = watermark = event_time = error = None

@@ -50,7 +50,7 @@ class ReadSelection:
     partitions: tuple[tuple[str, int], ...] = ()  # every partition the worker reads, as known at the start
     assigned: bool = False  # False: subscribe to ``topics`` (partitions added later are read too)
     positions: Mapping[tuple[str, int], int] = field(default_factory=dict)  # restored; others from earliest
-    max_records: int = 20_000  # records (or offsets) per micro-batch at most
+    max_records: int = 100_000  # records (or offsets) per micro-batch at most (Stage.max_records_per_batch's default)
 
     def partition_options(self) -> dict[str, str]:
         """``assign`` (JSON, topic -> partitions) or ``subscribe``: the same option in both sources."""

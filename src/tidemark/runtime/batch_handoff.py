@@ -1,0 +1,58 @@
+"""A stage processes one micro-batch while Spark fetches the next.
+
+A stage's ``foreachBatch`` function runs in Spark's callback thread, and Spark plans and fetches
+the next micro-batch only once it returns. :class:`BatchHandoff` lets it return as soon as its
+batch is fetched (``frame.toArrow()``: Spark's executors read Kafka and convert the records to
+Arrow) and handed over. One processing thread then processes the batches one at a time and in
+order, while Spark fetches the next one. So the JVM's part of a batch and the worker's Python
+part run side by side instead of taking turns (``docs/concepts/runtime.md``, "Throughput").
+
+**Bounded.** ``hand_over`` first waits until the batch before it is processed. So at most one
+batch is processed while the next is fetched, memory holds two batches at most, and a slow stage
+slows Spark's reading down (back pressure).
+
+**Exactly-once is unchanged.** A worker's positions, state and output move only as the
+processing thread processes a batch, and a checkpoint is taken between two batches in that
+thread, so it holds exactly what was processed. A batch that was fetched but not processed when an
+attempt ends is read again by the next attempt, from its checkpoint's positions: Spark's own
+commit log lives only as long as one attempt and is never used to restore.
+
+**Errors.** A batch that raised fails the next ``hand_over`` (so the query fails) and ``check``
+(the attempt's loop, when no batch follows).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+
+class BatchHandoff:
+    """Processes handed-over batches with ``process``, one at a time and in order, in its own thread."""
+
+    def __init__(self, process: Callable[[Any], None], name: str = "batch") -> None:
+        self._process = process
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
+        self._pending: Future[None] | None = None
+
+    def hand_over(self, batch: Any) -> None:
+        """Wait until the batch before is processed (raising what it raised), then start on ``batch``."""
+        self.wait()
+        self._pending = self._executor.submit(self._process, batch)
+
+    def wait(self) -> None:
+        """Until the batch handed over last is processed; raises what it raised."""
+        pending = self._pending
+        if pending is not None:
+            pending.result()
+
+    def check(self) -> None:
+        """Raise what the batch handed over last raised, if it is processed and raised."""
+        pending = self._pending
+        if pending is not None and pending.done():
+            pending.result()
+
+    def close(self) -> None:
+        """Let a batch being processed end, then stop the thread (raises nothing)."""
+        self._executor.shutdown(wait=True)
