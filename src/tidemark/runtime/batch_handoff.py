@@ -5,7 +5,8 @@ the next micro-batch only once it returns. :class:`BatchHandoff` lets it return 
 batch is fetched (``frame.toArrow()``: Spark's executors read Kafka and convert the records to
 Arrow) and handed over. One processing thread then processes the batches one at a time and in
 order, while Spark fetches the next one. So the JVM's part of a batch and the worker's Python
-part run side by side instead of taking turns (``docs/concepts/runtime.md``, "Throughput").
+part run side by side instead of taking turns (``docs/concepts/runtime.md``, "Throughput of a
+worker").
 
 **Bounded.** ``hand_over`` first waits until the batch before it is processed. So at most one
 batch is processed while the next is fetched, memory holds two batches at most, and a slow stage

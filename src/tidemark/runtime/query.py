@@ -4,13 +4,14 @@ Lifecycle: ``run_attempt(settings, attempt, spark, released)`` prepares the work
 included) while a local SparkSession starts in the background (or takes the session it is
 given: a warm standby's, or the one of the process's previous attempt,
 :mod:`tidemark.runtime.stage_process`), starts the streaming query (the stage's Kafka source,
-:mod:`tidemark.spark.stage_source`, -> ``foreachBatch``), writes the attempt's ready file, then
-loops: the control plane between micro-batches, consumer lag every few seconds, until the stage
-finishes (stop-with-savepoint completed: code 0), the supervisor releases the attempt
-(``released()``: the query stopped and the worker closed, the session kept and returned for the
-next attempt) or the query fails (raises). A broker outage neither ends the loop nor fails the
-query: every Kafka call of the stage waits for the broker, and a
-:class:`~tidemark.kafka.outage.BrokerWatch` reports the outage in the log.
+:mod:`tidemark.spark.stage_source`, -> ``foreachBatch``, whose batches a processing thread
+processes while Spark fetches the next: :mod:`tidemark.runtime.batch_handoff`), writes the
+attempt's ready file, then loops: the control plane between micro-batches, consumer lag every
+few seconds, until the stage finishes (stop-with-savepoint completed: code 0), the supervisor
+releases the attempt (``released()``: the query stopped and the worker closed, the session kept
+and returned for the next attempt) or the query or a batch fails (raises). A broker outage
+neither ends the loop nor fails the query: every Kafka call of the stage waits for the broker,
+and a :class:`~tidemark.kafka.outage.BrokerWatch` reports the outage in the log.
 """
 
 from __future__ import annotations
