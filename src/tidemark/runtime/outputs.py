@@ -285,8 +285,8 @@ class TwoPhaseCommitOutput:
         # Tansu shows aborted records to read_committed readers once they reached it, so there
         # nothing may leave the client before commit_transaction() flushes; Apache Kafka hides them
         linger = {"linger.ms": 1000} if tansu_selected() else {}
-        # a commit produces a whole checkpoint interval's results at once (about 100,000 records
-        # at 50,000 records/s and 2 s): a queue of librdkafka's default 100,000 messages fills,
+        # a commit produces a whole checkpoint interval's results at once (about 170,000 records
+        # at 85,000 records/s and 2 s): a queue of librdkafka's default 100,000 messages fills,
         # and every record after that waits for deliveries (produce_all)
         self._producer = Producer(producer_config(client, transactional_id, **linger,
                                                   **{"queue.buffering.max.messages": COMMIT_QUEUE_MESSAGES}))

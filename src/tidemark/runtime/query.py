@@ -155,9 +155,14 @@ def _run_query(worker: StageWorker, attempt: Attempt, spark: Any, source: StageS
                released: Callable[[], bool]) -> AttemptEnd:
     ended = AttemptEnd(0)  # until it ends otherwise (an exception: the session is stopped)
     try:
-        # released while it restored and its session started: no query to start
-        ended = AttemptEnd(0, spark) if released() else _stream(worker, attempt, spark, source, on_batch,
-                                                                  batches, spark_checkpoints, released)
+        if released():  # released while it restored and its session started: no query to start
+            ended = AttemptEnd(0, spark)
+        else:
+            # What the process holds by now (modules, the session, the restored state) is never
+            # scanned again by the collector while the attempt runs: full collections scan only what
+            # the batches leave behind (unfrozen when the attempt ends, so its cycles are collected)
+            gc.freeze()
+            ended = _stream(worker, attempt, spark, source, on_batch, batches, spark_checkpoints, released)
         return ended
     finally:
         gc.unfreeze()
@@ -174,10 +179,6 @@ def _stream(worker: StageWorker, attempt: Attempt, spark: Any, source: StageSour
             batches: BatchHandoff, spark_checkpoints: str, released: Callable[[], bool]) -> AttemptEnd:
     options = source.options(worker.read_selection())
     source.prepare(spark)
-    # What the process holds by now (modules, the session, the restored state) is never scanned
-    # again by the collector while the attempt runs: full collections scan only what the batches
-    # leave behind (unfrozen when the attempt ends, so its cycles can be collected)
-    gc.freeze()
     stream = spark.readStream.format(source.format).options(**options).load()
     query = (stream.writeStream.foreachBatch(on_batch).option("checkpointLocation", spark_checkpoints)
              .trigger(processingTime=TRIGGER).queryName(f"{worker.job}.{worker.stage.name}").start())
