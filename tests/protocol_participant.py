@@ -1,6 +1,8 @@
 """A job's side of the checkpoint protocol, spoken over a real broker by a test, as a worker speaks
-it: the job's registration on the control topic, the control messages read back, and acks that
-write each task's state file into checkpoint storage first.
+it: the job's registration on the control topic, its supervisor's heartbeats (the real
+:class:`~tidemark.runtime.heartbeat.SupervisorHeartbeats`, so the coordinator sees the job alive),
+the control messages read back, and acks that write each task's state file into checkpoint
+storage first.
 
 Used by the service tests that play the job themselves (checkpoint services, operator API,
 singleton services); each keeps its own way of waiting for and answering triggers.
@@ -22,11 +24,13 @@ from tidemark.protocol.messages import (
     JobRegistration,
     StateHandle,
     StateHandleKind,
+    SupervisorHeartbeat,
     TaskAck,
     TaskAssignment,
     TaskSnapshot,
     TaskTimings,
 )
+from tidemark.runtime.heartbeat import SupervisorHeartbeats
 from tidemark.storage import open_storage
 from tidemark.types import CheckpointingMode, Epoch, JobId
 
@@ -47,6 +51,7 @@ class ProtocolParticipant:
         self.producer = Producer(producer_config(base))
         self.consumer = Consumer(consumer_config(base, None))
         self.consumer.assign([TopicPartition(topics.control, 0, 0)])
+        self.heartbeats = SupervisorHeartbeats(base, topics, job, lambda: 1).start()
 
     def send(self, topic: str, message: Any) -> None:
         self.producer.produce(topic, key=self.job.encode(), value=codec.encode(message))
@@ -59,11 +64,13 @@ class ProtocolParticipant:
             source_tasks=tuple(t.task_id for t in self.tasks), registered_at=now_ms()))
 
     def poll(self, timeout_s: float = 0.2) -> Any | None:
-        """The next control message, decoded; None when none arrived within ``timeout_s``."""
+        """The next control message, decoded; None when none arrived within ``timeout_s`` (or it
+        was a supervisor heartbeat)."""
         record = self.consumer.poll(timeout_s)
         if record is None or record.error():
             return None
-        return codec.decode(record.value())
+        message = codec.decode(record.value())
+        return None if isinstance(message, SupervisorHeartbeat) else message
 
     def ack(self, trigger: CheckpointTrigger, task: TaskAssignment) -> TaskAck:
         """Write ``task``'s state file into the checkpoint's folder, then ack it with one full
@@ -81,4 +88,5 @@ class ProtocolParticipant:
         return ack
 
     def close(self) -> None:
+        self.heartbeats.stop()
         self.consumer.close()

@@ -10,6 +10,8 @@ services, the supervisor's workers and the coordinator's job launcher.
 - :func:`die_with_parent`: a ``preexec_fn`` that has the kernel SIGKILL the child when its parent
   dies, so a killed test session or demo leaves nothing behind;
 - :func:`pid_alive`: whether a pid names a live (not zombie) process, also one we did not start;
+- :func:`process_start_time`: when a live process started, which with its pid names it for good
+  (a pid is recycled, the pair is not);
 - :func:`stop_processes` / :func:`stop_process` / :func:`stop_pid`: SIGTERM, a bounded wait, then
   SIGKILL (several processes are signalled together and wait out their shutdowns side by side).
 """
@@ -98,6 +100,17 @@ def pid_alive(pid: int) -> bool:
             return stat.read().split(")")[-1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def process_start_time(pid: int) -> int | None:
+    """When ``pid`` started (clock ticks since boot, ``/proc/<pid>/stat``); None when no such
+    process lives (also a zombie)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            fields = stat.read().rsplit(")", 1)[-1].split()
+    except OSError:
+        return None
+    return None if fields[0] in ("Z", "X") else int(fields[19])
 
 
 def stop_processes(processes: Sequence[subprocess.Popen[bytes]], sig: int = signal.SIGTERM,

@@ -2,9 +2,8 @@
 coordinator and checkpoint-store services on the session broker.
 
 One deployment (token configured, local launcher) serves the module; only
-``test_submit_a_job_see_it_register_then_cancel_it`` and
-``test_start_options_reach_the_supervisor`` wait for Spark. The shutdown test starts runs too,
-but stops them while their workers are still starting.
+``test_submit_a_job_see_it_register_then_cancel_it``, ``test_start_options_reach_the_supervisor``
+and the test of a run outliving its coordinator (a deployment of its own) wait for Spark.
 """
 
 from __future__ import annotations
@@ -25,8 +24,8 @@ from typing import Any
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from tidemark.examples.generator import generate, produce
-from tidemark.examples.verify import read_committed
+from tidemark.examples.generator import expected_url_counts, generate, produce
+from tidemark.examples.verify import read_committed, verify_url_counts
 from tidemark.kafka.admin import ensure_topics
 from tidemark.kafka.topics import TopicSpec
 from tidemark.local.cluster import LocalCluster
@@ -319,24 +318,61 @@ def test_misconfigured_jobs_settings_stop_the_coordinator_at_start(env: dict[str
     assert fragment in result.stderr
 
 
-# ---------------------------------------------------------------------- runs die with the coordinator
+# ---------------------------------------------------------------------- runs outlive the coordinator
 
 
-def test_runs_stop_with_the_coordinator(kafka_bootstrap: str, tmp_path: Path):
-    """SIGTERM: the coordinator stops its runs on shutdown. SIGKILL: they die with it (PDEATHSIG)."""
-    with _cluster(tmp_path, kafka_bootstrap, TIDEMARK_SHUTDOWN_TIMEOUT_S="20") as cluster:
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            service = cluster.start_one("coordinator")
-            cluster.wait_ready(timeout_s=90)
-            args = job_args(kafka_bootstrap, f"stop-{sig.name.lower()}")
-            status, run = call(service.url, "POST", "/api/v1/runs", {"job": URL_COUNTS, "args": args})
-            assert status == 202, run
-            workers = wait_for(lambda: children(run["pid"]), 60, "the supervisor's worker")
-            started = time.monotonic()
-            code = cluster.stop_one("coordinator", sig=sig, timeout_s=30)
-            assert code == (0 if sig == signal.SIGTERM else -signal.SIGKILL)
-            wait_for(lambda: not alive(run["pid"]) and not any(alive(pid) for pid in workers), 30,
-                     f"the run's end after {sig.name}")
-            if sig == signal.SIGTERM:
-                assert time.monotonic() - started < 20
-                assert '"stopping job runs"' in service.log_path.read_text()
+def _job(url: str, job: str) -> dict[str, Any] | None:
+    status, body = call(url, "GET", "/api/v1/jobs")
+    return next((j for j in body["jobs"] if j["job"] == job), None) if status == 200 else None
+
+
+@pytest.mark.timeout(600)
+def test_a_run_outlives_the_coordinator_and_a_dead_one_is_not_reported_running(kafka_bootstrap: str,
+                                                                                tmp_path: Path):
+    """SIGKILL, then SIGTERM, of the coordinator leave a run running; each restarted coordinator
+    lists it again (re-adopted) and reports its job RUNNING from the supervisor's heartbeats, and
+    the job completes its output exactly once. Then the supervisor and its workers are SIGKILLed:
+    within seconds the job is FAILED with the silence as reason, and the run EXITED."""
+    with _cluster(tmp_path, kafka_bootstrap, TIDEMARK_SUPERVISOR_SILENCE_MS="4000") as cluster:
+        cluster.start(["coordinator", "checkpoint-store"])
+        cluster.wait_ready(timeout_s=90)
+        url, port = cluster.services["coordinator"].url, cluster.services["coordinator"].port
+        wait_for(lambda: call(url, "GET", "/api/v1/runs")[0] == 200, 30, "the coordinator caught up")
+        args = job_args(kafka_bootstrap, "outlive")
+        job, records = args["job_id"], list(generate(1200))
+        produce(kafka_bootstrap, args["input_topic"], records[:600], 1)
+        status, run = call(url, "POST", "/api/v1/runs", {"job": URL_COUNTS, "args": args})
+        assert status == 202, run
+        wait_for(lambda: (j := _job(url, job)) is not None and j["counts"]["completed"] >= 1, 300,
+                 "a completed checkpoint of the run")
+        workers = children(run["pid"])
+        assert workers, "the supervisor runs one worker per stage"
+
+        for sig in (signal.SIGKILL, signal.SIGTERM):
+            cluster.stop_one("coordinator", sig=sig, timeout_s=30)
+            assert alive(run["pid"]) and all(alive(pid) for pid in workers), f"the run survives {sig.name}"
+            cluster.start_one("coordinator", port=port)
+            cluster.wait_ready(timeout_s=90, names=["coordinator"])
+            status, listing = wait_for(lambda: (answer := call(url, "GET", "/api/v1/runs"))[0] == 200 and answer, 30,
+                                       "the restarted coordinator caught up")
+            assert status == 200 and [(r["run_id"], r["status"], r["pid"], r["adopted"]) for r in listing["runs"]] \
+                == [(run["run_id"], "RUNNING", run["pid"], True)], listing
+            time.sleep(5)  # longer than the silence limit: the heartbeats keep the job RUNNING
+            state = _job(url, job)
+            assert state is not None and (state["state"], state["state_reason"]) == ("RUNNING", None), state
+
+        produce(kafka_bootstrap, args["input_topic"], records[600:], 1)
+        output = read_committed(kafka_bootstrap, args["output_topic"], expect=len(records), timeout_s=240)
+        verdict = verify_url_counts(output, expected_url_counts(records))
+        assert verdict.exactly_once and verdict.records == len(records), verdict.summary()
+
+        for pid in (run["pid"], *workers):
+            os.kill(pid, signal.SIGKILL)
+        killed = time.monotonic()
+        failed = wait_for(lambda: (j := _job(url, job)) is not None and j["state"] != "RUNNING" and j, 30,
+                          "the job no longer RUNNING once its processes are gone")
+        assert time.monotonic() - killed < 15, "within seconds"
+        assert failed["state"] == "FAILED" and failed["state_reason"].startswith("supervisor silent for "), failed
+        assert "last heartbeat at " in failed["state_reason"] and failed["pending_checkpoints"] == []
+        exited = call(url, "GET", f"/api/v1/runs/{run['run_id']}")[1]
+        assert (exited["status"], exited["exit_code"]) == ("EXITED", None), exited

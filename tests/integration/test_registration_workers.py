@@ -19,6 +19,7 @@ from tidemark.local.cluster import LocalCluster, LocalService
 from tidemark.protocol import codec
 from tidemark.protocol.dead_letters import DeadLetter
 from tidemark.protocol.messages import JobRegistration
+from tidemark.runtime.heartbeat import SupervisorHeartbeats
 from tidemark.types import CheckpointingMode, Epoch, JobId, OperatorId
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
@@ -73,6 +74,8 @@ def test_workers_are_shown_and_a_registration_whose_workers_do_not_fit_is_reject
         cluster.start(["coordinator"])
         cluster.wait_ready(timeout_s=90)
         service = cluster.services["coordinator"]
+        heartbeats = [SupervisorHeartbeats({"bootstrap.servers": kafka_bootstrap}, topic_names, job, lambda: 1).start()
+                      for job in (SPREAD, SINGLE)]  # their supervisors, alive
         producer = Producer(producer_config({"bootstrap.servers": kafka_bootstrap}))
         for registration in (spread, *rejected.values(), single):  # one partition: in this order
             producer.produce(topic_names.control, key=registration.job_id.encode(), value=codec.encode(registration))
@@ -83,6 +86,8 @@ def test_workers_are_shown_and_a_registration_whose_workers_do_not_fit_is_reject
         assert (jobs[SPREAD]["epoch"], jobs[SPREAD]["state"]) == (1, "RUNNING"), "attempts 2 and 3 were not folded"
         assert jobs[SPREAD]["workers"] == {COUNTS: [["minute_counts#0", "minute_counts#1"], ["minute_counts#2"]]}
         assert jobs[SINGLE]["workers"] == {COUNTS: [["minute_counts#0", "minute_counts#1", "minute_counts#2"]]}
+        for beating in heartbeats:
+            beating.stop()
 
         letters = _dead_letters(kafka_bootstrap, topic_names.dead_letters, 2)
         assert [(d.origin_topic, d.error_type, d.service) for d in letters] == [

@@ -125,9 +125,11 @@ def restore_text(document: dict[str, Any]) -> str:
 
 
 def run_status(document: dict[str, Any]) -> str:
-    """RUNNING, or EXITED(<code>); a cancel in progress shows as RUNNING(cancelling)."""
+    """RUNNING, or EXITED(<code>) (EXITED(unknown) for a run re-adopted after a coordinator restart);
+    a cancel in progress shows as RUNNING(cancelling)."""
     if document["status"] == "EXITED":
-        return f"EXITED({document['exit_code']})"
+        code = document["exit_code"]
+        return f"EXITED({'unknown' if code is None else code})"
     return "RUNNING(cancelling)" if document.get("cancel_requested_at") else "RUNNING"
 
 

@@ -139,14 +139,17 @@ class ServiceApp:
         return self.faust.timer(seconds)
 
     def follow_log(self, topics: list[str], handler: LogHandler,
-                   on_caught_up: Callable[[], Awaitable[None]]) -> None:
+                   on_caught_up: Callable[[], Awaitable[None]], *,
+                   confirm_delivery: bool = False) -> EventLogReader:
         """Event-sourced input: ``handler(message, raw, replayed)`` for every record of ``topics``
         from offset 0, then live; ``on_caught_up()`` once, after the last replayed record.
+        Returns the reader (``confirm_delivery``: see :class:`EventLogReader`).
 
         Undecodable records go to the dead-letter topic when first seen live; replayed ones were
         dead-lettered by an earlier instance and are only counted again.
         """
-        reader = EventLogReader(base_config(self.settings, self.bootstrap), topics)
+        reader = EventLogReader(base_config(self.settings, self.bootstrap), topics,
+                                confirm_delivery=confirm_delivery)
         self._logs.append(reader)
 
         async def follow() -> None:
@@ -164,6 +167,7 @@ class ServiceApp:
                 reader.close()
 
         self.faust.task(follow)
+        return reader
 
     async def publish(self, topic: str, message: Any, key: bytes | None = None) -> None:
         """Encode ``message`` (Avro, Confluent wire format) and send it to ``topic``."""

@@ -9,6 +9,12 @@ Lifecycle: ``EventLogReader(config, topics)`` -> ``open()`` (assigns every parti
 :class:`LogRecord` says whether it is ``replayed`` (before the boundary) or live; ``caught_up``
 turns True once every partition's position reached its boundary -> ``close()``.
 
+With ``confirm_delivery`` the reader also asks the broker for the partitions' end offsets about
+once a second once caught up, and sets ``delivered_at_ms`` (wall clock) whenever it has read
+everything the previous answer said was there: evidence that it is receiving, which a service
+needs before it takes silence on its topics for a fact (:mod:`tidemark.checkpoint.liveness`).
+During a broker outage the answers stop, and so do the confirmations.
+
 Boundary caveat: the embedded broker reports a short end offset after non-transactional batched
 produce (notes/embedded-broker.md). Records past a short boundary then arrive as live records;
 every consumer of this reader is idempotent per record (acks, triggers and store requests are),
@@ -17,15 +23,22 @@ so this delays nothing and duplicates no effect.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
+
+from tidemark.clock import now_ms
 
 from tidemark.kafka.clients import consumer_config
 from tidemark.kafka.metadata import topic_partitions
 from tidemark.kafka.outage import broker_wait, unavailable
 from tidemark.chassis.dead_letter_publisher import RawRecord, headers_of
+
+
+CONFIRM_EVERY_S = 1.0
+CONFIRM_TIMEOUT_S = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +50,8 @@ class LogRecord:
 class EventLogReader:
     """Reads ``topics`` from their beginning to their end, then keeps following them."""
 
-    def __init__(self, config: dict[str, Any], topics: list[str], *, metadata_timeout_s: float = 15.0) -> None:
+    def __init__(self, config: dict[str, Any], topics: list[str], *, metadata_timeout_s: float = 15.0,
+                 confirm_delivery: bool = False) -> None:
         self._config = consumer_config(config, None)
         self._wait = broker_wait(config)
         self.topics = list(topics)
@@ -45,6 +59,10 @@ class EventLogReader:
         self._consumer: Consumer | None = None
         self._boundary: dict[tuple[str, int], int] = {}
         self._position: dict[tuple[str, int], int] = {}
+        self._confirm = confirm_delivery
+        self._next_confirm = 0.0
+        self._ends_asked: dict[tuple[str, int], int] | None = None
+        self.delivered_at_ms: int | None = None  # see the module docstring (confirm_delivery)
 
     def open(self) -> None:
         consumer = Consumer(self._config)
@@ -72,6 +90,8 @@ class EventLogReader:
         """Up to ``max_records`` records; fetch errors other than end-of-partition or a broker
         outage (nothing is returned until it ends) raise."""
         assert self._consumer is not None, "open() first"
+        if self._confirm and self.caught_up and time.monotonic() >= self._next_confirm:
+            self._confirm_delivery()
         records = []
         for message in self._consumer.consume(max_records, timeout_s):
             error = message.error()
@@ -93,6 +113,21 @@ class EventLogReader:
         if not records:  # positions may move past control markers without returning records
             self._refresh_positions()
         return records
+
+    def _confirm_delivery(self) -> None:
+        """Ask for the end offsets; confirm when everything the previous answer listed was read."""
+        assert self._consumer is not None
+        self._next_confirm = time.monotonic() + CONFIRM_EVERY_S
+        try:
+            ends = {tp: self._consumer.get_watermark_offsets(TopicPartition(*tp), timeout=CONFIRM_TIMEOUT_S,
+                                                             cached=False)[1] for tp in self._boundary}
+        except KafkaException as exc:
+            if unavailable(exc):
+                return
+            raise
+        if self._ends_asked is not None and all(self._position[tp] >= end for tp, end in self._ends_asked.items()):
+            self.delivered_at_ms = now_ms()
+        self._ends_asked = ends
 
     def _refresh_positions(self) -> None:
         assert self._consumer is not None

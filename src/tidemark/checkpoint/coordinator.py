@@ -11,8 +11,10 @@ Lifecycle:
    topics (see :mod:`tidemark.checkpoint.coordinator_ledger`); it rebuilds pending checkpoints without
    repeating commands already carried out, and returns only the commands whose effect is not in
    the records yet (a persist or notification the previous instance did not get to write);
-3. then ``apply(record, now_ms)`` for every new record, ``tick(now_ms)`` periodically (timeouts,
-   periodic triggers, minimum pause) and ``request_restore`` when a restore is asked for.
+3. then ``apply(record, now_ms)`` for every new record, ``heard(heartbeat, now_ms)`` for every
+   live supervisor heartbeat, ``tick(now_ms, listening_since=...)`` periodically (timeouts,
+   periodic triggers, minimum pause, the supervisor's silence: :mod:`tidemark.checkpoint.liveness`)
+   and ``request_restore`` when a restore is asked for.
 
 Every call returns the commands to carry out, in order. A decision is folded into the ledger as
 the record it will write, so when the service later consumes its own record the fold is a no-op,
@@ -35,6 +37,7 @@ from tidemark.checkpoint.effects import (
 )
 from tidemark.checkpoint.completed import CompletedCheckpoint
 from tidemark.checkpoint.job_state import JobStatus, job_status
+from tidemark.checkpoint.liveness import SILENCE_MS, Silence, SupervisorLiveness
 from tidemark.checkpoint.coordinator_ledger import CheckpointLedger, CoordinatorRecord
 from tidemark.checkpoint.options import CheckpointingOptions
 from tidemark.checkpoint.outcomes import DECLINED_SUBSUMED, AbortReason, AckOutcome
@@ -50,6 +53,7 @@ from tidemark.protocol.messages import (
     CheckpointTrigger,
     JobRegistration,
     RestoreCommand,
+    SupervisorHeartbeat,
     TaskAck,
 )
 from tidemark.types import CheckpointId, CheckpointType, Epoch, JobId
@@ -67,13 +71,16 @@ class CheckpointCoordinator:
     """Triggers, tracks, completes and aborts the checkpoints and savepoints of one job."""
 
     def __init__(
-        self, job_id: JobId, options: CheckpointingOptions, *, stats_history: int = 20
+        self, job_id: JobId, options: CheckpointingOptions, *, stats_history: int = 20,
+        silence_ms: int = SILENCE_MS,
     ) -> None:
         self.job_id = job_id
         self.options = options
         self._ledger = CheckpointLedger(
             job_id, options.interval_ms, options.tolerable_failures, stats_history
         )
+        self._liveness = SupervisorLiveness(silence_ms)
+        self._silence: Silence | None = None  # as of the last tick
 
     # ------------------------------------------------------------------ inputs
 
@@ -96,14 +103,28 @@ class CheckpointCoordinator:
         assert outcome is not None
         return AckResult(outcome, tuple(self._decide(now_ms)))
 
-    def tick(self, now_ms: int) -> list[Command]:
-        """Abort timed-out checkpoints, then trigger a periodic checkpoint if one is due."""
+    def heard(self, heartbeat: SupervisorHeartbeat, now_ms: int) -> None:
+        """A live heartbeat of the job's supervisor (never a replayed one)."""
+        if heartbeat.job_id == self.job_id:
+            self._liveness.heard(heartbeat, now_ms)
+
+    def tick(self, now_ms: int, *, listening_since: int | None = None) -> list[Command]:
+        """Abort timed-out checkpoints, then trigger a periodic checkpoint if one is due.
+
+        ``listening_since``: since when the edge has been receiving its topics without a gap
+        (None: it is not, or it does not watch). A job whose supervisor was silent for longer
+        than the silence limit of that time is not running (:attr:`status`): its pending
+        checkpoints are aborted as ``SUPERVISOR_SILENT`` (not counted as failures) and none is
+        triggered until a heartbeat is heard again."""
+        self._silence = self._liveness.silence(now_ms, listening_since) if self._supervisor_expected else None
         commands: list[Command] = []
         deadline = now_ms - self.options.timeout_ms
         for pending in self._pending_in_order():
-            if pending.triggered_at <= deadline:
+            cid, epoch = pending.checkpoint_id, pending.epoch
+            if self._silence is not None:
+                commands.append(self._abort(cid, epoch, AbortReason.SUPERVISOR_SILENT, self._silence.reason, now_ms))
+            elif pending.triggered_at <= deadline:
                 detail = f"not acknowledged within {self.options.timeout_ms} ms"
-                cid, epoch = pending.checkpoint_id, pending.epoch
                 commands.append(self._abort(cid, epoch, AbortReason.TIMEOUT, detail, now_ms))
         commands.extend(self._decide(now_ms))
         if self._periodic_trigger_due(now_ms):
@@ -148,21 +169,7 @@ class CheckpointCoordinator:
 
     @property
     def last_completed(self) -> CompletedCheckpoint | None:
-        """The newest completed checkpoint or savepoint still retained (one an operator
-        discarded, or that left retention, no longer counts)."""
         return self._ledger.last_completed
-
-    @property
-    def discarded_by_request(self) -> frozenset[CheckpointId]:
-        """The checkpoints and savepoints an operator discarded (``tidemark checkpoints discard``)."""
-        return frozenset(self._ledger.discarded_by_request)
-
-    @property
-    def newest_discarded_by_request(self) -> CheckpointId | None:
-        """The newest of :attr:`discarded_by_request`, if any: a restore older than it may repeat
-        output that checkpoint's sinks committed."""
-        return max(self._ledger.discarded_by_request, default=None)
-
 
     @property
     def active_epoch(self) -> Epoch:
@@ -187,6 +194,16 @@ class CheckpointCoordinator:
         return self._ledger.attempt_failed
 
     @property
+    def _supervisor_expected(self) -> bool:
+        """A supervisor announced the job (an attempt, or a heartbeat this coordinator heard)."""
+        return self._ledger.registration is not None or self._liveness.ever_heard
+
+    @property
+    def silence(self) -> Silence | None:
+        """The job's supervisor is taken for gone, as of the last tick (None: heard, or not expected)."""
+        return self._silence
+
+    @property
     def status(self) -> JobStatus:
         """The job's state and why (:mod:`tidemark.checkpoint.job_state`)."""
         ledger = self._ledger
@@ -194,6 +211,7 @@ class CheckpointCoordinator:
             ledger.registration, restore_epoch=ledger.restore_epoch, restore_reason=ledger.restore_reason,
             failed_epoch=ledger.failed_epoch, failed_reason=ledger.failed_reason,
             savepoint_finished=ledger.finishing,
+            silence=None if self._silence is None else self._silence.reason,
         )
 
     @property
@@ -337,7 +355,7 @@ class CheckpointCoordinator:
         """Trigger the oldest queued request once the attempt runs and no other savepoint is in
         flight: one savepoint at a time, each after the previous one completed or failed."""
         ledger = self._ledger
-        if not ledger.savepoint_queue or ledger.running is None or ledger.savepoint_in_flight:
+        if not ledger.savepoint_queue or ledger.running is None or ledger.savepoint_in_flight or self._silence:
             return []
         request = ledger.savepoint_queue[0]
         kind = CheckpointType.STOP_WITH_SAVEPOINT if request.stop else CheckpointType.SAVEPOINT
@@ -345,7 +363,7 @@ class CheckpointCoordinator:
 
     def _periodic_trigger_due(self, now_ms: int) -> bool:
         ledger = self._ledger
-        if ledger.running is None or ledger.stopping is not None:
+        if ledger.running is None or ledger.stopping is not None or self._silence is not None:
             return False
         if ledger.next_periodic_at is None or now_ms < ledger.next_periodic_at:
             return False

@@ -13,11 +13,14 @@ States (``GET /jobs``, ``tidemark jobs list``; docs/operations.md "Job states"):
 - ``CANCELLED``: the supervisor was stopped (``tidemark jobs cancel``, SIGTERM/SIGINT); its
   pending checkpoints were aborted as ``JOB_FINISHED``, so nothing of it counts as a failure;
 - ``FAILED``: the supervisor gave up: a start error a restart will not fix, or more failures than
-  ``--max-restarts``.
+  ``--max-restarts``; or its supervisor fell silent (no ``SupervisorHeartbeat`` for the silence
+  limit while the coordinator listens, :mod:`tidemark.checkpoint.liveness`): its processes are
+  gone, whatever the records last said. Heartbeats that resume make it what the records say again.
 
 Each comes from records on the coordinator's topics (``JobRegistration`` v3's ``outcome`` and
 ``reason``, ``AttemptFailed``, ``RestoreCommand``, ``CheckpointCompleted``), so a restarted
-coordinator rebuilds the same state from them.
+coordinator rebuilds the same state from them; only the silence is this coordinator's own
+observation (heartbeats are not replayed).
 """
 
 from __future__ import annotations
@@ -80,12 +83,26 @@ def job_status(
     failed_epoch: int,
     failed_reason: str | None,
     savepoint_finished: bool,
+    silence: str | None = None,
 ) -> JobStatus:
     """The state of a job from the facts of its ledger (see the module docstring).
 
     ``restore_epoch``: the newest restore command's epoch (-1: none); ``failed_epoch``: the
     newest attempt the coordinator failed over (-1: none); ``savepoint_finished``: a
-    stop-with-savepoint of the registered attempt completed."""
+    stop-with-savepoint of the registered attempt completed; ``silence``: why the job's supervisor
+    is taken for gone, if it is (a job the records show alive is then ``FAILED`` with it)."""
+    status = _recorded_status(registration, restore_epoch, restore_reason, failed_epoch, failed_reason,
+                              savepoint_finished)
+    if silence is not None and status.state in _ALIVE_STATES:
+        return JobStatus(JobState.FAILED, silence)
+    return status
+
+
+_ALIVE_STATES = frozenset({JobState.CREATED, JobState.RUNNING, JobState.RESTARTING})
+
+
+def _recorded_status(registration: JobRegistration | None, restore_epoch: int, restore_reason: str | None,
+                     failed_epoch: int, failed_reason: str | None, savepoint_finished: bool) -> JobStatus:
     if registration is None or restore_epoch > registration.epoch:
         if restore_epoch >= 0:
             return JobStatus(JobState.RESTARTING, restore_reason)

@@ -35,6 +35,7 @@ class AbortReason(str, enum.Enum):
     SUPERSEDED = "SUPERSEDED"  # a newer job attempt (epoch) or a restore replaced the tasks
     SUBSUMED = "SUBSUMED"  # a newer checkpoint completed first
     JOB_FINISHED = "JOB_FINISHED"
+    SUPERVISOR_SILENT = "SUPERVISOR_SILENT"  # the job's supervisor fell silent: no task will ack
     UNKNOWN = "UNKNOWN"  # a reason written by someone else
 
     @property

@@ -3,11 +3,15 @@
 Lifecycle: ``LocalCluster(home, bootstrap)`` -> ``start(names)`` (spawns ``tidemark run <name>``
 per service, each on a free HTTP port, tied to this process so none outlives it) ->
 ``wait_ready()`` -> ... -> ``stop()`` (SIGTERM, bounded wait, SIGKILL). Use it as a context
-manager so Ctrl-C or an exception at any moment still stops everything.
+manager so Ctrl-C or an exception at any moment still stops everything. Job runs started
+through the coordinator's API outlive the coordinator (:mod:`tidemark.services.coordinator.runs`);
+``stop()`` also stops those recorded in the home that still run (:func:`stop_job_runs`), so none
+outlives the cluster either.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -20,7 +24,7 @@ from types import TracebackType
 
 import httpx2
 
-from tidemark.processes import die_with_parent, free_port, stop_process, stop_processes
+from tidemark.processes import die_with_parent, free_port, process_start_time, stop_process, stop_processes
 
 
 class ServiceStartError(RuntimeError):
@@ -61,6 +65,31 @@ class LocalService:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return "<no log>"
+
+
+def stop_job_runs(home: Path, timeout_s: float = 20.0) -> list[int]:
+    """SIGTERM the job runs recorded in ``home/job-runs`` whose supervisor still runs (the same pid
+    and start time), then SIGKILL their sessions after ``timeout_s``; the pids stopped."""
+    running = []
+    for path in sorted((home / "job-runs").glob("*.json")):
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+            pid, started = int(record["pid"]), record["pid_started"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if record.get("status") == "RUNNING" and started is not None and process_start_time(pid) == started:
+            running.append(pid)
+    for pid in running:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while any(process_start_time(pid) is not None for pid in running) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for pid in running:
+        if process_start_time(pid) is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)  # the run leads its own session
+    return running
 
 
 class LocalCluster:
@@ -123,9 +152,11 @@ class LocalCluster:
 
     def stop(self) -> dict[str, int]:
         """SIGTERM every service at once; their exit statuses once all have ended (each is SIGKILLed
-        after 20 s)."""
+        after 20 s). Then the job runs of the home that still run."""
         names = list(self.services)
-        return dict(zip(names, stop_processes([self.services.pop(name).process for name in names])))
+        codes = dict(zip(names, stop_processes([self.services.pop(name).process for name in names])))
+        stop_job_runs(self.home)
+        return codes
 
     def __enter__(self) -> LocalCluster:
         return self

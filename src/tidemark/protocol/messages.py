@@ -243,6 +243,19 @@ class JobRegistration:
     workers: tuple[int, ...] = ()
 
 
+@dataclass(frozen=True, slots=True)
+class SupervisorHeartbeat:
+    """Job supervisor -> coordinator: the supervisor of ``job_id`` is alive, about every second
+    while it runs (control topic). ``epoch`` is the attempt it runs or prepares (0 before its
+    first); ``supervisor`` names the process, ``<host>:<pid>``. The coordinator reports a job whose
+    supervisor went silent as not running (:mod:`tidemark.checkpoint.liveness`)."""
+
+    job_id: JobId
+    epoch: Epoch
+    supervisor: str
+    sent_at: int
+
+
 # --------------------------------------------------------------------------- acks topic
 
 
@@ -449,6 +462,7 @@ MESSAGE_TYPES: tuple[type, ...] = (
     RestoreCommand,
     AttemptFailed,
     JobRegistration,
+    SupervisorHeartbeat,
     HostAssignment,
     HostReport,
     TaskAck,

@@ -4,7 +4,10 @@ Each stage runs as ``W`` worker processes owning blocks of its tasks (:mod:`tide
 a source stage with ``W > 1`` gets an exchange reader, :mod:`tidemark.runtime.physical_plan`), named
 ``<stage>`` with one worker and ``<stage>.w<n>`` otherwise.
 
-Lifecycle: ``JobSupervisor(settings, options).run()`` blocks until the job finishes or is stopped:
+Lifecycle: ``JobSupervisor(settings, options).run()`` blocks until the job finishes or is stopped,
+writing a heartbeat on the control topic every second from its start to its end
+(:mod:`tidemark.runtime.heartbeat`; the coordinator reports a job whose supervisor fell silent
+as FAILED):
 
 1. choose the first attempt's restore source (Flink's operator's upgrade modes;
    :mod:`tidemark.runtime.attempt_planner`, which also chooses every later attempt's);
@@ -58,6 +61,7 @@ from tidemark.runtime.api import JobSpec, load_job
 from tidemark.runtime.attempt_planner import AttemptPlanner, AttemptState, RunOptions, StartRefused
 from tidemark.runtime.control import AttemptSignals, ControlPublisher
 from tidemark.runtime.health import serve_health
+from tidemark.runtime.heartbeat import SupervisorHeartbeats
 from tidemark.runtime.hosted_workers import HostedWorkers
 from tidemark.runtime.local_workers import LocalWorkers
 from tidemark.runtime.metrics import EPOCH, RESTARTS, RUNNING
@@ -109,6 +113,8 @@ class JobSupervisor:
             serve_health(self.settings.http_host, self.settings.http_port, lambda: self.running)
         RESTARTS.labels(job)
         BrokerWatch(base_config(self.settings)).start()  # reports a broker outage; nothing here needs to wait
+        heartbeats = SupervisorHeartbeats(base_config(self.settings), self.topics, job,
+                                          lambda: self.attempts[-1].epoch if self.attempts else 0).start()
         self._signals = AttemptSignals(base_config(self.settings), self.topics, job)
         try:
             return self._run_attempts()
@@ -116,6 +122,7 @@ class JobSupervisor:
             self._report_ended(self.attempts[-1] if self.attempts else None, AttemptOutcome.FAILED, str(exc))
             raise
         finally:
+            heartbeats.stop()
             self.pool.close()
 
     def _run_attempts(self) -> int:

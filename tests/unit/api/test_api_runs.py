@@ -3,7 +3,6 @@ settings, the environment a run gets, the launcher's process handling and the te
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
@@ -175,33 +174,65 @@ class SleepingLauncher(LocalLauncher):
         return [sys.executable, "-c", "import sys, time; print(sys.argv, flush=True); time.sleep(60)", request.job_id]
 
 
-def test_launcher_starts_cancels_and_shuts_down_runs(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def _wait(condition, what: str, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+def test_launcher_starts_and_cancels_runs_in_their_own_session(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     settings = _settings(monkeypatch, TIDEMARK_HOME=str(tmp_path), TIDEMARK_SHUTDOWN_TIMEOUT_S="4")
     launcher = SleepingLauncher(settings, "127.0.0.1:9092", environ={})
     first = launcher.start(LaunchRequest(REF, {"job_id": "a"}, JobId("a"), 2))
     second = launcher.start(LaunchRequest(REF, {}, JobId("b"), 1, None, "b/savepoints/sp-1"))
     assert launcher.running_for(JobId("a")) is first and launcher.running_for(JobId("c")) is None
     document = run_document(first)
-    assert (document["status"], document["exit_code"], document["job"], document["pid"]) == \
-        ("RUNNING", None, "a", first.pid)
+    assert (document["status"], document["exit_code"], document["job"], document["pid"], document["adopted"]) == \
+        ("RUNNING", None, "a", first.pid, False)
     assert document["log_path"] == f"logs/runs/{first.run_id}.log"
+    assert os.getsid(first.pid) == first.pid, "a run leads a session of its own: it outlives the coordinator"
 
     launcher.cancel(first)
-    deadline = time.monotonic() + 10
-    while launcher.get(first.run_id).running:
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    _wait(lambda: not launcher.get(first.run_id).running, "the cancelled run's exit")
     assert first.exit_code == 128 + signal.SIGTERM and first.ended_at >= first.cancel_requested_at
     assert run_document(first)["status"] == "EXITED" and launcher.running_for(JobId("a")) is None
+    recorded = json.loads((tmp_path / "job-runs" / f"{first.run_id}.json").read_text())
+    assert (recorded["status"], recorded["exit_code"]) == ("EXITED", 143)
+    launcher.cancel(second)
+    _wait(lambda: not launcher.get(second.run_id).running, "the second run's exit")
 
-    second_log = tmp_path / second.log_path
-    deadline = time.monotonic() + 30  # the sleeper's first line: it started and its output reaches the run log
-    while "'b'" not in second_log.read_text():
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
-    asyncio.run(launcher.shutdown())
-    assert second.exit_code == 143 and not launcher.running_for(JobId("b"))
-    assert [r.run_id for r in launcher.list()] == [first.run_id, second.run_id]
+
+def test_a_restarted_coordinator_re_adopts_its_runs(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The run records in the home: a new launcher (the coordinator restarted) lists every run,
+    re-adopts the running one by pid and start time, cancels it, and sees it exit (code unknown:
+    not its child); a record whose pid now names another process is not taken for the run."""
+    settings = _settings(monkeypatch, TIDEMARK_HOME=str(tmp_path))
+    before = SleepingLauncher(settings, "127.0.0.1:9092", environ={})
+    done = before.start(LaunchRequest(REF, {}, JobId("done"), 1))
+    before.cancel(done)
+    _wait(lambda: not before.get(done.run_id).running, "the first run's exit")
+    alive = before.start(LaunchRequest(REF, {"job_id": "b"}, JobId("b"), 3, CheckpointId(7), force=True))
+    _wait(lambda: "'b'" in (tmp_path / alive.log_path).read_text(), "the sleeper's first line")
+
+    recycled = json.loads((tmp_path / "job-runs" / f"{alive.run_id}.json").read_text())
+    recycled.update(run_id="f" * 32, pid=os.getpid(), pid_started=1, started_at=alive.started_at + 1)
+    (tmp_path / "job-runs" / f"{'f' * 32}.json").write_text(json.dumps(recycled))
+    (tmp_path / "job-runs" / f"{'e' * 32}.json").write_text("{not json")
+
+    after = SleepingLauncher(settings, "127.0.0.1:9092", environ={})
+    listed = [run_document(r) for r in after.list()]
+    assert [(d["run_id"], d["status"], d["exit_code"], d["adopted"]) for d in listed] == [
+        (done.run_id, "EXITED", 143, True), (alive.run_id, "RUNNING", None, True), ("f" * 32, "EXITED", None, True)]
+    adopted = after.running_for(JobId("b"))
+    assert adopted is not None and adopted.pid == alive.pid and adopted.request == alive.request
+    after.cancel(adopted)
+    _wait(lambda: (alive.process.poll() is not None) and not after.get(alive.run_id).running,
+          "the adopted run's exit after its cancel")
+    assert adopted.exit_code is None and adopted.ended_at >= adopted.cancel_requested_at
+    assert alive.process.returncode == -signal.SIGTERM
+    assert render.run_status(run_document(adopted)) == "EXITED(unknown)"
+    assert json.loads((tmp_path / "job-runs" / f"{alive.run_id}.json").read_text())["status"] == "EXITED"
 
 
 def test_launch_command() -> None:
@@ -222,7 +253,8 @@ def test_launch_command() -> None:
 
 def _doc(**changes: object) -> dict[str, object]:
     base = {"run_id": "abc123", "reference": REF, "job": "counts", "args": {}, "parallelism": 2,
-            "from_checkpoint": None, "from_savepoint": None, "fresh": False, "force": False, "pid": 4242, "status": "RUNNING", "exit_code": None,
+            "from_checkpoint": None, "from_savepoint": None, "fresh": False, "force": False, "pid": 4242, "status": "RUNNING",
+            "adopted": False, "exit_code": None,
             "started_at": 1_700_000_000_000, "ended_at": None, "cancel_requested_at": None,
             "log_path": "logs/runs/abc123.log", "run_dir": "runs/counts-4242"}
     return {**base, **changes}

@@ -87,6 +87,10 @@ SAMPLES: dict[type, tuple[Any, ...]] = {
         m.JobRegistration(JOB, Epoch(8), CheckpointingMode.EXACTLY_ONCE, 192, (*ASSIGNMENTS, WORKER_TWO_TASK),
                           (TaskId("op-a#0"), TaskId("op-a#1"), TaskId("op-a#2")), T0, workers=(0, 0, 1)),
     ),
+    m.SupervisorHeartbeat: (
+        m.SupervisorHeartbeat(JOB, Epoch(4), "worker-7:4242", T0 + 29),
+        m.SupervisorHeartbeat(JOB, Epoch(0), "", T0),
+    ),
     m.HostAssignment: (
         m.HostAssignment(JOB, "minute_counts/1", Epoch(4), m.HostAction.RUN, "pkg.jobs:top_urls", '{"parallelism": 4}', 4,
                          "chk-42/_metadata", {"minute_counts.read": 2, "minute_counts": 2, "top_urls": 2},

@@ -20,15 +20,15 @@ SETTINGS = CoordinatorSettings
 
 def build(settings: CoordinatorSettings) -> ServiceApp:
     app = ServiceApp("coordinator", settings)
-    edge = CoordinatorEdge(app, settings.checkpoint.options())
-    app.follow_log([app.topics.control, app.topics.acks, app.topics.checkpoint_events],
-                   edge.on_record, edge.on_caught_up)
+    edge = CoordinatorEdge(app, settings.checkpoint.options(), silence_ms=settings.supervisor_silence_ms)
+    reader = app.follow_log([app.topics.control, app.topics.acks, app.topics.checkpoint_events],
+                            edge.on_record, edge.on_caught_up, confirm_delivery=True)
+    edge.watch_delivery(lambda: reader.delivered_at_ms)
     app.every(settings.tick_interval_ms / 1000)(edge.tick)
     launcher = None
     if settings.jobs.launcher == "local":
         launcher = LocalLauncher(settings, app.bootstrap)
-        app.every(1.0)(launcher.reap_periodically)
-        app.faust.on_before_shutdown.connect(launcher.shutdown)  # runs die with the coordinator
+        app.every(1.0)(launcher.reap_periodically)  # runs outlive the coordinator (see runs.py)
     install_api(app, edge, settings.api_token, settings.resolved_storage_url,
                 launcher=launcher, job_catalog=settings.jobs.catalog)
     install_checkpoints_page(app)

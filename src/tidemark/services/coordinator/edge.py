@@ -8,9 +8,13 @@ from then on every record is applied as it arrives and ``tick`` runs periodicall
 
 A ``CheckpointMetadata`` on the *control* topic is this coordinator's request to the
 checkpoint-store; only the one on the *checkpoint-events* topic (the store's confirmation that
-``_metadata`` is durable) is folded. Likewise a ``CheckpointDiscarded`` on the control topic is an
-operator's discard request (:meth:`CoordinatorEdge.request_discard`); the store's on the
-checkpoint-events topic is the fact.
+``_metadata`` is durable) is folded.
+
+A ``SupervisorHeartbeat`` is not folded: a live one tells the job's coordinator its supervisor is
+alive, a replayed one is dropped (a restarted coordinator has heard nobody yet). Silence counts
+only while the reader confirms it is receiving (``reader.delivered_at_ms``, see
+:mod:`tidemark.checkpoint.liveness`), so neither this coordinator's restart nor a broker outage
+turns a job FAILED.
 
 A ``JobRegistration`` whose worker assignment does not fit its tasks
 (:func:`tidemark.checkpoint.task_workers.registration_problem`) is rejected before it is folded:
@@ -20,9 +24,9 @@ again (replayed).
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any, get_args
 
 from tidemark.checkpoint import (
@@ -38,21 +42,21 @@ from tidemark.checkpoint import (
     PersistCheckpoint,
     RestoreRequest,
 )
+from tidemark.checkpoint.liveness import SILENCE_MS, DeliveryWatch
 from tidemark.checkpoint.task_workers import registration_problem
-from tidemark.checkpoint_store.store import DELETED_BY_REQUEST
 from tidemark.clock import now_ms
 from tidemark.protocol.messages import (
-    CheckpointDiscarded,
     CheckpointMetadata,
     JobRegistration,
     RestoreCommand,
     SavepointRequest,
+    SupervisorHeartbeat,
 )
 from tidemark.chassis.app import ServiceApp
 from tidemark.chassis.dead_letter_publisher import RawRecord, RejectedRecord
 from tidemark.chassis.logs import get_logger
 from tidemark.services.coordinator.metrics import JOB_FAILURES, SAVEPOINTS, CoordinatorMetrics
-from tidemark.types import CheckpointId, JobId
+from tidemark.types import JobId
 
 log = get_logger(__name__)
 RECORD_TYPES: tuple[type, ...] = get_args(CoordinatorRecord)
@@ -66,9 +70,13 @@ class InvalidRegistration(RejectedRecord):
 
 
 class CoordinatorEdge:
-    def __init__(self, app: ServiceApp, options: CheckpointingOptions) -> None:
+    def __init__(self, app: ServiceApp, options: CheckpointingOptions, *, silence_ms: int = SILENCE_MS) -> None:
         self.app = app
         self.options = options
+        self.silence_ms = silence_ms
+        self.delivery = DeliveryWatch()
+        self._delivered_at: Callable[[], int | None] = lambda: None
+        self._confirmation: int | None = None
         self.coordinators: dict[JobId, CheckpointCoordinator] = {}
         self.metrics: dict[JobId, CoordinatorMetrics] = {}
         self._replayed: dict[JobId, list[tuple[int, int, Any]]] = defaultdict(list)
@@ -76,17 +84,25 @@ class CoordinatorEdge:
         self.live = False
         self._last_resend = time.monotonic()
 
+    def watch_delivery(self, delivered_at: Callable[[], int | None]) -> None:
+        """Where the reader's newest delivery confirmation is read (``EventLogReader.delivered_at_ms``)."""
+        self._delivered_at = delivered_at
+
     def _coordinator(self, job: JobId) -> CheckpointCoordinator:
         if job not in self.coordinators:
-            self.coordinators[job] = CheckpointCoordinator(job, self.options)
+            self.coordinators[job] = CheckpointCoordinator(job, self.options, silence_ms=self.silence_ms)
             self.metrics[job] = CoordinatorMetrics(job, self.options.timeout_ms)
         return self.coordinators[job]
 
     async def on_record(self, message: Any, raw: RawRecord, replayed: bool) -> None:
+        if isinstance(message, SupervisorHeartbeat):
+            if not replayed:
+                self._coordinator(message.job_id).heard(message, now_ms())
+            return
         if not isinstance(message, RECORD_TYPES):
             return
-        if isinstance(message, (CheckpointMetadata, CheckpointDiscarded)) and raw.topic != self.app.topics.checkpoint_events:
-            return  # on the control topic a request to the checkpoint-store, not its answer
+        if isinstance(message, CheckpointMetadata) and raw.topic != self.app.topics.checkpoint_events:
+            return
         if isinstance(message, JobRegistration) and (problem := registration_problem(message)) is not None:
             raise InvalidRegistration(f"registration of job {message.job_id} attempt {message.epoch} "
                                       f"rejected: {problem}")
@@ -110,33 +126,35 @@ class CoordinatorEdge:
         if not self.live:
             return
         resend = time.monotonic() - self._last_resend > PERSIST_RESEND_S
+        now = now_ms()
+        confirmation = self._delivered_at()
+        if confirmation is not None and confirmation != self._confirmation:
+            self._confirmation = confirmation
+            self.delivery.confirmed(confirmation)
+        listening_since = self.delivery.listening_since(now)
         for job, coordinator in list(self.coordinators.items()):
-            commands = coordinator.tick(now_ms())
+            was_silent = coordinator.silence is not None
+            commands = coordinator.tick(now, listening_since=listening_since)
+            if (coordinator.silence is not None) != was_silent:
+                self._log_liveness(job, coordinator)
             if resend:  # the store may have missed a request while it was down
                 commands = [*coordinator.unconfirmed_persists(), *commands]
             await self._run(job, commands)
         if resend:
             self._last_resend = time.monotonic()
 
+    @staticmethod
+    def _log_liveness(job: JobId, coordinator: CheckpointCoordinator) -> None:
+        if coordinator.silence is not None:
+            log.error("job supervisor silent; the job is not running", job=job, reason=coordinator.silence.reason)
+        else:
+            log.info("job supervisor heard again", job=job, state=coordinator.state)
+
     async def request_savepoint(self, request: SavepointRequest) -> None:
         """Write an operator's savepoint request to the control topic; the coordinator acts on it
         when it reads the record back (so a restarted coordinator sees it too)."""
         await self.app.publish(self.app.topics.control, request, request.job_id.encode())
         self.savepoint_requests.setdefault(request.request_id, request)
-
-    async def request_discard(self, job: JobId, checkpoint_id: CheckpointId, timeout_s: float) -> bool:
-        """Ask the checkpoint-store to discard a retained checkpoint (a ``CheckpointDiscarded``
-        with ``DELETED_BY_REQUEST`` on the control topic); True once the store's discard is
-        folded (the job's newest completed checkpoint has dropped back), False after ``timeout_s``."""
-        request = CheckpointDiscarded(job, checkpoint_id, now_ms(), DELETED_BY_REQUEST)
-        await self.app.publish(self.app.topics.control, request, job.encode())
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            coordinator = self.coordinators.get(job)
-            if coordinator is not None and checkpoint_id in coordinator.discarded_by_request:
-                return True
-            await asyncio.sleep(0.05)
-        return False
 
     async def request_restore(self, request: RestoreRequest) -> RestoreCommand:
         """Have the job's coordinator restore from ``request`` (live only); carry out its commands."""

@@ -1,17 +1,20 @@
-"""Job runs started through the operator API: ``tidemark jobs run`` child processes of the coordinator.
+"""Job runs started through the operator API: ``tidemark jobs run`` processes that outlive the coordinator.
 
 Lifecycle: ``LocalLauncher(settings, bootstrap)`` once while the coordinator is built (only with
-``TIDEMARK_JOBS__LAUNCHER=local``) -> ``start(request)`` per ``POST /api/v1/runs``, on the
-event-loop (main) thread -> ``reap()`` periodically and before every answer (collects exit
-codes) -> ``cancel(run)`` per ``DELETE`` (SIGTERM: the supervisor stops its workers and exits
-143) -> ``shutdown()`` when the coordinator stops (SIGTERM to every running run, SIGKILL after a
-bounded wait).
+``TIDEMARK_JOBS__LAUNCHER=local``; it re-adopts the runs a previous coordinator left running) ->
+``start(request)`` per ``POST /api/v1/runs`` -> ``reap()`` periodically and before every answer
+(collects exit codes) -> ``cancel(run)`` per ``DELETE`` (SIGTERM: the supervisor stops its
+workers and exits 143).
 
-Every child is started with ``PR_SET_PDEATHSIG=SIGKILL``, so it dies with the coordinator even
-when the coordinator is killed; the supervisor ties its workers to itself the same way. The
-signal fires when the *thread* that forked exits, which is why ``start`` refuses to run off the
-main thread. Runs live in this process's memory only: after a coordinator restart the list is
-empty (the runs died with it).
+A run is not tied to the coordinator's life: its supervisor starts in a session of its own
+(``start_new_session``, no parent-death signal), so neither a coordinator that is killed nor one
+that stops (SIGTERM, an upgrade) takes it down; only ``DELETE /api/v1/runs/{id}`` stops it. Its
+workers stay tied to the supervisor (they die with it). Every run is recorded in
+``<home>/job-runs/<run_id>.json`` (rewritten atomically at start, cancel and exit): a restarted
+coordinator lists the runs again and re-adopts those still running by pid, checking the pid's
+start time in ``/proc`` so a recycled pid is never taken for the run. A re-adopted run is not
+this process's child: its exit code cannot be collected, so when it ends it shows ``EXITED``
+with ``exit_code`` null (its log and the job's state say how it ended).
 
 A run gets the coordinator's own deployment settings as environment (Kafka, topic prefix, home,
 checkpoint storage, API token, ...; resolved, so a YAML config file is not needed and not
@@ -21,14 +24,11 @@ passed), ``TIDEMARK_COORDINATOR_URL`` pointing at this coordinator, and writes i
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
 import subprocess
 import sys
-import threading
-import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -38,7 +38,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from tidemark.clock import now_ms
-from tidemark.processes import die_with_parent
+from tidemark.processes import process_start_time
 from tidemark.config.settings import CONFIG_FILE_ENV, TidemarkSettings
 from tidemark.chassis.logs import get_logger
 from tidemark.services.coordinator.settings import CoordinatorSettings
@@ -47,6 +47,7 @@ from tidemark.types import CheckpointId, JobId
 log = get_logger(__name__)
 EXITED_RUNS_KEPT = 100
 RUN_LOG_DIR = "logs/runs"
+RUN_RECORD_DIR = "job-runs"
 _COORDINATOR_ONLY = tuple(sorted(set(CoordinatorSettings.model_fields) - set(TidemarkSettings.model_fields)))
 
 
@@ -69,36 +70,49 @@ class LaunchRequest:
 
 @dataclass
 class JobRun:
-    """One started run. ``exit_code`` is None while it runs; a run killed by signal N exits 128+N."""
+    """One started run. ``process`` is None for a run re-adopted after a coordinator restart (not
+    our child); ``exit_code`` is None while it runs, and also after a re-adopted run ended (unknown);
+    a run killed by signal N exits 128+N."""
 
     run_id: str
     request: LaunchRequest
-    process: subprocess.Popen[bytes]
+    pid: int
+    pid_started: int | None  # the pid's start time (process_start_time)
     started_at: int
     log_path: str  # relative to the coordinator's home
     run_dir: str  # the supervisor's directory (stage worker logs), relative to home
+    process: subprocess.Popen[bytes] | None = None
     exit_code: int | None = None
     ended_at: int | None = None
     cancel_requested_at: int | None = None
 
     @property
-    def pid(self) -> int:
-        return self.process.pid
-
-    @property
     def running(self) -> bool:
-        return self.exit_code is None
+        return self.ended_at is None
 
     def poll(self) -> bool:
         """Collect the exit status; True when the run was just seen to have exited."""
-        if self.exit_code is not None:
+        if self.ended_at is not None:
             return False
-        code = self.process.poll()
-        if code is None:
+        if self.process is not None:
+            code = self.process.poll()
+            if code is None:
+                return False
+            self.exit_code = code if code >= 0 else 128 - code
+        elif self.alive():
             return False
-        self.exit_code = code if code >= 0 else 128 - code
         self.ended_at = now_ms()
         return True
+
+    def alive(self) -> bool:
+        started = process_start_time(self.pid)
+        return started is not None and started == self.pid_started
+
+    def signal(self, sig: int) -> None:
+        if self.process is not None:
+            self.process.send_signal(sig)
+        elif self.alive():
+            os.kill(self.pid, sig)
 
 
 def run_document(run: JobRun) -> dict[str, Any]:
@@ -118,6 +132,7 @@ def run_document(run: JobRun) -> dict[str, Any]:
         "force": request.force,
         "pid": run.pid,
         "status": "RUNNING" if run.running else "EXITED",
+        "adopted": run.process is None,
         "exit_code": run.exit_code,
         "started_at": run.started_at,
         "ended_at": run.ended_at,
@@ -172,6 +187,23 @@ def child_env(settings: CoordinatorSettings, bootstrap: str, environ: Mapping[st
     return env
 
 
+def run_record(run: JobRun) -> dict[str, Any]:
+    """What ``<home>/job-runs/<run_id>.json`` holds: the run's document and its pid's start time."""
+    record = run_document(run)
+    del record["adopted"]
+    return {**record, "pid_started": run.pid_started}
+
+
+def run_from_record(record: Mapping[str, Any]) -> JobRun:
+    """The run a record describes, as a run of this coordinator re-adopted (no child process)."""
+    request = LaunchRequest(record["reference"], dict(record["args"]), JobId(record["job"]), int(record["parallelism"]),
+                            None if record["from_checkpoint"] is None else CheckpointId(record["from_checkpoint"]),
+                            record["from_savepoint"], bool(record["fresh"]), bool(record["force"]))
+    return JobRun(record["run_id"], request, int(record["pid"]), record["pid_started"], int(record["started_at"]),
+                  record["log_path"], record["run_dir"], None, record["exit_code"], record["ended_at"],
+                  record["cancel_requested_at"])
+
+
 class LocalLauncher:
     """Starts, watches and stops the runs of one coordinator (see the module lifecycle)."""
 
@@ -179,8 +211,31 @@ class LocalLauncher:
                  environ: Mapping[str, str] | None = None) -> None:
         self.home = settings.home.resolve()
         self.env = child_env(settings, bootstrap, os.environ if environ is None else environ)
-        self.runs: dict[str, JobRun] = {}  # in start order
-        self.stop_timeout_s = max(1.0, settings.shutdown_timeout_s / 2)
+        self.records = self.home / RUN_RECORD_DIR
+        self.runs: dict[str, JobRun] = {run.run_id: run for run in self._recorded()}  # in start order
+        self.reap()
+
+    def _recorded(self) -> list[JobRun]:
+        """The runs recorded by earlier coordinators in this home, oldest first; an unreadable
+        record is logged and skipped."""
+        runs = []
+        for path in sorted(self.records.glob("*.json")) if self.records.is_dir() else []:
+            try:
+                runs.append(run_from_record(json.loads(path.read_text(encoding="utf-8"))))
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                log.warning("job run record unreadable; skipped", path=str(path), error=str(exc))
+        runs.sort(key=lambda run: run.started_at)
+        for run in runs:
+            if run.running:
+                log.info("job run re-adopted", run_id=run.run_id, job=run.request.job_id, pid=run.pid)
+        return runs
+
+    def _save(self, run: JobRun) -> None:
+        self.records.mkdir(parents=True, exist_ok=True)
+        path = self.records / f"{run.run_id}.json"
+        temporary = path.with_suffix(".json.tmp")
+        temporary.write_text(json.dumps(run_record(run)), encoding="utf-8")
+        os.replace(temporary, path)
 
     def command(self, request: LaunchRequest) -> list[str]:
         command = [sys.executable, "-m", "tidemark.cli", "jobs", "run", request.reference,
@@ -194,30 +249,33 @@ class LocalLauncher:
         return command
 
     def start(self, request: LaunchRequest) -> JobRun:
-        if threading.current_thread() is not threading.main_thread():
-            raise RuntimeError("runs must be started on the main thread (PR_SET_PDEATHSIG follows the forking thread)")
         run_id = uuid.uuid4().hex
         log_path = f"{RUN_LOG_DIR}/{run_id}.log"
         (self.home / RUN_LOG_DIR).mkdir(parents=True, exist_ok=True)
         with open(self.home / log_path, "ab") as out:
             process = subprocess.Popen(self.command(request), stdout=out, stderr=subprocess.STDOUT,
-                                       stdin=subprocess.DEVNULL, env=self.env, preexec_fn=die_with_parent)
-        run = JobRun(run_id, request, process, now_ms(), log_path, f"runs/{request.job_id}-{process.pid}")
+                                       stdin=subprocess.DEVNULL, env=self.env, start_new_session=True)
+        run = JobRun(run_id, request, process.pid, process_start_time(process.pid), now_ms(), log_path,
+                     f"runs/{request.job_id}-{process.pid}", process)
         self.runs[run_id] = run
+        self._save(run)
         log.info("job run started", run_id=run_id, job=request.job_id, reference=request.reference,
                  pid=process.pid, log=log_path)
         return run
 
     def reap(self) -> list[JobRun]:
         """Collect exit codes; the runs that just exited. Forgets the oldest exited runs beyond
-        :data:`EXITED_RUNS_KEPT`."""
+        :data:`EXITED_RUNS_KEPT` (and their records)."""
         exited = [run for run in self.runs.values() if run.poll()]
         for run in exited:
+            self._save(run)
             log.info("job run exited", run_id=run.run_id, job=run.request.job_id, pid=run.pid,
-                     exit_code=run.exit_code, cancelled=run.cancel_requested_at is not None)
+                     exit_code=run.exit_code, cancelled=run.cancel_requested_at is not None,
+                     adopted=run.process is None)
         finished = [run_id for run_id, run in self.runs.items() if not run.running]
         for run_id in finished[:max(0, len(finished) - EXITED_RUNS_KEPT)]:
             del self.runs[run_id]
+            (self.records / f"{run_id}.json").unlink(missing_ok=True)
         return exited
 
     async def reap_periodically(self) -> None:
@@ -237,28 +295,11 @@ class LocalLauncher:
 
     def cancel(self, run: JobRun) -> None:
         """SIGTERM the run's supervisor (which stops its workers); the caller checked it runs."""
-        run.process.send_signal(signal.SIGTERM)
+        run.signal(signal.SIGTERM)
         if run.cancel_requested_at is None:
             run.cancel_requested_at = now_ms()
+            self._save(run)
         log.info("job run cancel requested", run_id=run.run_id, job=run.request.job_id, pid=run.pid)
-
-    async def shutdown(self, *_: Any, **__: Any) -> None:
-        """Stop every running run: SIGTERM, then SIGKILL after ``stop_timeout_s``."""
-        running = [run for run in self.list() if run.running]
-        if not running:
-            return
-        log.info("stopping job runs", runs=[r.run_id for r in running], timeout_s=self.stop_timeout_s)
-        for run in running:
-            run.process.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + self.stop_timeout_s
-        while any(run.process.poll() is None for run in running) and time.monotonic() < deadline:
-            await asyncio.sleep(0.1)
-        for run in running:
-            if run.process.poll() is None:
-                log.warning("job run did not stop in time; killing it", run_id=run.run_id, pid=run.pid)
-                run.process.kill()
-                run.process.wait()
-        self.reap()
 
 
 __all__ = ["JobRun", "LaunchRequest", "LocalLauncher", "child_env", "coordinator_url"]

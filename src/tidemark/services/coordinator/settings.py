@@ -101,6 +101,7 @@ class JobsSettings(BaseModel):
 class CoordinatorSettings(TidemarkSettings):
     http_port: int = Field(9400, ge=0, le=65535)
     tick_interval_ms: int = Field(100, ge=10, le=10000)
+    supervisor_silence_ms: int = Field(5000, ge=2000, le=600000)  # a job's supervisor unheard this long: not running
     checkpoint: CheckpointSettings = CheckpointSettings()
     jobs: JobsSettings = JobsSettings()
 
