@@ -1,14 +1,17 @@
 """A corrupted newest checkpoint: the failed-over job stops with an error naming the checkpoint and
 the file, at once (no restore loop), and nothing duplicated reaches the read_committed output. A
-new start on a corrupted newest ``_metadata`` is refused with one line and exit code 3, unless the
-operator allows a fallback (``TIDEMARK_RESTORE_FALLBACK=true``): then the older checkpoint is
-restored, because the commit markers show none of the skipped checkpoint's output was committed, and
-the output stays exactly once record by record."""
+new start on a corrupted newest ``_metadata`` is refused with one line and exit code 3. The
+operator's ways back: discard the corrupted checkpoint (``tidemark checkpoints discard``), after
+which a start restores the newest one left; or allow a fallback (``TIDEMARK_RESTORE_FALLBACK=true``).
+Either way the older checkpoint is restored because the commit markers show none of the skipped
+checkpoint's output was committed, and the output stays exactly once record by record."""
 
 from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -38,6 +41,13 @@ def _flip_metadata_bit(root, metadata_path) -> str:  # noqa: ANN001
     data[-3] ^= 0x01
     (root / metadata_path).write_bytes(bytes(data))
     return metadata_path
+
+
+def _discard(pipe, job: str, checkpoint_id: int) -> subprocess.CompletedProcess:  # noqa: ANN001
+    """The documented command, as an operator runs it."""
+    env = {**os.environ, **pipe.env, "TIDEMARK_COORDINATOR_URL": pipe.coordinator_url}
+    return subprocess.run([sys.executable, "-m", "tidemark.cli", "checkpoints", "discard", job, str(checkpoint_id)],
+                          env=env, capture_output=True, text=True, timeout=90)
 
 
 def _worker_pid(supervisor: int, stage: str) -> int:
@@ -90,7 +100,7 @@ def test_a_corrupted_newest_checkpoint_stops_the_job_naming_checkpoint_and_file(
     assert verdict.duplicates == 0 and verdict.unexpected == 0, verdict
 
 
-def test_a_start_on_a_corrupted_newest_metadata_is_refused_in_one_line_unless_a_fallback_is_allowed(
+def test_a_start_on_a_corrupted_newest_metadata_is_refused_in_one_line_until_discarded_or_a_fallback_is_allowed(
         tmp_path, kafka_bootstrap, unique_name):
     topics = topics_for(unique_name)
     first, second = (lambda records: (records[:300], records[300:]))(list(generate(600)))
@@ -117,6 +127,23 @@ def test_a_start_on_a_corrupted_newest_metadata_is_refused_in_one_line_unless_a_
                                f"{damaged}: "), line
         assert refused.events("restore issued") == [] and refused.events("starting attempt") == []
 
+        # the documented remedy: discard it; the next start restores the newest checkpoint left
+        # (it was refused as older than the discarded one, again and again, before the coordinator
+        # folded the discard)
+        discarded = _discard(pipe, topics.job_id, newest.metadata.checkpoint_id)
+        assert discarded.returncode == 0, discarded.stderr
+        left = list_retained(open_storage(root.as_uri()), topics.job_id, savepoints=False).entries[-1]
+        assert left.metadata.checkpoint_id < newest.metadata.checkpoint_id and not (root / newest.path).exists()
+        after_discard = pipe.start_job(URL_COUNTS, topics.single_stage_args())
+        wait_for(lambda: after_discard.events("restore issued"), 120, "the restore of the newest checkpoint left")
+        [restored_left] = after_discard.events("restore issued")
+        resumed_from = pipe.completed_checkpoints(topics.job_id)
+        wait_for(lambda: pipe.completed_checkpoints(topics.job_id) >= resumed_from + 2, 120, "its checkpoints")
+        assert after_discard.stop() == 143
+        assert restored_left["checkpoint"] == left.metadata.checkpoint_id, restored_left
+
+        newest = list_retained(open_storage(root.as_uri()), topics.job_id, savepoints=False).entries[-1]
+        _flip_metadata_bit(root, newest.path)
         resumed = pipe.start_job(URL_COUNTS, topics.single_stage_args(),
                                  env={"TIDEMARK_RESTORE_FALLBACK": "true"})
         wait_for(lambda: resumed.events("restore issued"), 120, "the fallback restore")

@@ -40,6 +40,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 TOKEN = "openapi-test-token-5d1e0b7c"
 JOB = JobId("openapi-job")
+ENDED = JobId("openapi-ended")  # a cancelled job with a retained checkpoint, which an operator discards
 OPERATOR = OperatorId("count_hits")
 SPEC = openapi_document()
 METHODS = ("get", "post", "put", "patch", "delete")
@@ -111,7 +112,7 @@ def server(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> It
     env = {"TIDEMARK_CHECKPOINT_STORAGE_URL": storage_url, "TIDEMARK_API_TOKEN": TOKEN,
            "TIDEMARK_CHECKPOINT__INTERVAL_MS": "600000", "TIDEMARK_JOBS__LAUNCHER": "local"}
     with LocalCluster(home, kafka_bootstrap, topic_prefix=topics.prefix, env=env) as cluster:
-        cluster.start(["coordinator"])
+        cluster.start(["coordinator", "checkpoint-store"])
         cluster.wait_ready(timeout_s=90)
         coordinator = cluster.services["coordinator"]
         heartbeats = SupervisorHeartbeats({"bootstrap.servers": kafka_bootstrap}, topics, JOB, lambda: 1).start()
@@ -119,7 +120,7 @@ def server(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> It
         _store_checkpoint(storage_url)
         result = Server(coordinator.url, coordinator.env)
         deadline = time.monotonic() + 30
-        while not any(j["job"] == JOB for j in result.call("GET", "/api/v1/jobs")[1]["jobs"]):
+        while not any(j["job"] == JOB for j in result.call("GET", "/api/v1/jobs")[1].get("jobs", ())):  # 503: replaying
             assert time.monotonic() < deadline, "the coordinator did not see the registration"
             time.sleep(0.2)
         yield result
@@ -132,7 +133,16 @@ def _register(bootstrap: str, topics: TopicNames) -> None:
     registration = JobRegistration(JOB, Epoch(1), CheckpointingMode.EXACTLY_ONCE, 128, tasks,
                                    tuple(t.task_id for t in tasks), int(time.time() * 1000), workers=(0, 1))
     producer.produce(topics.control, key=JOB.encode(), value=codec.encode(registration))
+    ended = JobRegistration(ENDED, Epoch(1), CheckpointingMode.EXACTLY_ONCE, 128, tasks, registration.source_tasks,
+                            int(time.time() * 1000), finished=True, outcome="CANCELLED", workers=(0, 1))
+    snapshots = tuple(TaskSnapshot(t.task_id, OPERATOR, t.subtask_index, t.key_group_start, t.key_group_end)
+                      for t in tasks)
+    persist = CheckpointMetadata(ENDED, CheckpointId(3), CheckpointType.CHECKPOINT, 1000, 1500, 128, snapshots,
+                                 Epoch(1))  # on the control topic: the request the checkpoint-store carries out
+    for record in (ended, persist):
+        producer.produce(topics.control, key=ENDED.encode(), value=codec.encode(record))
     producer.flush(10)
+
 
 
 def _store_checkpoint(storage_url: str) -> None:
@@ -199,6 +209,17 @@ def test_every_described_operation_answers_as_described(server: Server) -> None:
     assert call("GET", detail, f"/api/v1/jobs/{JOB}/checkpoints/0")[0] == 400
     assert call("GET", request, f"/api/v1/jobs/{JOB}/savepoints/requests/unknown")[0] == 404
     assert call("GET", request, f"/api/v1/jobs/{JOB}/savepoints/requests/bad%20id")[0] == 400
+
+    assert call("DELETE", detail, f"/api/v1/jobs/{JOB}/checkpoints/1")[0] == 409  # the job runs
+    assert call("DELETE", detail, "/api/v1/jobs/nobody/checkpoints/1")[0] == 404
+    ended_retained = f"/api/v1/jobs/{ENDED}/checkpoints/retained"
+    while not call("GET", retained, ended_retained)[1]["checkpoints"]:
+        assert time.monotonic() < deadline + 30, "the checkpoint-store did not store checkpoint 3"
+        time.sleep(0.2)
+    status, discarded = call("DELETE", detail, f"/api/v1/jobs/{ENDED}/checkpoints/3")
+    assert status == 200 and discarded == {"job": ENDED, "discarded": 3, "newest_completed": None}
+    assert call("GET", retained, ended_retained)[1]["checkpoints"] == []
+    assert call("DELETE", detail, f"/api/v1/jobs/{ENDED}/checkpoints/3")[0] == 404
 
     status, command = call("POST", restore, f"/api/v1/jobs/{JOB}/restore", {"checkpoint_id": 1, "parallelism": 4})
     assert status == 202 and len(command["assignments"]) == 4 and command["epoch"] == 2

@@ -147,6 +147,9 @@ class CoordinatorClient:
     def retained_checkpoints(self, job: str) -> Any:
         return self.request("GET", f"/jobs/{_segment(job)}/checkpoints/retained")
 
+    def discard_checkpoint(self, job: str, checkpoint_id: int) -> Any:
+        return self.request("DELETE", f"/jobs/{_segment(job)}/checkpoints/{_segment(checkpoint_id)}")
+
     def savepoints(self, job: str) -> Any:
         return self.request("GET", f"/jobs/{_segment(job)}/savepoints")
 

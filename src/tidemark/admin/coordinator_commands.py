@@ -1,6 +1,6 @@
 """The operator commands of the ``tidemark`` CLI, talking to the coordinator's HTTP API.
 
-``install(app)`` adds ``jobs list|submit|runs|cancel``, ``checkpoints list|history``,
+``install(app)`` adds ``jobs list|submit|runs|cancel``, ``checkpoints list|history|discard``,
 ``savepoints list``, ``savepoint trigger`` and ``restore`` to the root Typer app (``jobs run``,
 the job runtime in the foreground, is :mod:`tidemark.runtime.job_commands`). Every command takes ``--url``
 (``TIDEMARK_COORDINATOR_URL``), ``--token`` (``TIDEMARK_API_TOKEN``) and ``--json`` (print the
@@ -152,6 +152,17 @@ def checkpoints_history(job: str = JobArgument, url: str = UrlOption,
     """Recent checkpoints and savepoints of JOB with status, durations and sizes."""
     document = _call(lambda: _client(url, token).history(job))
     _emit(document, as_json, render.history_text)
+
+
+@checkpoints_app.command("discard")
+def checkpoints_discard(job: str = JobArgument,
+                        checkpoint_id: int = typer.Argument(..., min=1, help="The checkpoint or savepoint id."),
+                        url: str = UrlOption, token: Optional[str] = TokenOption, as_json: bool = JsonOption) -> None:
+    """Discard retained checkpoint CHECKPOINT_ID of JOB (a corrupted one), which must not be running:
+    the checkpoint-store deletes the files only it uses; the next start restores the newest one left."""
+    document = _call(lambda: _client(url, token).discard_checkpoint(job, checkpoint_id))
+    _emit(document, as_json, lambda d: f"checkpoint {d['discarded']} of job {d['job']} discarded; newest "
+                                       f"completed checkpoint now: {d['newest_completed'] or 'none'}")
 
 
 @savepoints_app.command("list")

@@ -169,7 +169,21 @@ class CheckpointCoordinator:
 
     @property
     def last_completed(self) -> CompletedCheckpoint | None:
+        """The newest completed checkpoint or savepoint still retained (one an operator
+        discarded, or that left retention, no longer counts)."""
         return self._ledger.last_completed
+
+    @property
+    def discarded_by_request(self) -> frozenset[CheckpointId]:
+        """The checkpoints and savepoints an operator discarded (``tidemark checkpoints discard``)."""
+        return frozenset(self._ledger.discarded_by_request)
+
+    @property
+    def newest_discarded_by_request(self) -> CheckpointId | None:
+        """The newest of :attr:`discarded_by_request`, if any: a restore older than it may repeat
+        output that checkpoint's sinks committed."""
+        return max(self._ledger.discarded_by_request, default=None)
+
 
     @property
     def active_epoch(self) -> Epoch:

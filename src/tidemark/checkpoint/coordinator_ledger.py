@@ -22,7 +22,7 @@ from tidemark.checkpoint.failures import CheckpointFailureManager
 from tidemark.checkpoint.outcomes import AbortReason, AckOutcome
 from tidemark.checkpoint.pending import PendingCheckpoint
 from tidemark.checkpoint.stats import CheckpointStatsTracker
-from tidemark.checkpoint_store.store import REJECTED_PREFIX
+from tidemark.checkpoint_store.store import DELETED_BY_REQUEST, REJECTED_PREFIX
 from tidemark.protocol.messages import (
     AttemptFailed,
     CheckpointAborted,
@@ -71,7 +71,9 @@ class CheckpointLedger:
         self.last_id: CheckpointId = CheckpointId(0)
         self.pending: dict[CheckpointId, PendingCheckpoint] = {}
         self.completing: dict[CheckpointId, CompletedCheckpoint] = {}
-        self.last_completed: CompletedCheckpoint | None = None
+        self.last_completed: CompletedCheckpoint | None = None  # the newest of ``completed``
+        self.completed: dict[CheckpointId, CompletedCheckpoint] = {}  # announced, not discarded since
+        self.discarded_by_request: set[CheckpointId] = set()  # by an operator (a corrupted checkpoint)
         self.last_completed_at: int | None = None
         self.next_periodic_at: int | None = None
         self.savepoint_queue: deque[SavepointRequest] = deque()
@@ -152,7 +154,10 @@ class CheckpointLedger:
             case CheckpointMetadata():
                 self._fold_stored(record)
             case CheckpointDiscarded():
-                self._fold_store_rejection(record)
+                if record.reason.startswith(REJECTED_PREFIX):
+                    self._fold_store_rejection(record)
+                else:
+                    self._fold_discarded(record)
             case CheckpointCompleted():
                 self._fold_completed(record)
             case CheckpointAborted():
@@ -245,13 +250,23 @@ class CheckpointLedger:
 
     def _fold_store_rejection(self, record: CheckpointDiscarded) -> None:
         """The store refused a checkpoint it was asked to persist (it never became durable)."""
-        if not record.reason.startswith(REJECTED_PREFIX):
-            return  # a retention discard of a checkpoint that is closed already
         completing = self.completing.get(record.checkpoint_id)
         if completing is not None and not completing.durable:
             self.store_rejections[record.checkpoint_id] = record.reason
         elif record.checkpoint_id in self.pending:  # replay: its acks may follow on their topic
             self.store_rejections[record.checkpoint_id] = record.reason
+
+    def _fold_discarded(self, record: CheckpointDiscarded) -> None:
+        """A retained checkpoint left retention: the oldest by retention, or any one an operator
+        discarded (``DELETED_BY_REQUEST``). The newest completed checkpoint is then the newest
+        one still retained, so a restore of that one is not refused as older than a checkpoint
+        that is gone (:meth:`CheckpointCoordinator.request_restore`)."""
+        cid = record.checkpoint_id
+        if record.reason == DELETED_BY_REQUEST:
+            self.discarded_by_request.add(cid)
+        if self.completed.pop(cid, None) is not None and self.last_completed is not None \
+                and self.last_completed.checkpoint_id == cid:
+            self.last_completed = self.completed[max(self.completed)] if self.completed else None
 
     def _fold_completed(self, record: CheckpointCompleted) -> None:
         cid = record.checkpoint_id
@@ -276,9 +291,12 @@ class CheckpointLedger:
     def _record_completion(
         self, completed: CompletedCheckpoint, record: CheckpointCompleted
     ) -> None:
-        last = self.last_completed
-        if last is None or completed.checkpoint_id > last.checkpoint_id:
-            self.last_completed = completed
+        cid = completed.checkpoint_id
+        if cid not in self.discarded_by_request:  # replay: read back after its discard
+            self.completed[cid] = completed
+            last = self.last_completed
+            if last is None or cid > last.checkpoint_id:
+                self.last_completed = completed
         self.stats.report_completed(completed.metadata, record.completed_at, record.metadata_path)
 
     def _fold_aborted(self, record: CheckpointAborted) -> None:

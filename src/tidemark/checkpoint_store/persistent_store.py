@@ -2,7 +2,8 @@
 
 Lifecycle: construct over a ``CheckpointStorage`` and a ``CheckpointEventLog``; after a restart
 call ``recover(events)`` once with the whole event log (before anything else); then ``store``
-each checkpoint the coordinator asks to persist and ``delete_savepoint`` on request.
+each checkpoint the coordinator asks to persist and ``delete_savepoint`` or ``discard_by_request``
+on an operator's request.
 
 Order of effects, which is what makes every crash recoverable:
 
@@ -129,6 +130,20 @@ class PersistentCheckpointStore:
     ) -> CheckpointDiscarded | None:
         """Stop retaining a savepoint and delete the files only it used; None if not retained."""
         discard = self.store.delete_savepoint(checkpoint_id)
+        if discard is None:
+            return None
+        event = discard.to_event(self.job_id, now_ms)
+        self.event_log.append([event])
+        self._delete(discard.deleted_files)
+        return event
+
+    def discard_by_request(
+        self, checkpoint_id: CheckpointId, now_ms: int
+    ) -> CheckpointDiscarded | None:
+        """Stop retaining a checkpoint or savepoint an operator discards (its ``_metadata`` may
+        be corrupted or gone: what to delete comes from the log) and delete the files only it
+        used; None if not retained."""
+        discard = self.store.discard_by_request(checkpoint_id)
         if discard is None:
             return None
         event = discard.to_event(self.job_id, now_ms)

@@ -1,8 +1,8 @@
 """Which completed checkpoints and savepoints are retained (Flink: CompletedCheckpointStore).
 
 Pure bookkeeping, no I/O. Lifecycle: one store per job; ``add`` every confirmed checkpoint or
-savepoint (any order, each id once; adding an id again is a no-op), ``delete_savepoint`` on an
-operator's request. Each returns the :class:`Discard` s it caused: the checkpoints that left
+savepoint (any order, each id once; adding an id again is a no-op), ``delete_savepoint`` or
+``discard_by_request`` on an operator's request. Each returns the :class:`Discard` s it caused: the checkpoints that left
 retention and exactly the files that may now be deleted. ``fold`` applies the store's own event
 log (``CheckpointMetadata`` = added, ``CheckpointDiscarded`` = left retention), so a restarted
 store rebuilt from its log has the same retained set and reference counts.
@@ -124,6 +124,14 @@ class CompletedCheckpointStore:
             return None
         if not metadata.checkpoint_type.is_savepoint:
             raise ValueError(f"{checkpoint_id} is a checkpoint: only savepoints are deleted")
+        return self._discard(checkpoint_id, DELETED_BY_REQUEST)
+
+    def discard_by_request(self, checkpoint_id: CheckpointId) -> Discard | None:
+        """Stop retaining checkpoint or savepoint ``checkpoint_id`` because an operator asked
+        (a corrupted checkpoint: docs/operations.md); None when it is not retained. Its id stays
+        seen: it is never stored again."""
+        if checkpoint_id not in self._retained:
+            return None
         return self._discard(checkpoint_id, DELETED_BY_REQUEST)
 
     def fold(self, event: CheckpointEvent) -> tuple[Discard, ...]:

@@ -36,7 +36,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tidemark.checkpoint_store.catalog import RestoreSourceNotFound, UnusableRestoreSource, resolve_restore_source
+from tidemark.checkpoint_store.catalog import (
+    RestoreSourceNotFound,
+    UnusableRestoreSource,
+    find_by_id,
+    resolve_restore_source,
+)
 from tidemark.checkpoint_store.verification import CorruptCheckpoint, verify_checkpoint
 from tidemark.clock import now_ms
 from tidemark.config.settings import TidemarkSettings
@@ -47,7 +52,13 @@ from tidemark.protocol.messages import RestoreCommand
 from tidemark.runtime.api import JobSpec
 from tidemark.runtime.committed_output import committed_output, newest_committed_checkpoint
 from tidemark.runtime.fresh_start import FreshStart, UnreadableFreshStart, is_restart, read_fresh_start, record_fresh_start
-from tidemark.runtime.restore_source import RestoreRefused, RestoreSource, choose_restore_source, restore_candidates
+from tidemark.runtime.restore_source import (
+    RestoreRefused,
+    RestoreSource,
+    choose_restore_source,
+    refuse_below_committed_output,
+    restore_candidates,
+)
 from tidemark.chassis.logs import get_logger
 from tidemark.storage.base import CheckpointStorage
 from tidemark.types import CheckpointId, Epoch
@@ -168,8 +179,20 @@ class AttemptPlanner:
             except _NewerCheckpoint as exc:
                 log.info("a newer checkpoint completed while the restore source was chosen; choosing again",
                          job=self.spec.job_id, choice=choice, reason=str(exc))
+        self._refuse_over_removed_checkpoint()
         raise StartRefused(f"checkpoints kept completing while job {self.spec.job_id}'s restore source was "
                            f"chosen ({CHOICES} times): is another supervisor running the job?")
+
+    def _refuse_over_removed_checkpoint(self) -> None:
+        """The coordinator keeps refusing because its newest completed checkpoint is gone from
+        storage (removed by hand, not discarded): say so, and how to recover."""
+        job = self._job()
+        last = (job or {}).get("last_completed") or {}
+        last_id = int(last.get("id") or 0)
+        if last_id > self.newest_retained_id() and find_by_id(self.storage, self.spec.job_id, last_id) is None:
+            raise StartRefused(
+                f"checkpoint {last_id} of job {self.spec.job_id} completed but is no longer in checkpoint storage; "
+                f"discard it with 'tidemark checkpoints discard {self.spec.job_id} {last_id}', then start again")
 
     def _fresh_attempt(self, newest: int) -> AttemptState:
         """``--fresh``: empty state, unless ``start_id`` already started empty (a restart of that
@@ -259,7 +282,29 @@ class AttemptPlanner:
         if source.checkpoint_id is None:  # every candidate corrupted, and starting over is allowed
             log.warning("no whole checkpoint to resume; starting from the start", job=self.spec.job_id)
             return self.empty(0)
+        self._refuse_below_discarded(source.checkpoint_id)
         return self._restore(0, source.checkpoint_id, None, newest)
+
+    def _refuse_below_discarded(self, target: int) -> None:
+        """An operator discarded a checkpoint newer than ``target`` (a corrupted one, ``tidemark
+        checkpoints discard``): its output may be committed, and restoring ``target`` would commit
+        it again. So ``target`` is restored only when the commit markers show no output after it
+        (:func:`~tidemark.runtime.restore_source.refuse_below_committed_output`), or with ``force``."""
+        job, spec = self._job(), self.spec
+        discarded = int((job or {}).get("newest_discarded_checkpoint") or 0)
+        if discarded <= target or self.options.force:
+            return
+        try:
+            refuse_below_committed_output(
+                spec, f"checkpoint {discarded} of job {spec.job_id} was discarded", target,
+                lambda: newest_committed_checkpoint(base_config(self.settings), self.topics, spec),
+                remedy=f"; pass --force to restore checkpoint {target} anyway (that output is written twice), "
+                       "or --fresh --force to start over")
+        except RestoreRefused as exc:
+            log.error("restore refused", job=spec.job_id, error=str(exc))
+            raise StartRefused(str(exc)) from None
+        log.warning("restoring a checkpoint older than one discarded: no output after it is committed",
+                    job=spec.job_id, checkpoint=target, discarded=discarded)
 
     def _choose_source(self, baseline: int, started_from: str | None) -> RestoreSource:
         try:

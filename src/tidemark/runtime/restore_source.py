@@ -18,6 +18,10 @@ input in between and would commit that output a second time. So:
   markers (``<prefix>.sink-commits``) show that no output of a checkpoint after it was
   committed; otherwise the fallback is refused as well, saying which checkpoint's output is
   committed. Starting over without any checkpoint follows the same rule.
+
+The same rule (:func:`refuse_below_committed_output`) guards a start after an operator discarded
+the newest checkpoint (``tidemark checkpoints discard``;
+:meth:`tidemark.runtime.attempt_planner.AttemptPlanner._refuse_below_discarded`).
 """
 
 from __future__ import annotations
@@ -103,11 +107,20 @@ def choose_restore_source(storage: CheckpointStorage, spec: JobSpec, *, baseline
 
 
 def _check_fallback(spec: JobSpec, corrupted: CorruptCheckpoint, target: int, committed_up_to: CommittedUpTo) -> None:
+    refuse_below_committed_output(spec, str(corrupted), target, committed_up_to)
+
+
+def refuse_below_committed_output(spec: JobSpec, skipped: str, target: int, committed_up_to: CommittedUpTo, *,
+                                  remedy: str = "") -> None:
+    """Raise :class:`RestoreRefused` when restoring ``target`` (0: starting over) in place of a
+    newer checkpoint (``skipped`` says which and why) would commit output a second time: the
+    commit markers show a checkpoint after ``target`` committed. ``remedy``: what the operator
+    can do, appended to the message."""
     if spec.mode is not CheckpointingMode.EXACTLY_ONCE:
         return  # at-least-once output may repeat anyway
     committed = committed_up_to()
     if committed > target:
         what = f"checkpoint {target}" if target else "the start of the input"
         raise RestoreRefused(
-            f"{corrupted}. Falling back to {what} is refused: the output of checkpoint {committed} is "
-            "committed already, and restoring an older state would commit it again")
+            f"{skipped}. Falling back to {what} is refused: the output of checkpoint {committed} is "
+            f"committed already, and restoring an older state would commit it again{remedy}")

@@ -14,9 +14,9 @@ from tidemark.checkpoint_store.store import CheckpointStoreOptions
 from tidemark.checkpoint_store.verification import CorruptCheckpoint, verify_checkpoint
 from tidemark.protocol.codec import Codec
 from tidemark.runtime.api import JobSpec, KeyedProcessFunction, Stage
-from tidemark.runtime.restore_source import RestoreRefused, choose_restore_source
+from tidemark.runtime.restore_source import RestoreRefused, choose_restore_source, refuse_below_committed_output
 from tidemark.storage.filesystem import FilesystemCheckpointStorage
-from tidemark.types import CheckpointingMode
+from tidemark.types import CheckpointId, CheckpointingMode
 
 
 @pytest.fixture
@@ -130,3 +130,24 @@ def test_a_whole_newest_checkpoint_is_chosen_and_checkpoints_before_the_run_are_
     source = choose_restore_source(storage, _job(), baseline=2, started_from=None, allow_fallback=False,
                                    committed_up_to=lambda: 0)
     assert (source.checkpoint_id, source.path) == (None, None)  # nothing of this run: start over
+
+
+@pytest.mark.parametrize("corruption", ["one bit in metadata", "missing state file"])
+def test_after_the_corrupted_newest_is_discarded_the_newest_left_is_chosen_unless_newer_output_is_committed(
+        storage, tmp_path, corruption) -> None:
+    """The operator's recovery (``tidemark checkpoints discard``): once the store discarded the
+    corrupted checkpoint 2, checkpoint 1 is chosen without any fallback, and restoring it is
+    refused in one line when the markers show checkpoint 2's output committed."""
+    store = _store_checkpoints(storage, [1, 2])
+    CORRUPTIONS[corruption](tmp_path / "checkpoints")
+    assert store.discard_by_request(CheckpointId(2), 10) is not None
+    source = choose_restore_source(storage, _job(), baseline=0, started_from=None, allow_fallback=False,
+                                   committed_up_to=lambda: 2)
+    assert source.checkpoint_id == 1 and source.fallback_from is None
+    skipped = "checkpoint 2 of job job was discarded"
+    refuse_below_committed_output(_job(), skipped, 1, lambda: 1)  # its output is not committed: restored
+    with pytest.raises(RestoreRefused) as refused:
+        refuse_below_committed_output(_job(), skipped, 1, lambda: 2, remedy="; pass --force")
+    assert str(refused.value) == (f"{skipped}. Falling back to checkpoint 1 is refused: the output of checkpoint 2 "
+                                  "is committed already, and restoring an older state would commit it again; "
+                                  "pass --force")

@@ -146,3 +146,25 @@ def test_an_aborted_checkpoints_files_are_deleted_but_never_a_completed_ones(sto
     remaining = set(storage.list(f"{JOB}/"))
     assert {f.path for f in done.tasks[0].state_handles[0].files} <= remaining
     assert f"{JOB}/shared/b" in remaining  # shared files belong to the registry
+
+
+def test_a_checkpoint_discarded_by_request_leaves_retention_with_only_its_own_files(storage) -> None:
+    """An operator discards the newest checkpoint (its _metadata corrupted): what to delete comes
+    from the store's log, files the older checkpoint shares stay, and its id is never stored again."""
+    s = make(storage, n=3)
+    older = metadata(1, write_files(storage, [private_file(1), shared_file("a")]))
+    newest = metadata(2, write_files(storage, [private_file(2), shared_file("a"), shared_file("b")]))
+    s.store_checkpoint(older, 1)
+    s.store_checkpoint(newest, 2)
+    (storage.root / "job/chk-2/_metadata").write_bytes(b"corrupted")
+    event = s.discard_by_request(CheckpointId(2), 10)
+    assert event is not None and event.reason == "deleted by request"
+    assert set(event.released_files) == {"job/chk-2/_metadata", private_file(2).path, shared_file("b").path}
+    assert not any(storage.exists(p) for p in event.released_files)
+    assert storage.exists(shared_file("a").path) and s.store.latest() == older
+    assert s.discard_by_request(CheckpointId(2), 11) is None and s.discard_by_request(CheckpointId(7), 11) is None
+    with pytest.raises(ValueError, match="already discarded"):
+        s.store_checkpoint(newest, 12)
+    rebuilt = PersistentCheckpointStore(JOB, storage, InMemoryCheckpointEventLog(), CheckpointStoreOptions(3))
+    rebuilt.recover(s.event_log.events, 20)
+    assert rebuilt.store.retained() == (older,)

@@ -26,7 +26,7 @@ from tidemark.kafka.admin import ensure_topics
 from tidemark.kafka.clients import base_config
 from tidemark.kafka.metadata import partition_counts
 from tidemark.kafka.topics import TopicSpec
-from tidemark.protocol.messages import CheckpointMetadata, JobRegistration
+from tidemark.protocol.messages import CheckpointDiscarded, CheckpointMetadata, JobRegistration
 from tidemark.chassis.app import ServiceApp
 from tidemark.chassis.dead_letter_publisher import RawRecord
 from tidemark.chassis.logs import get_logger
@@ -62,8 +62,8 @@ class ChangelogEdge:
     # ------------------------------------------------------------------ input
 
     async def on_record(self, message: Any, raw: RawRecord, replayed: bool) -> None:
-        if isinstance(message, CheckpointMetadata) and raw.topic != self.app.topics.checkpoint_events:
-            return  # on the control topic it is the coordinator's request to store, not yet retained
+        if isinstance(message, (CheckpointMetadata, CheckpointDiscarded)) and raw.topic != self.app.topics.checkpoint_events:
+            return  # on the control topic a request to the store (store, discard), not yet what it retains
         if self.ledger.apply(message) and isinstance(message, JobRegistration):
             metrics.declare(message.job_id)
             if self.live and message.changelog_operators:

@@ -5,7 +5,10 @@ the start; on catching up, rebuild one :class:`PersistentCheckpointStore` per jo
 (finishing any interrupted discard), then serve the persist requests (``CheckpointMetadata`` on
 the control topic) it has not seen, and from then on each new one as it arrives. The files tasks
 wrote for an aborted checkpoint (``CheckpointAborted`` on the control topic) are deleted, after a
-restart too.
+restart too. A ``CheckpointDiscarded`` on the *control* topic is an operator's discard request
+(``DELETED_BY_REQUEST``, written by the coordinator's API); the store carries it out (its own
+``CheckpointDiscarded`` on the checkpoint-events topic is the fact), and a request for a
+checkpoint it no longer retains changes nothing, so one replayed after a restart is harmless.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from prometheus_client import Counter, Gauge
 from tidemark.clock import now_ms
 from tidemark.checkpoint_store import CheckpointStoreOptions, PersistentCheckpointStore
 from tidemark.checkpoint_store.layout import metadata_path
-from tidemark.checkpoint_store.store import state_files
+from tidemark.checkpoint_store.store import DELETED_BY_REQUEST, state_files
 from tidemark.kafka.clients import base_config
 from tidemark.kafka.kafka_event_log import KafkaEventLog
 from tidemark.protocol.messages import CheckpointAborted, CheckpointDiscarded, CheckpointMetadata
@@ -52,6 +55,7 @@ class CheckpointStoreEdge:
         self._events: dict[JobId, list[Any]] = defaultdict(list)
         self._requests: list[CheckpointMetadata] = []
         self._aborted: list[CheckpointAborted] = []
+        self._discard_requests: list[CheckpointDiscarded] = []
         self.live = False
 
     def _store(self, job: JobId) -> PersistentCheckpointStore:
@@ -74,6 +78,11 @@ class CheckpointStoreEdge:
                 await self._discard_aborted(message)
             else:
                 self._aborted.append(message)
+        elif isinstance(message, CheckpointDiscarded) and message.reason == DELETED_BY_REQUEST:
+            if self.live:
+                await self._discard_by_request(message)
+            else:
+                self._discard_requests.append(message)
 
     async def on_caught_up(self) -> None:
         loop = asyncio.get_running_loop()
@@ -90,6 +99,9 @@ class CheckpointStoreEdge:
         for aborted in self._aborted:  # files a crash left behind; deleting again is a no-op
             await self._discard_aborted(aborted)
         self._aborted.clear()
+        for request in self._discard_requests:  # a no-op for those carried out before a restart
+            await self._discard_by_request(request)
+        self._discard_requests.clear()
         self.live = True
         for job in self.stores:
             self._update_metrics(job)
@@ -117,6 +129,18 @@ class CheckpointStoreEdge:
             log.info("aborted checkpoint's files deleted", job=aborted.job_id, checkpoint=aborted.checkpoint_id,
                      files=len(deleted))
             FILES_DELETED.labels(aborted.job_id).inc(len(deleted))
+
+    async def _discard_by_request(self, request: CheckpointDiscarded) -> None:
+        store = self._store(request.job_id)
+        event = await asyncio.get_running_loop().run_in_executor(
+            None, store.discard_by_request, request.checkpoint_id, now_ms())
+        if event is None:
+            log.info("discard request for a checkpoint not retained ignored", job=request.job_id,
+                     checkpoint=request.checkpoint_id)
+            return
+        log.warning("checkpoint discarded by request", job=request.job_id, checkpoint=request.checkpoint_id,
+                    files=len(event.released_files))
+        self._update_metrics(request.job_id, discarded=1, deleted=len(event.released_files))
 
     def _update_metrics(self, job: JobId, discarded: int = 0, deleted: int = 0) -> None:
         store = self._store(job).store

@@ -8,7 +8,9 @@ from then on every record is applied as it arrives and ``tick`` runs periodicall
 
 A ``CheckpointMetadata`` on the *control* topic is this coordinator's request to the
 checkpoint-store; only the one on the *checkpoint-events* topic (the store's confirmation that
-``_metadata`` is durable) is folded.
+``_metadata`` is durable) is folded. Likewise a ``CheckpointDiscarded`` on the control topic is an
+operator's discard request (:meth:`CoordinatorEdge.request_discard`); the store's on the
+checkpoint-events topic is the fact.
 
 A ``SupervisorHeartbeat`` is not folded: a live one tells the job's coordinator its supervisor is
 alive, a replayed one is dropped (a restarted coordinator has heard nobody yet). Silence counts
@@ -24,6 +26,7 @@ again (replayed).
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -44,8 +47,10 @@ from tidemark.checkpoint import (
 )
 from tidemark.checkpoint.liveness import SILENCE_MS, DeliveryWatch
 from tidemark.checkpoint.task_workers import registration_problem
+from tidemark.checkpoint_store.store import DELETED_BY_REQUEST
 from tidemark.clock import now_ms
 from tidemark.protocol.messages import (
+    CheckpointDiscarded,
     CheckpointMetadata,
     JobRegistration,
     RestoreCommand,
@@ -56,7 +61,7 @@ from tidemark.chassis.app import ServiceApp
 from tidemark.chassis.dead_letter_publisher import RawRecord, RejectedRecord
 from tidemark.chassis.logs import get_logger
 from tidemark.services.coordinator.metrics import JOB_FAILURES, SAVEPOINTS, CoordinatorMetrics
-from tidemark.types import JobId
+from tidemark.types import CheckpointId, JobId
 
 log = get_logger(__name__)
 RECORD_TYPES: tuple[type, ...] = get_args(CoordinatorRecord)
@@ -101,8 +106,8 @@ class CoordinatorEdge:
             return
         if not isinstance(message, RECORD_TYPES):
             return
-        if isinstance(message, CheckpointMetadata) and raw.topic != self.app.topics.checkpoint_events:
-            return
+        if isinstance(message, (CheckpointMetadata, CheckpointDiscarded)) and raw.topic != self.app.topics.checkpoint_events:
+            return  # on the control topic a request to the checkpoint-store, not its answer
         if isinstance(message, JobRegistration) and (problem := registration_problem(message)) is not None:
             raise InvalidRegistration(f"registration of job {message.job_id} attempt {message.epoch} "
                                       f"rejected: {problem}")
@@ -155,6 +160,20 @@ class CoordinatorEdge:
         when it reads the record back (so a restarted coordinator sees it too)."""
         await self.app.publish(self.app.topics.control, request, request.job_id.encode())
         self.savepoint_requests.setdefault(request.request_id, request)
+
+    async def request_discard(self, job: JobId, checkpoint_id: CheckpointId, timeout_s: float) -> bool:
+        """Ask the checkpoint-store to discard a retained checkpoint (a ``CheckpointDiscarded``
+        with ``DELETED_BY_REQUEST`` on the control topic); True once the store's discard is
+        folded (the job's newest completed checkpoint has dropped back), False after ``timeout_s``."""
+        request = CheckpointDiscarded(job, checkpoint_id, now_ms(), DELETED_BY_REQUEST)
+        await self.app.publish(self.app.topics.control, request, job.encode())
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            coordinator = self.coordinators.get(job)
+            if coordinator is not None and checkpoint_id in coordinator.discarded_by_request:
+                return True
+            await asyncio.sleep(0.05)
+        return False
 
     async def request_restore(self, request: RestoreRequest) -> RestoreCommand:
         """Have the job's coordinator restore from ``request`` (live only); carry out its commands."""

@@ -30,6 +30,7 @@ from aiohttp import web
 from faust.web import Request, Response, View
 
 from tidemark.checkpoint import CheckpointCoordinator, CheckpointStatus, NewerCheckpointCompleted, RestoreRequest
+from tidemark.checkpoint.job_state import JobState
 from tidemark.checkpoint_store import catalog
 from tidemark.checkpoint_store.layout import metadata_path
 from tidemark.clock import now_ms
@@ -65,6 +66,7 @@ from tidemark.types import CheckpointId, CheckpointType, JobId
 log = get_logger(__name__)
 API_PREFIX = "/api/v1"
 OPENAPI_PATH = "/openapi.json"
+DISCARD_WAIT_S = 30.0  # how long a discard waits for the checkpoint-store to carry it out
 _T = TypeVar("_T")
 NO_LAUNCHER = ("this coordinator does not run jobs (TIDEMARK_JOBS__LAUNCHER=none); in Kubernetes a job "
                "runs as the Helm chart's worker workload (worker.job in the chart's values)")
@@ -181,6 +183,28 @@ class OperatorApi:
                  checkpoint_id=command.checkpoint_id, parallelism=command.parallelism)
         return restore_document(command)
 
+    async def discard(self, job: JobId, checkpoint_id: CheckpointId) -> dict[str, Any]:
+        """Have the checkpoint-store discard a retained checkpoint or savepoint of a job that is
+        not running (the recovery from a corrupted newest checkpoint, docs/operations.md); the
+        answer comes once the coordinator folded the discard, with the newest one left."""
+        coordinator = self.coordinator(job)
+        state = coordinator.status.state
+        if state in (JobState.RUNNING, JobState.RESTARTING):
+            raise ApiError(409, f"job {job!r} is {state.value}; stop it before discarding its checkpoints")
+        if checkpoint_id in coordinator.discarded_by_request:
+            raise ApiError(404, f"checkpoint {checkpoint_id} of job {job!r} is discarded already")
+        held = await self._in_storage(catalog.find_by_id, self.storage, job, checkpoint_id)
+        completed = coordinator.last_completed
+        if held is None and (completed is None or completed.checkpoint_id != checkpoint_id):
+            raise ApiError(404, f"job {job!r} has no retained checkpoint or savepoint {checkpoint_id}")
+        if not await self.edge.request_discard(job, checkpoint_id, DISCARD_WAIT_S):
+            raise ApiError(504, f"the checkpoint-store did not discard checkpoint {checkpoint_id} within "
+                                f"{DISCARD_WAIT_S:g} s; is it running? The request stays queued for it")
+        log.warning("checkpoint discarded by request", job=job, checkpoint_id=checkpoint_id)
+        newest = coordinator.last_completed
+        return {"job": job, "discarded": checkpoint_id,
+                "newest_completed": None if newest is None else newest.checkpoint_id}
+
     # ------------------------------------------------------------------ runs
 
     def require_launcher(self) -> LocalLauncher:
@@ -290,6 +314,9 @@ class CheckpointHistoryView(_ApiView):
 class CheckpointView(_ApiView):
     async def get(self, request: Request, job: str, checkpoint_id: str) -> Response:
         return self.json(self.api.checkpoint(parse_job_id(job), parse_checkpoint_id(checkpoint_id)))
+
+    async def delete(self, request: Request, job: str, checkpoint_id: str) -> Response:
+        return self.json(await self.api.discard(parse_job_id(job), parse_checkpoint_id(checkpoint_id)))
 
 
 class RetainedCheckpointsView(_ApiView):
