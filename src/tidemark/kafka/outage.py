@@ -9,6 +9,8 @@ broker comes back, and what needs it waits and tries again. Every process kind u
   outage is recorded and reported: the first failure of an outage logs ``waiting for the broker``
   (with the bootstrap address and the operation that failed), again every ``LOG_EVERY_S`` while it
   lasts, and the first success afterwards logs ``broker is back`` with the outage's duration;
+  ``outages`` counts them, so a reader of the broker's answers (the consumer lag) tells when
+  one came between two answers, even one that began and ended unseen by it;
 - :meth:`BrokerWait.call` runs an operation, retrying it while the broker is unavailable, for up
   to ``patience_s`` (then the last error is raised: an outage that long is a failure);
 - :meth:`BrokerWait.deliver` flushes a producer until every record is delivered;
@@ -84,6 +86,7 @@ class BrokerWait:
         self._lock = threading.Lock()
         self._since: float | None = None  # start of the current outage
         self._logged = 0.0
+        self.outages = 0  # outages begun so far: a reader of the broker's answers sees one came between two
 
     @property
     def waiting(self) -> bool:
@@ -96,6 +99,7 @@ class BrokerWait:
             first = self._since is None
             if first:
                 self._since = now
+                self.outages += 1
             elif now - self._logged < LOG_EVERY_S:
                 return
             self._logged = now

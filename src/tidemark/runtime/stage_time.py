@@ -39,7 +39,7 @@ from tidemark.runtime.metrics import (
 from tidemark.runtime.outputs import OutputRecord
 from tidemark.runtime.records import InputRecord
 from tidemark.runtime.task import StageTask, StageTime
-from tidemark.runtime.watermarks import Channel, ChannelWatermarks, SourceWatermarks, WatermarkStatus
+from tidemark.runtime.watermarks import Channel, ChannelWatermarks, SourceWatermarks, Unread, WatermarkStatus
 from tidemark.state.timers import TimeDomain, Timer
 from tidemark.types import CheckpointId, TaskId
 
@@ -110,12 +110,14 @@ class StageClock:
 
     # ------------------------------------------------------------------ moving time
 
-    def end_of_batch(self, batch: dict[TaskId, list[OutputRecord]], unread: set[tuple[str, int]] | None) -> None:
-        """A source stage's micro-batch was processed: its watermark moves."""
+    def end_of_batch(self, batch: dict[TaskId, list[OutputRecord]], unread: Unread | None) -> None:
+        """A source stage's micro-batch was processed: its watermark moves. ``unread``: the
+        consumer lag's (:meth:`~tidemark.runtime.consumer_lag.ConsumerLag.unread`), on the same
+        monotonic clock."""
         if self.source is not None:
             self._advance(self.source.update(_monotonic_ms(), unread), batch)
 
-    def tick(self, batch: dict[TaskId, list[OutputRecord]], unread: set[tuple[str, int]] | None) -> None:
+    def tick(self, batch: dict[TaskId, list[OutputRecord]], unread: Unread | None) -> None:
         """Between micro-batches: idle partitions release the watermark, due processing-time timers fire."""
         self.end_of_batch(batch, unread)
         self._fire(TimeDomain.PROCESSING_TIME, self.time.clock(), batch)

@@ -7,18 +7,22 @@ largest of theirs, and the combination is idle. A combined watermark never goes 
 
 * :class:`SourceWatermarks` (a stage reading the job's input): an input is a partition; its
   watermark is its largest event time so far minus the out-of-orderness bound minus one
-  (:class:`~tidemark.runtime.api.EventTime`), and it is idle after ``idle_timeout_ms`` without a
-  record *while nothing is left to read in it*: a partition with unread records (a worker still
-  starting, or behind) is never idle, or its records would arrive behind a watermark that went
-  on without them. While that is not known (a broker outage, a stale lag report) no partition
-  turns idle, and the silence counts anew once it is known again: a partition silent through an
-  outage has not been seen to be idle, and its producers' backlog is still to come. A partition
-  that has had no record yet holds the watermark at :data:`~tidemark.runtime.api.NO_WATERMARK`
-  until it turns idle.
+  (:class:`~tidemark.runtime.api.EventTime`). It is idle only on the broker's word
+  (:class:`Unread`): when the end offsets, asked at a moment the partition had had no record for
+  ``idle_timeout_ms``, showed nothing left to read in it, and the broker had answered without a
+  break all through that silence. A partition with unread records (a worker still starting,
+  behind, or whose fetches of it return nothing) is never idle, or its records would arrive
+  behind a watermark that went on without them; nor is one whose silence was not watched (a
+  broker stalled or away, an answer that came late or not at all): its producers' backlog is
+  still to come. A partition that has had no record yet holds the watermark at
+  :data:`~tidemark.runtime.api.NO_WATERMARK` until it turns idle.
 * :class:`ChannelWatermarks` (a stage reading a channel): an input is a channel (topic, partition,
   upstream task); its watermark and idleness are what the upstream task last wrote into it
-  (:func:`tidemark.runtime.records.watermark_headers`). It remembers each channel's watermark
-  when the channel's barrier passed, so a checkpoint stores exactly the watermarks at its cut.
+  (:func:`tidemark.runtime.records.watermark_headers`). An upstream task writes each of its
+  watermarks into every partition, so a channel idle at less than the newest watermark its task
+  wrote into another partition is one read less far: the task's records after that idle mark are
+  still to come on it, and it counts as active. It remembers each channel's watermark when the
+  channel's barrier passed, so a checkpoint stores exactly the watermarks at its cut.
 
 Both are snapshotted as one JSON item (:meth:`snapshot_item`) in the stage's operator state and
 restored from the items of every old worker (:meth:`restore`), so a restore neither moves time
@@ -29,7 +33,7 @@ watermark from below until the inputs pass it.
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Hashable, Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -74,6 +78,20 @@ class _Combined:
         return self.current.watermark
 
 
+@dataclass(frozen=True, slots=True)
+class Unread:
+    """What the broker's end offsets say is left to read in a source worker's partitions
+    (:class:`~tidemark.runtime.consumer_lag.ConsumerLag`), in monotonic milliseconds.
+
+    ``partitions`` held records not read yet when the end offsets were asked, at ``asked_ms``
+    (records written later are not counted); the broker has answered without a break since
+    ``answering_since_ms``."""
+
+    partitions: frozenset[tuple[str, int]]
+    asked_ms: float
+    answering_since_ms: float = float("-inf")
+
+
 class SourceWatermarks(_Combined):
     """Per-partition event time of a source stage's worker (see the module docstring)."""
 
@@ -83,6 +101,7 @@ class SourceWatermarks(_Combined):
         self._lag = strategy.max_out_of_orderness_ms + 1
         self._largest: dict[tuple[str, int], int] = {p: NO_WATERMARK for p in partitions}
         self._last_seen: dict[tuple[str, int], float] = {}
+        self._watched_from: float | None = None  # the first update, or the last one without ``unread``
 
     def observe(self, partition: tuple[str, int], event_time_ms: int, now_ms: float) -> None:
         """A record of ``partition`` with this event time was read."""
@@ -90,19 +109,21 @@ class SourceWatermarks(_Combined):
             self._largest[partition] = event_time_ms
         self._last_seen[partition] = now_ms
 
-    def update(self, now_ms: float, unread: Collection[tuple[str, int]] | None = None) -> WatermarkStatus:
-        """The worker's watermark now: idleness by ``now_ms`` (counted from the first update: the
-        query's first batch or tick), for partitions not in ``unread`` (those known to hold
-        records not read yet; None: not known, so none is idle)."""
+    def update(self, now_ms: float, unread: Unread | None = None) -> WatermarkStatus:
+        """The worker's watermark now. ``unread``: the broker's last word on what is left to read
+        (None: not known, so no partition is idle). A partition's silence counts from its last
+        record, and from no earlier than the first update, the last update without ``unread``
+        and the start of the broker's unbroken answers."""
         timeout = self.strategy.idle_timeout_ms
-        if unread is None:  # silence counts only while what is left to read is known: after a
-            self._last_seen.update(dict.fromkeys(self._largest, now_ms))  # broker outage, anew
+        if unread is None or self._watched_from is None:
+            self._watched_from = now_ms
+        watched_from = self._watched_from if unread is None else max(self._watched_from, unread.answering_since_ms)
         statuses = []
         for partition, largest in self._largest.items():
             watermark = largest - self._lag if largest != NO_WATERMARK else NO_WATERMARK
-            seen = self._last_seen.setdefault(partition, now_ms)  # idleness counts from the first update
-            idle = (timeout is not None and unread is not None and partition not in unread
-                    and now_ms - seen >= timeout)
+            silent_since = max(self._last_seen.get(partition, watched_from), watched_from)
+            idle = (timeout is not None and unread is not None and partition not in unread.partitions
+                    and unread.asked_ms - silent_since >= timeout)
             statuses.append(WatermarkStatus(watermark, idle))
         return self._advance(combine(statuses))
 
@@ -144,7 +165,7 @@ class ChannelWatermarks(_Combined):
         previous = self._channels[channel]
         self._channels[channel] = WatermarkStatus(max(previous.watermark, status.watermark), status.idle)
         before = self.current
-        after = self._advance(combine(self._channels.values()))
+        after = self._advance(combine(_as_combined(self._channels)))
         return after if after != before else None
 
     def barrier(self, channel: Channel, checkpoint_id: CheckpointId) -> None:
@@ -159,7 +180,8 @@ class ChannelWatermarks(_Combined):
         for old in [c for c in self._at_barrier if c <= checkpoint_id]:
             del self._at_barrier[old]
         values = {c: marks.get(c, s.watermark) for c, s in self._channels.items()}
-        floor = combine(WatermarkStatus(v, self._channels[c].idle) for c, v in values.items()).watermark
+        at_cut = {c: WatermarkStatus(v, self._channels[c].idle) for c, v in values.items()}
+        floor = combine(_as_combined(at_cut)).watermark
         return json.dumps({"worker": worker, "floor": max(self.floor, floor),
                            "channels": [[t, p, task, v] for (t, p, task), v in sorted(values.items())
                                         if v != NO_WATERMARK]}).encode()
@@ -175,6 +197,16 @@ class ChannelWatermarks(_Combined):
         if floors:
             self.floor = min(floors)
             self.current = WatermarkStatus(self.floor)
+
+
+def _as_combined(channels: Mapping[Channel, WatermarkStatus]) -> list[WatermarkStatus]:
+    """The channels' statuses as they combine: a channel idle at less than the newest watermark
+    its upstream task wrote into any channel read here is active (see the module docstring)."""
+    newest: dict[TaskId, int] = {}
+    for (_, _, task), status in channels.items():
+        newest[task] = max(newest.get(task, NO_WATERMARK), status.watermark)
+    return [WatermarkStatus(status.watermark) if status.idle and status.watermark < newest[task] else status
+            for (_, _, task), status in channels.items()]
 
 
 def _docs(items: Iterable[bytes]) -> list[Mapping[str, Any]]:

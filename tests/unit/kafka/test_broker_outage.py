@@ -62,6 +62,9 @@ def test_an_outage_is_logged_once_then_every_ten_seconds_and_its_end_once():
     assert all(e["bootstrap"] == "127.0.0.1:9092" for e in logs)
     assert logs[-1]["outage_s"] == pytest.approx(15.0, abs=0.01)
     assert not wait.waiting
+    assert wait.outages == 1  # one outage, however many failures it had
+    wait.failed("probe", "Local: Timed out")
+    assert wait.outages == 2
 
 
 def test_call_retries_while_the_broker_is_unavailable_and_raises_other_errors():

@@ -18,7 +18,7 @@ from tidemark.runtime.api import NO_WATERMARK, EventTime, KeyedProcessFunction, 
 from tidemark.runtime.records import InputRecord
 from tidemark.runtime.stage_time import StageClock
 from tidemark.runtime.task import StageTask, StageTime
-from tidemark.runtime.watermarks import WatermarkStatus
+from tidemark.runtime.watermarks import Unread, WatermarkStatus
 from tidemark.state.backend_registry import BackendContext, create_backend
 from tidemark.types import CheckpointId, CheckpointingMode, CheckpointType, Epoch, TaskId
 
@@ -55,6 +55,11 @@ def tasks(tmp_path):
         task.close()
 
 
+def _answer(*unread: tuple[str, int]) -> Unread:
+    """End offsets asked just now (the broker answering all along) show ``unread``."""
+    return Unread(frozenset(unread), asked_ms=time_module.monotonic() * 1000)
+
+
 def _failed(timer, error):
     raise error
 
@@ -88,13 +93,13 @@ def test_a_source_stage_fires_event_time_timers_when_its_partitions_pass_them(ta
     clock = StageClock("job", stage, 0, EVENT_TIME, built, time, {}, reads=PARTITIONS, timer_failed=_failed)
     batch: dict[TaskId, list] = {}
     assert _process(clock, built, _record(0, 0, 5), "a") and _process(clock, built, _record(1, 0, 25), "b")
-    clock.end_of_batch(batch, unread=set())
+    clock.end_of_batch(batch, unread=_answer())
     assert time.watermark == 4 and _fired(batch) == []  # min(5, 25) - 0 - 1
     assert clock.to_emit() == WatermarkStatus(4)
     clock.emitted(WatermarkStatus(4))
     assert clock.to_emit() is None  # no news
     _process(clock, built, _record(0, 1, 31), "c")
-    clock.end_of_batch(batch, unread=set())
+    clock.end_of_batch(batch, unread=_answer())
     assert time.watermark == 24 and _fired(batch) == [("a", 9, "event-time")]
     assert clock.late(_record(1, 1, 20), 20)  # at or before the watermark: dropped
     assert clock.late_records is not None and clock.late_records.late == 1
@@ -104,15 +109,15 @@ def test_an_idle_partition_releases_the_watermark_on_a_tick_and_processing_timer
     stage, built, time = tasks
     clock = StageClock("job", stage, 0, EVENT_TIME, built, time, {}, reads=PARTITIONS, timer_failed=_failed)
     batch: dict[TaskId, list] = {}
-    clock.tick(batch, unread=set())  # idleness counts from here
+    clock.tick(batch, unread=_answer())  # idleness counts from here
     _process(clock, built, _record(0, 0, 15, wall=999_999), "a")
-    clock.end_of_batch(batch, unread=set())
+    clock.end_of_batch(batch, unread=_answer())
     assert time.watermark == NO_WATERMARK  # partition 1 never had a record, not idle yet
     assert _fired(batch) == []
     time_module.sleep(1.05)
-    clock.tick(batch, unread={("in", 1)})  # unread records: not idle
+    clock.tick(batch, unread=_answer(("in", 1)))  # unread records: not idle
     assert time.watermark == NO_WATERMARK
-    clock.tick(batch, unread=set())
+    clock.tick(batch, unread=_answer())
     assert time.watermark == 14 and clock.to_emit() == WatermarkStatus(14, idle=True)
     assert _fired(batch) == [("a", 999_999, "processing-time")]  # due by the clock (1_000_000)
 
@@ -158,7 +163,7 @@ def test_without_event_time_only_processing_time_timers_fire(tasks) -> None:
     record = InputRecord("in", 0, 0, 777, None, json.dumps({"ts": 5, "wall": 10}).encode())
     assert clock.event_time_of(record, {"ts": 5}) == 777  # the Kafka timestamp
     _process(clock, built, record, "a")
-    clock.tick(batch, unread=set())
+    clock.tick(batch, unread=_answer())
     assert _fired(batch) == [("a", 10, "processing-time")] and time.watermark == NO_WATERMARK
     assert clock.to_emit() is None
 
