@@ -24,7 +24,6 @@ from tidemark.protocol.messages import (
     JobRegistration,
     StateHandle,
     StateHandleKind,
-    SupervisorHeartbeat,
     TaskAck,
     TaskAssignment,
     TaskSnapshot,
@@ -64,13 +63,11 @@ class ProtocolParticipant:
             source_tasks=tuple(t.task_id for t in self.tasks), registered_at=now_ms()))
 
     def poll(self, timeout_s: float = 0.2) -> Any | None:
-        """The next control message, decoded; None when none arrived within ``timeout_s`` (or it
-        was a supervisor heartbeat)."""
+        """The next control message, decoded; None when none arrived within ``timeout_s``."""
         record = self.consumer.poll(timeout_s)
         if record is None or record.error():
             return None
-        message = codec.decode(record.value())
-        return None if isinstance(message, SupervisorHeartbeat) else message
+        return codec.decode(record.value())
 
     def ack(self, trigger: CheckpointTrigger, task: TaskAssignment) -> TaskAck:
         """Write ``task``'s state file into the checkpoint's folder, then ack it with one full

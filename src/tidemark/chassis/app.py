@@ -94,6 +94,7 @@ class ServiceApp:
         self._topic_specs = [*self.topics.control_plane(), lease_topic(settings.topic_prefix), *extra_topics]
         self._subscriptions: list[Subscription] = []
         self._logs: list[EventLogReader] = []
+        self._rebuilt: set[int] = set()  # the followed logs whose on_caught_up returned (by index)
         data_dir = settings.resolved_state_dir / name
         data_dir.mkdir(parents=True, exist_ok=True)
         self.faust = faust.App(
@@ -150,6 +151,7 @@ class ServiceApp:
         """
         reader = EventLogReader(base_config(self.settings, self.bootstrap), topics,
                                 confirm_delivery=confirm_delivery)
+        index = len(self._logs)
         self._logs.append(reader)
 
         async def follow() -> None:
@@ -163,6 +165,7 @@ class ServiceApp:
                     if not announced and reader.caught_up:
                         announced = True
                         await on_caught_up()
+                        self._rebuilt.add(index)  # ready only from here: the state is rebuilt
             finally:
                 reader.close()
 
@@ -178,18 +181,20 @@ class ServiceApp:
     # ------------------------------------------------------------------ health
 
     def ready(self) -> bool:
-        """True when every subscribed topic has an assigned partition and no rebalance runs."""
+        """True when every followed log was replayed and the state rebuilt from it (its
+        ``on_caught_up`` returned), every subscribed topic has an assigned partition and no
+        rebalance runs."""
         consumer = getattr(self.faust, "_consumer", None)
         if self._subscriptions and (consumer is None or self.faust.rebalancing):
             return False
+        rebuilt = len(self._rebuilt) == len(self._logs)
         if consumer is None:
-            return all(reader.caught_up for reader in self._logs)
+            return rebuilt
         try:
             assigned = {tp.topic for tp in consumer.assignment()}
         except Exception:  # e.g. ConsumerNotStarted in the first instants of a start: not ready yet
             return False
-        caught_up = all(reader.caught_up for reader in self._logs)
-        return caught_up and all(sub.topic in assigned for sub in self._subscriptions)
+        return rebuilt and all(sub.topic in assigned for sub in self._subscriptions)
 
     def _install_pages(self) -> None:
         @self.faust.page("/livez")

@@ -51,6 +51,12 @@ class TopicNames:
         """Supervisors' assignments to worker hosts and the hosts' reports (:mod:`tidemark.runtime.host_channel`)."""
         return f"{self.prefix}.worker-hosts"
 
+    @property
+    def heartbeats(self) -> str:
+        """Supervisors' evidence of life (:mod:`tidemark.runtime.heartbeat`): kept minutes, not
+        forever, so the control topic that services replay at every start does not grow with them."""
+        return f"{self.prefix}.heartbeats"
+
     def changelog(self, job_id: str, operator_id: str) -> str:
         return f"{self.prefix}.changelog.{_UNSAFE.sub('_', job_id)}.{_UNSAFE.sub('_', operator_id)}"
 
@@ -68,4 +74,5 @@ class TopicNames:
             TopicSpec(self.materializations, 1, keep),
             TopicSpec(self.dead_letters, 1, {"retention.ms": str(14 * 24 * 3600 * 1000)}),
             TopicSpec(self.worker_hosts, 1, {"retention.ms": str(24 * 3600 * 1000)}),  # heartbeats: a day
+            TopicSpec(self.heartbeats, 1, {"retention.ms": str(10 * 60 * 1000), "segment.ms": str(60 * 1000)}),
         ]

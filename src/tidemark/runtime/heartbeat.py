@@ -1,4 +1,4 @@
-"""The supervisor's evidence of life: a ``SupervisorHeartbeat`` on the control topic about every second.
+"""The supervisor's evidence of life: a ``SupervisorHeartbeat`` on the heartbeats topic about every second.
 
 The coordinator derives a job's state from it (:mod:`tidemark.checkpoint.liveness`): a job whose
 supervisor falls silent is reported FAILED with the reason, never RUNNING, within seconds.
@@ -39,7 +39,7 @@ class SupervisorHeartbeats:
 
     def __init__(self, client: dict[str, Any], topics: TopicNames, job_id: JobId, epoch: Callable[[], int]) -> None:
         self._config = producer_config(client, **{"message.timeout.ms": 30_000})
-        self._topic = topics.control
+        self._topic = topics.heartbeats
         self.job_id = job_id
         self._epoch = epoch
         self.supervisor = f"{socket.gethostname()}:{os.getpid()}"

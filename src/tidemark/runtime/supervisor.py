@@ -5,7 +5,7 @@ a source stage with ``W > 1`` gets an exchange reader, :mod:`tidemark.runtime.ph
 ``<stage>`` with one worker and ``<stage>.w<n>`` otherwise.
 
 Lifecycle: ``JobSupervisor(settings, options).run()`` blocks until the job finishes or is stopped,
-writing a heartbeat on the control topic every second from its start to its end
+writing a heartbeat on the heartbeats topic every second from its start to its end
 (:mod:`tidemark.runtime.heartbeat`; the coordinator reports a job whose supervisor fell silent
 as FAILED):
 

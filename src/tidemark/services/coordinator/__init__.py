@@ -21,7 +21,7 @@ SETTINGS = CoordinatorSettings
 def build(settings: CoordinatorSettings) -> ServiceApp:
     app = ServiceApp("coordinator", settings)
     edge = CoordinatorEdge(app, settings.checkpoint.options(), silence_ms=settings.supervisor_silence_ms)
-    reader = app.follow_log([app.topics.control, app.topics.acks, app.topics.checkpoint_events],
+    reader = app.follow_log([app.topics.control, app.topics.acks, app.topics.checkpoint_events, app.topics.heartbeats],
                             edge.on_record, edge.on_caught_up, confirm_delivery=True)
     edge.watch_delivery(lambda: reader.delivered_at_ms)
     app.every(settings.tick_interval_ms / 1000)(edge.tick)

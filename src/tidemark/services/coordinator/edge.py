@@ -1,6 +1,6 @@
 """The coordinator's edge: Kafka records in, the pure coordinator's commands out to Kafka.
 
-Lifecycle: the service replays the control, acks and checkpoint-events topics from the start
+Lifecycle: the service replays the control, acks, checkpoint-events and heartbeats topics from the start
 (``on_record`` with ``replayed=True`` only collects), then ``on_caught_up`` merges them by
 record timestamp (the order the coordinator saw them in) and rebuilds one
 :class:`CheckpointCoordinator` per job from those records and carries out the commands still owed;
