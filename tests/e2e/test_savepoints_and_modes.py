@@ -17,6 +17,7 @@ from pipeline_support import (
     topics_for,
     verify_single_stage,
     verify_two_stage,
+    worker_deaths,
 )
 from tidemark.local.pipeline import wait_for
 from tidemark.examples.generator import expected_top_urls, generate, produce
@@ -38,6 +39,7 @@ def test_stop_with_savepoint_then_restore_at_another_parallelism(tmp_path, kafka
         produce(kafka_bootstrap, topics.input, first, 4)
         job = pipe.start_job(TOP_URLS, topics.args(parallelism=2, top_urls_workers=2))
         read_committed(kafka_bootstrap, topics.output, expect=len(expected_top_urls(first)), timeout_s=240, settle_s=0)
+        _a_target_refused_at_write_time_fails_the_savepoint_not_a_worker(pipe, job, topics.job_id)
         client = pipe.client()
         request = client.trigger_savepoint(topics.job_id, stop=True)
         savepoint = client.wait_for_savepoint(topics.job_id, request["request_id"], timeout_s=120)
@@ -52,6 +54,32 @@ def test_stop_with_savepoint_then_restore_at_another_parallelism(tmp_path, kafka
     assert attempts[0]["parallelism"] == 3 and attempts[0]["restore"] == savepoint["metadata_path"]
     assert attempts[0]["workers"] == {"minute_counts": 1, "top_urls": 3}
     assert verdict.exactly_once, verdict
+
+
+def _a_target_refused_at_write_time_fails_the_savepoint_not_a_worker(pipe, job, job_id: str) -> None:
+    """Issue #32: a target the API accepted but storage refused when the source worker wrote the
+    savepoint killed that worker and failed the job over, the request ending as JOB_FINISHED.
+    Now the worker declines the savepoint, which fails with the reason, and no worker dies: a
+    target that became a file after the 202 (while the workers were held), which the worker's
+    check refuses, and a target holding a file where the stage's folder goes, which the write
+    itself fails on."""
+    client, storage = pipe.client(), pipe.home / "checkpoints"
+    became_a_file, holds_a_file = f"{job_id}/savepoints/before-upgrade", f"{job_id}/savepoints/cluttered"
+    (storage / holds_a_file).mkdir(parents=True)
+    (storage / holds_a_file / "minute_counts").write_bytes(b"a file where the source stage's folder goes")
+    with stopped(*stage_pids(pipe.home).values()):
+        request = client.trigger_savepoint(job_id, target=became_a_file)
+        (storage / became_a_file).write_bytes(b"a file where the savepoint's directory goes")
+    refused = client.wait_for_savepoint(job_id, request["request_id"], timeout_s=120)
+    request = client.trigger_savepoint(job_id, target=holds_a_file)
+    not_written = client.wait_for_savepoint(job_id, request["request_id"], timeout_s=120)
+    for failed in (refused, not_written):
+        assert failed["status"] == "FAILED" and failed["savepoint_id"] is not None, failed
+        assert failed["failure_reason"].startswith("DECLINED: minute_counts#"), failed
+    assert refused["failure_reason"].endswith(
+        f": savepoint target refused: '{became_a_file}' is an existing file, not a directory"), refused
+    assert f": savepoint not written to target '{holds_a_file}': NotADirectoryError: " in not_written["failure_reason"]
+    assert worker_deaths(job) == [] and job.events("restore issued") == []
 
 
 def test_at_least_once_skips_alignment_and_duplicates_only_after_the_last_checkpoint(

@@ -194,6 +194,8 @@ def test_every_described_operation_answers_as_described(server: Server) -> None:
     assert call("POST", savepoints, f"/api/v1/jobs/{JOB}/savepoints", b"")[0] == 202  # empty body: {}
     assert call("POST", savepoints, f"/api/v1/jobs/{JOB}/savepoints", {"stop": "yes"})[0] == 400
     assert call("POST", savepoints, f"/api/v1/jobs/{JOB}/savepoints", {"target": "../x"})[0] == 400
+    open_storage(server.env["TIDEMARK_CHECKPOINT_STORAGE_URL"]).write_bytes(f"{JOB}/savepoints/taken", b"a file")
+    assert call("POST", savepoints, f"/api/v1/jobs/{JOB}/savepoints", {"target": f"{JOB}/savepoints/taken"})[0] == 409
     assert call("POST", savepoints, "/api/v1/jobs/nobody/savepoints", {})[0] == 404
     assert call("POST", savepoints, f"/api/v1/jobs/{JOB}/savepoints", b"x" * (1 << 20 | 1))[0] == 413
     assert call("GET", request, f"/api/v1/jobs/{JOB}/savepoints/requests/{requested['request_id']}")[0] == 200

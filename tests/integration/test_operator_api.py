@@ -270,6 +270,46 @@ def test_paths_outside_checkpoint_storage_are_refused(deployment: Deployment, pa
     assert participant.find(RestoreCommand) is None
 
 
+def test_a_savepoint_target_storage_would_refuse_is_refused_before_the_202(
+        deployment: Deployment, participant: Participant, tmp_path: Path):
+    """Issue #32: these targets were accepted (202), and the worker writing the savepoint there
+    died (NotADirectoryError, or a symlink escaping the root), failing the job over. The API makes
+    the check the worker makes before it writes (catalog.check_savepoint_target)."""
+    completed_checkpoints(participant, 1)
+    job = participant.job
+    area = deployment.root / job / "savepoints"
+    participant.storage.write_bytes(f"{job}/savepoints/sp-10/_metadata", b"a savepoint's metadata")
+    (area / "elsewhere").mkdir()
+    (area / "link").symlink_to(area / "elsewhere", target_is_directory=True)
+    (area / "away").symlink_to(tmp_path, target_is_directory=True)
+    refused = {
+        f"{job}/savepoints/sp-10/_metadata": f"'{job}/savepoints/sp-10/_metadata' is an existing file",
+        f"{job}/savepoints/sp-10/_metadata/x": f"lies under '{job}/savepoints/sp-10/_metadata', an existing file",
+        f"{job}/savepoints/sp-10": f"'{job}/savepoints/sp-10' is an existing savepoint",
+        f"{job}/savepoints/sp-10/inside": f"lies inside '{job}/savepoints/sp-10', an existing savepoint",
+        f"{job}/savepoints/link": f"'{job}/savepoints/link' is a symlink",
+        f"{job}/savepoints/link/x": f"passes through the symlink '{job}/savepoints/link'",
+        f"{job}/savepoints/away/x": f"passes through the symlink '{job}/savepoints/away'",
+    }
+    for target, why in refused.items():
+        for stop in (False, True):
+            status, body, _ = call(deployment, "POST", f"/api/v1/jobs/{job}/savepoints",
+                                   {"target": target, "stop": stop})
+            assert (status, body["status"]) == (409, 409) and why in body["error"], (target, body)
+    status, body, _ = call(deployment, "POST", f"/api/v1/jobs/{job}/savepoints", {"target": f"{job}/chk-1"})
+    assert status == 400 and "inside the job's savepoint area" in body["error"], body
+    refused_cli = cli(deployment, "savepoint", "trigger", job, "--target", f"{job}/savepoints/link/x")
+    assert refused_cli.returncode == 1 and refused_cli.stderr.strip().splitlines() == [
+        f"error: HTTP 409: '{job}/savepoints/link/x' passes through the symlink '{job}/savepoints/link'"]
+    # a free target is accepted, and it is the only request that reached the control topic
+    status, accepted, _ = call(deployment, "POST", f"/api/v1/jobs/{job}/savepoints",
+                               {"target": f"{job}/savepoints/elsewhere/fine"})
+    assert status == 202, accepted
+    participant.wait_for(SavepointRequest)
+    assert [m.target_location for m in participant.seen if isinstance(m, SavepointRequest)] == [
+        f"{job}/savepoints/elsewhere/fine"]
+
+
 def codec_metadata_of(participant: Participant, checkpoint_id: int) -> CheckpointMetadata:
     from tidemark.checkpoint_store import read_metadata
 

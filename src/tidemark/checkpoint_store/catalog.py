@@ -1,5 +1,6 @@
 """What a job has in checkpoint storage: its retained checkpoints and savepoints, read from their
-``_metadata`` files, and the restore source an operator names.
+``_metadata`` files, the restore source an operator names, and whether a savepoint target an
+operator names can be written.
 
 Stateless functions over a ``CheckpointStorage``; they block on storage I/O, so async callers
 run them in a thread. Paths come from the layout (``tidemark.checkpoint_store.layout``) or from
@@ -13,11 +14,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from tidemark.checkpoint_store.layout import metadata_path
+from tidemark.checkpoint_store.layout import METADATA_FILE, metadata_path, savepoint_area
 from tidemark.checkpoint_store.metadata_codec import MetadataFormatError
 from tidemark.checkpoint_store.persistent_store import read_metadata
 from tidemark.protocol.messages import CheckpointMetadata
-from tidemark.storage.base import CheckpointStorage
+from tidemark.storage.base import CheckpointStorage, InvalidStoragePath, TargetConflict
 from tidemark.types import CheckpointId, CheckpointType, JobId
 
 
@@ -111,3 +112,21 @@ def resolve_restore_source(
     if metadata_file is None:
         raise ValueError("name a checkpoint id or a metadata path")
     return load_restore_source(storage, job, metadata_file)
+
+
+def check_savepoint_target(storage: CheckpointStorage, job: JobId, target: str) -> None:
+    """Refuse ``target`` as the directory of a savepoint of ``job``: the check the operator API
+    makes before it accepts a request and a worker makes before it writes the savepoint's state.
+    ``InvalidStoragePath`` when ``target`` is outside the job's savepoint area; ``TargetConflict``
+    when storage holds a file or a symlink on the way (``CheckpointStorage.check_target``), or
+    ``target`` is, or lies inside, an existing savepoint (a directory holding a ``_metadata``)."""
+    area = savepoint_area(job)
+    if not target.startswith(f"{area}/"):
+        raise InvalidStoragePath(f"target must be inside the job's savepoint area {area + '/'!r}: {target!r}")
+    storage.check_target(target)
+    parts = target.split("/")
+    for depth in range(area.count("/") + 2, len(parts) + 1):
+        directory = "/".join(parts[:depth])
+        if storage.exists(f"{directory}/{METADATA_FILE}"):
+            where = "is" if directory == target else f"lies inside {directory!r},"
+            raise TargetConflict(f"target {target!r} {where} an existing savepoint")

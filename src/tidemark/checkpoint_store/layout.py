@@ -23,13 +23,18 @@ def validate_job_id(job_id: JobId) -> JobId:
     return job_id
 
 
+def savepoint_area(job_id: JobId) -> str:
+    """Directory of a job's savepoints, ``<job>/savepoints``; a savepoint target lies inside it."""
+    return f"{validate_job_id(job_id)}/savepoints"
+
+
 def checkpoint_dir(job_id: JobId, checkpoint_id: CheckpointId, kind: CheckpointType) -> str:
     """Directory of one checkpoint or savepoint."""
     validate_job_id(job_id)
     if checkpoint_id < 0:
         raise ValueError(f"checkpoint id must be >= 0, got {checkpoint_id}")
     if kind.is_savepoint:
-        return f"{job_id}/savepoints/sp-{checkpoint_id}"
+        return f"{savepoint_area(job_id)}/sp-{checkpoint_id}"
     return f"{job_id}/chk-{checkpoint_id}"
 
 

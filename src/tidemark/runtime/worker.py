@@ -479,9 +479,9 @@ class StageWorker:
     def checkpoint(self, checkpoint_id: CheckpointId, kind: CheckpointType, aligned: Aligned | None,
                    target: str | None = None) -> None:
         assert self.checkpointer is not None and self.clock is not None
-        self.checkpointer.checkpoint(checkpoint_id, kind, self.positions, aligned, target,
-                                     self.clock.snapshot_item(checkpoint_id))
-        if kind is CheckpointType.STOP_WITH_SAVEPOINT:
+        taken = self.checkpointer.checkpoint(checkpoint_id, kind, self.positions, aligned, target,
+                                             self.clock.snapshot_item(checkpoint_id))
+        if taken and kind is CheckpointType.STOP_WITH_SAVEPOINT:
             self.stopping = checkpoint_id
             self.wait_while_stopping()
 

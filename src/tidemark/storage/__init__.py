@@ -19,6 +19,7 @@ from tidemark.storage.base import (
     CorruptStateFile,
     InvalidStoragePath,
     StorageError,
+    TargetConflict,
 )
 
 StorageFactory = Callable[[str], CheckpointStorage]
@@ -74,6 +75,7 @@ __all__ = [
     "CorruptStateFile",
     "InvalidStoragePath",
     "StorageError",
+    "TargetConflict",
     "UnknownStorageScheme",
     "open_storage",
     "register_scheme",

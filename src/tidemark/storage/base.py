@@ -25,6 +25,18 @@ class InvalidStoragePath(StorageError):
     """The path is absolute, escapes the storage root or is otherwise malformed."""
 
 
+class TargetConflict(InvalidStoragePath):
+    """A directory to write into is taken by what storage holds: a file at it or at a directory
+    above it, or (filesystem) a symlink on the way."""
+
+
+def taken_by_file(directory: str, name: str) -> TargetConflict:
+    """The conflict of ``directory`` with the existing file ``name``, at it or above it."""
+    if name == directory:
+        return TargetConflict(f"{directory!r} is an existing file, not a directory")
+    return TargetConflict(f"{directory!r} lies under {name!r}, an existing file")
+
+
 class CorruptStateFile(StorageError):
     """A file's content does not match its recorded checksum or size."""
 
@@ -58,6 +70,12 @@ class CheckpointStorage(Protocol):
         """Content of ``ref.path``, raising ``CorruptStateFile`` (naming the file) on mismatch."""
 
     def exists(self, path: str) -> bool: ...
+
+    def check_target(self, directory: str) -> None:
+        """Refuse ``directory`` as a place to write files into, before anything is written there:
+        ``InvalidStoragePath`` when the path is not allowed, ``TargetConflict`` when a file is at
+        it or at a directory above it, or a symlink is on the way. For directories a request
+        names (a savepoint target); writes elsewhere follow the layout and need no check."""
 
     def delete(self, path: str) -> None:
         """Remove ``path``; a missing file is not an error (deletes are idempotent)."""

@@ -19,7 +19,7 @@ from typing import BinaryIO, Iterator
 from urllib.parse import unquote, urlparse
 
 from tidemark.protocol.messages import StateFile
-from tidemark.storage.base import InvalidStoragePath, verified
+from tidemark.storage.base import InvalidStoragePath, TargetConflict, taken_by_file, verified
 
 _TMP_PREFIX = ".tmp-"
 _CHUNK = 1 << 20
@@ -53,8 +53,8 @@ class FilesystemCheckpointStorage:
 
     # ---------------------------------------------------------------- paths
 
-    def _resolve(self, path: str) -> Path:
-        """The absolute location of ``path``; ``InvalidStoragePath`` if it is not allowed."""
+    def _parts(self, path: str) -> list[str]:
+        """The components of ``path``; ``InvalidStoragePath`` if it is malformed."""
         if not isinstance(path, str) or not path or "\x00" in path or "\\" in path:
             raise InvalidStoragePath(f"malformed storage path: {path!r}")
         if path.startswith("/"):
@@ -64,11 +64,30 @@ class FilesystemCheckpointStorage:
             raise InvalidStoragePath(f"storage path with empty, '.' or '..' part: {path!r}")
         if parts[-1].startswith(_TMP_PREFIX):
             raise InvalidStoragePath(f"reserved temporary file name: {path!r}")
-        target = self.root.joinpath(*parts)
+        return parts
+
+    def _resolve(self, path: str) -> Path:
+        """The absolute location of ``path``; ``InvalidStoragePath`` if it is not allowed."""
+        target = self.root.joinpath(*self._parts(path))
         real = Path(os.path.realpath(target))
         if real != self.root and self.root not in real.parents:
             raise InvalidStoragePath(f"storage path escapes the root via a symlink: {path!r}")
         return target
+
+    def check_target(self, directory: str) -> None:
+        """Each existing component of ``directory``, from the root down, must be a directory and
+        not a symlink (whether it points inside the root or not)."""
+        location = self.root
+        for part in self._parts(directory):
+            location = location / part
+            name = location.relative_to(self.root).as_posix()
+            if location.is_symlink():
+                raise TargetConflict(f"{directory!r} is a symlink" if name == directory else
+                                     f"{directory!r} passes through the symlink {name!r}")
+            if not location.exists():
+                return
+            if not location.is_dir():
+                raise taken_by_file(directory, name)
 
     # ---------------------------------------------------------------- writes
 

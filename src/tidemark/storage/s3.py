@@ -18,6 +18,7 @@ Contract, the same as the filesystem storage's:
   uploading: a source that changed in between aborts the upload;
 - ``read_bytes`` raises ``FileNotFoundError`` for a missing object; ``read_verified`` raises
   ``CorruptStateFile`` naming the file on a size or checksum mismatch;
+- ``check_target`` refuses a directory when an object is named like it or a directory above it;
 - ``delete`` is idempotent; ``list`` pages through ListObjectsV2 lazily, in key order;
 - any other store failure, after botocore's bounded retries, is a ``StorageError``.
 
@@ -38,7 +39,7 @@ from typing import Any, BinaryIO
 from urllib.parse import unquote, urlparse
 
 from tidemark.protocol.messages import StateFile
-from tidemark.storage.base import InvalidStoragePath, StorageError, verified
+from tidemark.storage.base import InvalidStoragePath, StorageError, taken_by_file, verified
 
 try:
     import boto3
@@ -314,6 +315,15 @@ class S3CheckpointStorage:
         except FileNotFoundError:
             return False
         return True
+
+    def check_target(self, directory: str) -> None:
+        """No object may be named ``directory`` or one of its parent directories (a key the
+        filesystem storage could not hold beside files under it); S3 has no symlinks."""
+        parts = validate_path(directory).split("/")
+        for depth in range(1, len(parts) + 1):
+            name = "/".join(parts[:depth])
+            if self.exists(name):
+                raise taken_by_file(directory, name)
 
     def delete(self, path: str) -> None:
         key = self._key(path)

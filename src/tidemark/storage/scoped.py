@@ -52,6 +52,9 @@ class SnapshotStorage:
     def exists(self, path: str) -> bool:
         return self.root.exists(self._map(path))
 
+    def check_target(self, directory: str) -> None:
+        self.root.check_target(self._map(directory))
+
     def delete(self, path: str) -> None:
         self.root.delete(self._map(path))
 

@@ -11,12 +11,13 @@ from tidemark.checkpoint_store import encode_metadata, metadata_path
 from tidemark.checkpoint_store.catalog import (
     RestoreSourceNotFound,
     UnusableRestoreSource,
+    check_savepoint_target,
     job_in_storage,
     list_retained,
     resolve_restore_source,
 )
 from tidemark.protocol.messages import CheckpointMetadata, TaskSnapshot
-from tidemark.storage import InvalidStoragePath
+from tidemark.storage import InvalidStoragePath, TargetConflict
 from tidemark.storage.filesystem import FilesystemCheckpointStorage
 from tidemark.types import CheckpointId, CheckpointType, Epoch, JobId, KeyGroup, OperatorId, TaskId
 
@@ -99,3 +100,21 @@ def test_storage_refuses_paths_escaping_its_root(storage: FilesystemCheckpointSt
     for path in ("../outside/_metadata", "/etc/passwd"):
         with pytest.raises(InvalidStoragePath):
             resolve_restore_source(storage, JOB, None, path)
+
+
+def test_a_savepoint_target_must_be_a_free_place_in_the_jobs_savepoint_area(
+        storage: FilesystemCheckpointStorage) -> None:
+    check_savepoint_target(storage, JOB, f"{JOB}/savepoints/before-upgrade")
+    check_savepoint_target(storage, JOB, f"{JOB}/savepoints/sp-6")  # a directory of no savepoint (yet)
+    storage.write_bytes(f"{JOB}/savepoints/kept/counts/chk-9/op-0.tmos", b"state")
+    check_savepoint_target(storage, JOB, f"{JOB}/savepoints/kept")  # files of an earlier target: names differ
+    for outside in (f"{JOB}/chk-3", f"{JOB}/savepoints", "orders-eu/savepoints/x", f"{JOB}/savepointsx/y"):
+        with pytest.raises(InvalidStoragePath, match="inside the job's savepoint area 'orders/savepoints/'"):
+            check_savepoint_target(storage, JOB, outside)
+    taken = {f"{JOB}/savepoints/sp-5": "is an existing savepoint",
+             f"{JOB}/savepoints/sp-5/deeper": "lies inside 'orders/savepoints/sp-5', an existing savepoint",
+             f"{JOB}/savepoints/sp-5/_metadata": "'orders/savepoints/sp-5/_metadata' is an existing file",
+             f"{JOB}/savepoints/sp-5/_metadata/x": "lies under 'orders/savepoints/sp-5/_metadata', an existing file"}
+    for target, why in taken.items():
+        with pytest.raises(TargetConflict, match=why):
+            check_savepoint_target(storage, JOB, target)

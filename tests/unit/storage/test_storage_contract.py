@@ -12,7 +12,7 @@ import pytest
 
 from tidemark.protocol.messages import StateFile
 from tidemark.storage import UnknownStorageScheme, open_storage, register_scheme
-from tidemark.storage.base import CheckpointStorage, CorruptStateFile, InvalidStoragePath
+from tidemark.storage.base import CheckpointStorage, CorruptStateFile, InvalidStoragePath, TargetConflict
 from tidemark.storage.filesystem import FilesystemCheckpointStorage
 
 
@@ -96,6 +96,20 @@ def test_invalid_paths_are_refused(storage, bad: str) -> None:
             call()
 
 
+def test_check_target_refuses_a_directory_taken_by_a_file(storage) -> None:
+    storage.write_bytes("job/savepoints/sp-1/_metadata", b"m")
+    storage.check_target("job/savepoints/sp-1")  # an existing directory
+    storage.check_target("job/savepoints/new/deeper")  # not there yet
+    with pytest.raises(TargetConflict, match="^'job/savepoints/sp-1/_metadata' is an existing file, not a dir"):
+        storage.check_target("job/savepoints/sp-1/_metadata")
+    with pytest.raises(TargetConflict, match="^'job/savepoints/sp-1/_metadata/a' lies under "
+                                             "'job/savepoints/sp-1/_metadata', an existing file$"):
+        storage.check_target("job/savepoints/sp-1/_metadata/a")
+    for bad in ("../x", "job/./x", "/job"):
+        with pytest.raises(InvalidStoragePath):
+            storage.check_target(bad)
+
+
 def test_concurrent_writers(storage) -> None:
     def write(i: int) -> None:
         for j in range(20):
@@ -123,6 +137,22 @@ def test_symlink_escape_is_refused(tmp_path: Path) -> None:
     with pytest.raises(InvalidStoragePath):
         storage.write_bytes("link/new", b"x")
     assert not (outside / "new").exists()
+
+
+def test_check_target_refuses_any_symlink_on_the_way(tmp_path: Path) -> None:
+    """Inside the root or out of it: a write would follow it somewhere the path does not say."""
+    storage = FilesystemCheckpointStorage(tmp_path / "root")
+    area = tmp_path / "root" / "job" / "savepoints"
+    (area / "real").mkdir(parents=True)
+    (area / "inside").symlink_to(area / "real", target_is_directory=True)
+    (area / "outside").symlink_to(tmp_path, target_is_directory=True)
+    (area / "dangling").symlink_to(tmp_path / "nothing")
+    for name in ("inside", "outside", "dangling"):
+        with pytest.raises(TargetConflict, match=f"^'job/savepoints/{name}' is a symlink$"):
+            storage.check_target(f"job/savepoints/{name}")
+        with pytest.raises(TargetConflict, match=f"passes through the symlink 'job/savepoints/{name}'$"):
+            storage.check_target(f"job/savepoints/{name}/below")
+    storage.check_target("job/savepoints/real/below")
 
 
 def test_failed_write_leaves_nothing(tmp_path: Path) -> None:

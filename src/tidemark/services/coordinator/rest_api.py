@@ -8,10 +8,11 @@ views then serve on the service's HTTP port (next to the unauthenticated ``/live
 Contract of every view: the service chassis's HTTP edge (:mod:`tidemark.chassis.http_edge`) has
 already checked the bearer token (401), the body size (413) and the body time (408); until the edge has
 caught up with its topics the answer is 503. Errors are JSON ``{"error": message, "status":
-code}``: 400 malformed request (body, field, job id, or a path that is not a safe relative path
-or resolves outside checkpoint storage), 401, 403 a job reference outside the job catalog, 404
-unknown job / checkpoint / request / run, 409 the job already runs / the run already exited / a
-checkpoint newer than a restore's ``newest_seen`` completed, 422
+code}``: 400 malformed request (body, field, job id, or a path that is not a safe relative path,
+resolves outside checkpoint storage or is a savepoint target outside the job's savepoint area),
+401, 403 a job reference outside the job catalog, 404 unknown job / checkpoint / request / run,
+409 the job already runs / the run already exited / a checkpoint newer than a restore's
+``newest_seen`` completed / a savepoint target taken by a file, a symlink or a savepoint, 422
 a well-formed request that cannot be carried out, 501 runs with ``TIDEMARK_JOBS__LAUNCHER=none``,
 503 not caught up, 500 a bug (logged).
 """
@@ -60,7 +61,7 @@ from tidemark.chassis.logs import get_logger
 from tidemark.services.coordinator.edge import CoordinatorEdge
 from tidemark.services.coordinator.runs import JobRun, LaunchRequest, LocalLauncher, run_document
 from tidemark.storage import open_storage
-from tidemark.storage.base import CheckpointStorage, InvalidStoragePath
+from tidemark.storage.base import CheckpointStorage, InvalidStoragePath, TargetConflict
 from tidemark.types import CheckpointId, CheckpointType, JobId
 
 log = get_logger(__name__)
@@ -158,9 +159,8 @@ class OperatorApi:
 
     async def trigger_savepoint(self, job: JobId, body: SavepointBody) -> dict[str, Any]:
         self.coordinator(job)
-        area = f"{job}/savepoints/"
-        if body.target is not None and not body.target.startswith(area):
-            raise ApiError(400, f"target must be inside the job's savepoint area {area!r}: {body.target!r}")
+        if body.target is not None:  # the check a worker makes again before it writes there
+            await self._in_storage(catalog.check_savepoint_target, self.storage, job, body.target)
         request = SavepointRequest(job_id=job, request_id=uuid.uuid4().hex, stop=body.stop,
                                    requested_at=now_ms(), target_location=body.target)
         await self.edge.request_savepoint(request)
@@ -279,6 +279,8 @@ class _ApiView(View):
             return await super().dispatch(request)
         except ApiError as exc:
             return self._error(exc.status, exc.message, exc.headers)
+        except TargetConflict as exc:  # before InvalidStoragePath, its base
+            return self._error(409, str(exc))
         except (BadRequest, InvalidStoragePath) as exc:
             return self._error(400, str(exc))
         except catalog.RestoreSourceNotFound as exc:
