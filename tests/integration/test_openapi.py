@@ -144,7 +144,6 @@ def _register(bootstrap: str, topics: TopicNames) -> None:
     producer.flush(10)
 
 
-
 def _store_checkpoint(storage_url: str) -> None:
     """A retained checkpoint 1 in storage, as the checkpoint-store would have written it."""
     tasks = tuple(TaskSnapshot(t.task_id, OPERATOR, t.subtask_index, t.key_group_start, t.key_group_end)

@@ -121,10 +121,8 @@ class EventLogReader:
         try:
             ends = {tp: self._consumer.get_watermark_offsets(TopicPartition(*tp), timeout=CONFIRM_TIMEOUT_S,
                                                              cached=False)[1] for tp in self._boundary}
-        except KafkaException as exc:
-            if unavailable(exc):
-                return
-            raise
+        except KafkaException:  # no answer is no confirmation: a restarting broker first says 'unknown
+            return              # partition' or tears the connection down, and none of it is the reader's failure
         if self._ends_asked is not None and all(self._position[tp] >= end for tp, end in self._ends_asked.items()):
             self.delivered_at_ms = now_ms()
         self._ends_asked = ends

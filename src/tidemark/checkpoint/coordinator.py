@@ -184,7 +184,6 @@ class CheckpointCoordinator:
         output that checkpoint's sinks committed."""
         return max(self._ledger.discarded_by_request, default=None)
 
-
     @property
     def active_epoch(self) -> Epoch:
         return self._ledger.active_epoch

@@ -25,6 +25,8 @@ class Clock:
     KafkaException(KafkaError(KafkaError._TRANSPORT)),
     KafkaException(KafkaError(KafkaError._TIMED_OUT, "Failed to get metadata: Local: Timed out")),
     KafkaError(KafkaError._ALL_BROKERS_DOWN),
+    KafkaException(KafkaError(KafkaError._DESTROY_BROKER,  # what a killed broker's end offsets call raised
+                              "Failed to get watermark offsets: Local: Broker handle destroyed without termination")),
     KafkaError(KafkaError.UNKNOWN, retriable=True),
     BrokerUnavailableError("3 records not delivered"),
     TimeoutError(),
