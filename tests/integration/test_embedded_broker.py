@@ -1,6 +1,7 @@
 """The embedded broker answers the Kafka protocol, and its manager starts, restarts and stops it
-cleanly: Apache Kafka (the default) keeps its data and port across restarts, also after SIGKILL;
-Tansu (selectable) starts and stops the same way."""
+cleanly: Apache Kafka (the default) keeps its data and port across restarts, also after SIGKILL,
+and its JVM maps the class archive an earlier broker left; Tansu (selectable) starts and stops the
+same way."""
 
 from __future__ import annotations
 
@@ -9,15 +10,20 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from tidemark.broker.apache_kafka import ARTIFACTS, KAFKA_VERSION
+from tidemark.broker.class_archive import PARTIAL, adopt_partial
 from tidemark.broker.embedded import EmbeddedBroker
 from tidemark.broker.engine import EmbeddedBrokerError
 from tidemark.kafka.admin import TruncationResult, delete_records_before, ensure_topics
 from tidemark.kafka.topics import TopicSpec
+from tidemark.jvm import java_binary
+from tidemark.maven import COMPLETE_MARKER, fetch_classpath
 from tidemark.processes import pid_alive
 
 pytestmark = pytest.mark.integration
@@ -149,3 +155,51 @@ def test_broker_cli_start_status_stop(tmp_path):
     assert not pid_alive(pid)
     assert cli("status").returncode == 1
     assert "port" in cli("start", "--port", "70000").stderr  # out of range: says what was expected
+
+
+def _cmdline(pid: int) -> list[str]:
+    return Path(f"/proc/{pid}/cmdline").read_text().split("\0")
+
+
+def test_a_stopped_broker_leaves_the_class_archive_later_starts_map(tmp_path, monkeypatch):
+    libs, _ = fetch_classpath(f"kafka-{KAFKA_VERSION}", ARTIFACTS)
+    cache = tmp_path / "cache" / f"kafka-{KAFKA_VERSION}"  # the machine's jars, no archive yet
+    cache.mkdir(parents=True)
+    (cache / "libs").symlink_to(libs.resolve())
+    (cache / COMPLETE_MARKER).write_text((libs.parent / COMPLETE_MARKER).read_text())
+    monkeypatch.setenv("TIDEMARK_CACHE_DIR", str(tmp_path / "cache"))
+    broker = EmbeddedBroker(tmp_path / "broker", engine_name="kafka")
+    try:
+        first = broker.start(tie_to_parent=True)
+        assert any(arg.startswith("-XX:ArchiveClassesAtExit=") for arg in _cmdline(first.pid))
+        assert broker.stop() is True  # the JVM writes the archive as it exits
+        archives = list(cache.glob("broker-classes-*.jsa"))
+        assert len(archives) == 1 and not list((tmp_path / "broker").rglob(PARTIAL))
+        second = broker.start(tie_to_parent=True)
+        assert f"-XX:SharedArchiveFile={archives[0]}" in _cmdline(second.pid)
+        os.kill(second.pid, signal.SIGKILL)  # a restart after a crash maps it too
+        deadline = time.monotonic() + 10
+        while pid_alive(second.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        broker.stop()
+        third = broker.start(tie_to_parent=True)
+        assert f"-XX:SharedArchiveFile={archives[0]}" in _cmdline(third.pid)
+    finally:
+        broker.stop()
+
+
+def test_a_truncated_class_archive_is_never_adopted(tmp_path):
+    java = java_binary()
+    assert java
+    libs, _ = fetch_classpath(f"kafka-{KAFKA_VERSION}", ARTIFACTS)
+    classpath = f"{libs.resolve()}/*"
+    written = tmp_path / "written.jsa"
+    subprocess.run([java, f"-XX:ArchiveClassesAtExit={written}", "-cp", classpath, "-version"],
+                   capture_output=True, check=True, timeout=120)
+    truncated, archive = tmp_path / PARTIAL, tmp_path / "archive.jsa"
+    truncated.write_bytes(written.read_bytes()[: written.stat().st_size // 2])  # a JVM killed as it wrote
+    assert adopt_partial(java, (), classpath, truncated, archive) is False
+    assert not truncated.exists() and not archive.exists()  # removed: a JVM mapping it would crash
+    written.replace(truncated)
+    assert adopt_partial(java, (), classpath, truncated, archive) is True
+    assert archive.is_file() and not truncated.exists()

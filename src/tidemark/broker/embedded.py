@@ -179,6 +179,8 @@ class EmbeddedBroker:
         stopped = status.pid is not None and stop_pid(status.pid, grace_s, reap=own)
         self._process = None
         self.record_path.unlink(missing_ok=True)
+        if stopped and status.engine in ENGINE_NAMES:
+            engine(status.engine).stopped(self.state_dir)
         return stopped
 
 

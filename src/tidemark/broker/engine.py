@@ -48,6 +48,11 @@ class BrokerEngine(Protocol):
         """The port a previous start in ``state_dir`` used, when the engine keeps it."""
         ...
 
+    def stopped(self, state_dir: Path) -> None:
+        """The broker process of ``state_dir`` is gone (stopped or killed); whatever it left to keep
+        is kept now."""
+        ...
+
 
 def engine_name_from_env() -> EngineName:
     """``TIDEMARK_BROKER_ENGINE`` (``kafka`` when unset); a clear error naming the key otherwise."""

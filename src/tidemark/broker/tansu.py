@@ -32,3 +32,6 @@ class TansuEngine:
 
     def saved_port(self, state_dir: Path) -> int | None:
         return None  # nothing survives a restart, so any port will do
+
+    def stopped(self, state_dir: Path) -> None:
+        """Nothing to keep."""

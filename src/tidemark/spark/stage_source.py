@@ -34,6 +34,7 @@ from tidemark.spark.offsets import PartitionOffsets
 
 EARLIEST = -2  # Spark's connector: "earliest" for one partition in a startingOffsets JSON
 OUTAGE_PATIENCE_MS = 300_000  # how long the connector's Kafka calls wait through a broker outage
+OFFSET_RETRY_MS = 1000  # the connector's pause between two failed offset lookups of the driver
 # The broker holds a fetch that finds nothing visible yet for up to fetch.max.wait.ms (500 ms by
 # default). A read_committed range of transactional records ends at a commit marker, so every task
 # of a micro-batch made one such fetch and waited 500 ms: a batch of 250 records on 4 partitions
@@ -134,8 +135,10 @@ class SparkKafkaSource:
                    "kafka.default.api.timeout.ms": str(OUTAGE_PATIENCE_MS),
                    "kafka.request.timeout.ms": "30000",
                    "kafkaConsumer.pollTimeoutMs": str(OUTAGE_PATIENCE_MS),
-                   "fetchOffset.numRetries": "60",
-                   "fetchOffset.retryIntervalMs": "5000"}
+                   # the driver's offset lookups: tried again every second once the broker is back
+                   # (not up to 5 s later), as long in all as before
+                   "fetchOffset.numRetries": str(OUTAGE_PATIENCE_MS // OFFSET_RETRY_MS),
+                   "fetchOffset.retryIntervalMs": str(OFFSET_RETRY_MS)}
         options.update(selection.partition_options())
         options["startingOffsets"] = self._starting(selection)
         return options

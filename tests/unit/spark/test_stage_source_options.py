@@ -46,6 +46,13 @@ def test_the_connector_reads_committed_records_with_headers_and_waits_through_ou
     assert _connector().session_conf() == {"spark.jars": "/j/x.jar,/j/y.jar"}
 
 
+def test_the_connector_looks_offsets_up_again_every_second_through_an_outage() -> None:
+    options = _connector().options(SUBSCRIBED)
+    assert int(options["fetchOffset.retryIntervalMs"]) <= 1000  # the driver's offset lookups: not 5 s
+    patience_ms = int(options["fetchOffset.numRetries"]) * int(options["fetchOffset.retryIntervalMs"])
+    assert patience_ms >= 120_000  # still waits through an outage of minutes
+
+
 def test_the_connector_names_every_partition_once_a_position_is_restored() -> None:
     options = _connector().options(ASSIGNED)
     assert json.loads(options["assign"]) == {"a": [0, 2]}
