@@ -4,8 +4,8 @@ A service whose state is a fold of records (the coordinator, the checkpoint-stor
 record again after a restart before it decides anything. :class:`EventLogReader` does that with
 an ``assign()``-mode consumer (exact offsets, no group, read_committed):
 
-Lifecycle: ``EventLogReader(config, topics)`` -> ``open()`` (assigns every partition from offset
-0 and records the end offsets as the replay boundary) -> ``poll()`` repeatedly; each returned
+Lifecycle: ``EventLogReader(config, topics)`` -> ``open()`` (assigns every partition from its
+first offset and records the end offsets as the replay boundary) -> ``poll()`` repeatedly; each returned
 :class:`LogRecord` says whether it is ``replayed`` (before the boundary) or live; ``caught_up``
 turns True once every partition's position reached its boundary -> ``close()``.
 
@@ -13,7 +13,10 @@ With ``confirm_delivery`` the reader also asks the broker for the partitions' en
 once a second once caught up, and sets ``delivered_at_ms`` (wall clock) whenever it has read
 everything the previous answer said was there: evidence that it is receiving, which a service
 needs before it takes silence on its topics for a fact (:mod:`tidemark.checkpoint.liveness`).
-During a broker outage the answers stop, and so do the confirmations.
+During a broker outage the answers stop, and so do the confirmations. It asks through a client of
+its own: the broker answers a connection's requests in order, so on the reading consumer's
+connection each question would wait behind the fetch in flight (up to ``fetch.wait.max.ms``,
+half a second, per partition), and the records read after it with it.
 
 Boundary caveat: the embedded broker reports a short end offset after non-transactional batched
 produce (notes/embedded-broker.md). Records past a short boundary then arrive as live records;
@@ -27,7 +30,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from tidemark.clock import now_ms
 
@@ -57,6 +60,7 @@ class EventLogReader:
         self.topics = list(topics)
         self._timeout = metadata_timeout_s
         self._consumer: Consumer | None = None
+        self._ends_client: Consumer | None = None  # confirm_delivery only: asks for end offsets, never fetches
         self._boundary: dict[tuple[str, int], int] = {}
         self._position: dict[tuple[str, int], int] = {}
         self._confirm = confirm_delivery
@@ -77,9 +81,11 @@ class EventLogReader:
                                                            timeout=self._timeout)
                 self._boundary[(topic, partition)] = high
                 self._position[(topic, partition)] = low
-                partitions.append(TopicPartition(topic, partition, OFFSET_BEGINNING))
+                partitions.append(TopicPartition(topic, partition, low))  # not OFFSET_BEGINNING: a 0.5 s lookup
         consumer.assign(partitions)
         self._consumer = consumer
+        if self._confirm:
+            self._ends_client = Consumer(self._config)
 
     @property
     def caught_up(self) -> bool:
@@ -87,13 +93,14 @@ class EventLogReader:
         return self._consumer is not None and all(self._position[tp] >= end for tp, end in self._boundary.items())
 
     def poll(self, max_records: int = 500, timeout_s: float = 0.2) -> list[LogRecord]:
-        """Up to ``max_records`` records; fetch errors other than end-of-partition or a broker
-        outage (nothing is returned until it ends) raise."""
+        """Up to ``max_records`` records, returned as soon as one is there (waiting at most
+        ``timeout_s`` for it) with those already fetched behind it; fetch errors other than
+        end-of-partition or a broker outage (nothing is returned until it ends) raise."""
         assert self._consumer is not None, "open() first"
         if self._confirm and self.caught_up and time.monotonic() >= self._next_confirm:
             self._confirm_delivery()
         records = []
-        for message in self._consumer.consume(max_records, timeout_s):
+        for message in self._fetched(max_records, timeout_s):
             error = message.error()
             if error is not None:
                 if error.code() == KafkaError._PARTITION_EOF:
@@ -114,12 +121,22 @@ class EventLogReader:
             self._refresh_positions()
         return records
 
+    def _fetched(self, max_records: int, timeout_s: float) -> list[Message]:
+        """The first message within ``timeout_s`` and those queued behind it (``consume`` alone
+        would wait out its whole timeout for fewer than ``max_records``: a live record late by up
+        to ``timeout_s``)."""
+        assert self._consumer is not None
+        first = self._consumer.poll(timeout_s)
+        if first is None:
+            return []
+        return [first, *self._consumer.consume(max_records - 1, 0)] if max_records > 1 else [first]
+
     def _confirm_delivery(self) -> None:
         """Ask for the end offsets; confirm when everything the previous answer listed was read."""
-        assert self._consumer is not None
+        assert self._ends_client is not None
         self._next_confirm = time.monotonic() + CONFIRM_EVERY_S
         try:
-            ends = {tp: self._consumer.get_watermark_offsets(TopicPartition(*tp), timeout=CONFIRM_TIMEOUT_S,
+            ends = {tp: self._ends_client.get_watermark_offsets(TopicPartition(*tp), timeout=CONFIRM_TIMEOUT_S,
                                                              cached=False)[1] for tp in self._boundary}
         except KafkaException:  # no answer is no confirmation: a restarting broker first says 'unknown
             return              # partition' or tears the connection down, and none of it is the reader's failure
@@ -137,3 +154,6 @@ class EventLogReader:
         if self._consumer is not None:
             self._consumer.close()
             self._consumer = None
+        if self._ends_client is not None:
+            self._ends_client.close()
+            self._ends_client = None

@@ -30,7 +30,7 @@ def test_an_end_offsets_call_that_fails_confirms_nothing_and_raises_nothing(code
     reader = EventLogReader({"bootstrap.servers": "127.0.0.1:1"}, ["control"], confirm_delivery=True)
     reader._boundary = {("control", 0): 5}
     reader._position = {("control", 0): 5}
-    reader._consumer = _Consumer([5, KafkaException(KafkaError(code)), 5, 5])
+    reader._ends_client = _Consumer([5, KafkaException(KafkaError(code)), 5, 5])
     reader._confirm_delivery()  # asks; nothing to confirm yet
     reader._confirm_delivery()  # the broker is restarting
     assert reader.delivered_at_ms is None
