@@ -19,7 +19,6 @@ from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from tidemark.examples.generator import expected_top_urls, expected_url_counts
 from tidemark.verification.committed_reader import CommittedReader, collect, read_to_end
 from tidemark.verification.comparison import Verdict, compare
 from tidemark.verification.output_check import Identify
@@ -37,6 +36,8 @@ def _field_identity(*fields: str) -> Callable[[Any], Hashable]:
 
 
 def url_counts_expectation(records: Iterable[bytes]) -> dict[Hashable, Any]:
+    from tidemark.examples.generator import expected_url_counts  # the example job and its state: when checking
+
     return _url_counts_from(expected_url_counts(records))
 
 
@@ -45,6 +46,8 @@ def _url_counts_from(counts: dict[str, int]) -> dict[Hashable, Any]:
 
 
 def top_urls_expectation(records: Iterable[bytes]) -> dict[Hashable, Any]:
+    from tidemark.examples.generator import expected_top_urls
+
     return _top_urls_from(expected_top_urls(records))
 
 

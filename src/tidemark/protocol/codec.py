@@ -6,7 +6,10 @@ the same record (Avro schema resolution: added fields take their defaults) and b
 dataclass. Every failure on input bytes is a :class:`~tidemark.protocol.errors.DecodeError`
 subclass; nothing else escapes :meth:`Codec.decode` (with the local id table).
 
-The framing is confluent-kafka's (``SchemaId`` and its prefix helpers). Avro bodies of the
+The framing is written here (:func:`wire_header`, :func:`schema_id_of`): importing
+confluent-kafka's helpers for five bytes would import its Schema Registry client with them
+(its HTTP and OAuth stacks), a good part of every service's start; a unit test checks the bytes
+against confluent-kafka's ``SchemaId``. Avro bodies of the
 newest schema versions are written and read by functions compiled for each message
 (:mod:`tidemark.protocol.avro_compiled`) from the schemas the ``avro`` package parsed and
 checked; they write the same bytes as the avro package (golden tests prove it). Older or foreign
@@ -22,13 +25,12 @@ message type and schema id) and may be shared between threads. Module-level :fun
 from __future__ import annotations
 
 import os
+import struct
 import threading
 from dataclasses import dataclass
 from typing import TypeVar
 
 from avro.compatibility import ReaderWriterCompatibilityChecker, SchemaCompatibilityType
-from confluent_kafka.schema_registry import prefix_schema_id_deserializer
-from confluent_kafka.schema_registry.serde import SchemaId
 
 from tidemark.protocol import messages
 from tidemark.protocol.avro_compiled import Reader, UnsupportedSchema, Writer, compile_record
@@ -55,7 +57,7 @@ from tidemark.protocol.schemas import NAMESPACE, SchemaCatalog, SchemaVersion, l
 
 MAGIC_BYTE = 0
 HEADER_SIZE = 5  # magic byte + 4-byte big-endian schema id
-AVRO = "AVRO"
+_HEADER = struct.Struct(">bI")
 REGISTRY_URL_ENV = "TIDEMARK_SCHEMA_REGISTRY_URL"
 
 M = TypeVar("M")
@@ -63,7 +65,12 @@ M = TypeVar("M")
 
 def wire_header(schema_id: int) -> bytes:
     """The 5-byte Confluent wire-format header naming ``schema_id``."""
-    return SchemaId(AVRO, schema_id).id_to_bytes()
+    return _HEADER.pack(MAGIC_BYTE, schema_id)
+
+
+def schema_id_of(data: bytes) -> int:
+    """The schema id in the header of ``data`` (at least :data:`HEADER_SIZE` bytes)."""
+    return int.from_bytes(data[1:HEADER_SIZE], "big")
 
 
 def _reference_writer(cls: type, version: SchemaVersion) -> Writer:
@@ -129,14 +136,12 @@ class Codec:
         if len(data) < 1:
             raise TruncatedRecord("empty record")
         if data[0] != MAGIC_BYTE:
-            if len(data) >= HEADER_SIZE and self._resolver.is_known(int.from_bytes(data[1:HEADER_SIZE], "big")):
+            if len(data) >= HEADER_SIZE and self._resolver.is_known(schema_id_of(data)):
                 raise BadMagicByte(data[0])
             raise MalformedRecord(f"not in the Confluent wire format (first byte {data[0]})")
         if len(data) < HEADER_SIZE:
             raise TruncatedRecord(f"{len(data)} bytes, shorter than the {HEADER_SIZE}-byte header")
-        frame = SchemaId(AVRO)
-        start = prefix_schema_id_deserializer(data, None, frame).tell()
-        schema_id: int = frame.id  # type: ignore[assignment]
+        start, schema_id = HEADER_SIZE, schema_id_of(data)
         plan = self._decode_plans.get(schema_id) or self._decode_plan(schema_id)
         if plan.read is not None:
             try:

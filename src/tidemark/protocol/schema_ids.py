@@ -11,7 +11,8 @@ Two implementations:
   is registered (in order, under BACKWARD_TRANSITIVE) through confluent-kafka's
   ``SchemaRegistryClient`` (:func:`registry_client`) and the registry's ids are used; ids not
   seen yet are fetched by id. Registry failures surface as :class:`SchemaRegistryError`, or
-  :class:`SchemaRegistryUnavailable` when the registry cannot be reached or answers 5xx.
+  :class:`SchemaRegistryUnavailable` when the registry cannot be reached or answers 5xx. The
+  client (with its HTTP and OAuth stacks) is imported only when a registry is used.
 
 Run ``python -m tidemark.protocol.schema_ids`` after adding a version file to append its id.
 """
@@ -25,17 +26,16 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, TypeVar
-
-import httpx2
-from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
-from confluent_kafka.schema_registry.error import SchemaRegistryError as ConfluentRegistryError
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from tidemark.protocol.errors import SchemaCatalogError, SchemaRegistryError, SchemaRegistryUnavailable
 from tidemark.protocol.schemas import SchemaCatalog, SchemaVersion, load_catalog, parse_version, subject_for
 
 IDS_FILE = "ids.json"
 COMPATIBILITY = "BACKWARD_TRANSITIVE"
+
+if TYPE_CHECKING:
+    from confluent_kafka.schema_registry import SchemaRegistryClient
 
 T = TypeVar("T")
 
@@ -164,6 +164,8 @@ def registry_client(url: str, timeout_s: float = 5.0) -> SchemaRegistryClient:
     """confluent-kafka's client for ``url``; credentials in the URL (``https://key:secret@host``)
     are sent as HTTP basic auth. Every call is one HTTP request of at most ``timeout_s``: no
     retries, so a codec that cannot reach its registry fails at once and clearly."""
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+
     return SchemaRegistryClient({"url": url, "timeout": timeout_s, "max.retries": 0})
 
 
@@ -176,6 +178,9 @@ def without_credentials(url: str) -> str:
 def registry_call(what: str, call: Callable[[], T]) -> T:
     """``call()``, with the client's failures as :class:`SchemaRegistryError` (the registry
     refused) or :class:`SchemaRegistryUnavailable` (unreachable, timed out, or HTTP 5xx)."""
+    import httpx2
+    from confluent_kafka.schema_registry.error import SchemaRegistryError as ConfluentRegistryError
+
     try:
         return call()
     except ConfluentRegistryError as exc:
@@ -199,6 +204,8 @@ class RegistrySchemaIds:
     _MAX_UNKNOWN = 1024
 
     def __init__(self, client: SchemaRegistryClient, catalog: SchemaCatalog, where: str = "schema registry") -> None:
+        from confluent_kafka.schema_registry import Schema
+
         self.client = client
         self._where = where
         self._catalog = catalog

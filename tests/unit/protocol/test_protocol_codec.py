@@ -49,6 +49,18 @@ def test_header_is_magic_byte_and_the_newest_schema_id(local: codec.Codec, messa
     assert schema_id == LOCAL_IDS.writer_id(f"{NAMESPACE}.{type(message).__name__}")
 
 
+@pytest.mark.parametrize("schema_id", [0, 1, 258, 2**31 - 1, 2**32 - 1])
+def test_the_framing_is_confluent_kafkas_byte_for_byte(schema_id: int) -> None:
+    from confluent_kafka.schema_registry import prefix_schema_id_deserializer
+    from confluent_kafka.schema_registry.serde import SchemaId
+
+    assert codec.wire_header(schema_id) == SchemaId("AVRO", schema_id).id_to_bytes()
+    framed = codec.wire_header(schema_id) + b"body"
+    read = SchemaId("AVRO")
+    assert prefix_schema_id_deserializer(framed, None, read).tell() == codec.HEADER_SIZE
+    assert codec.schema_id_of(framed) == read.id == schema_id
+
+
 def test_module_functions_use_the_local_table_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(codec.REGISTRY_URL_ENV, raising=False)
     monkeypatch.setattr(codec, "_default", None)
