@@ -1,12 +1,20 @@
 """ServiceApp: a Faust app with Tidemark's topics, codec, dead letters, health and metrics.
 
-Lifecycle: ``ServiceApp(name, settings)`` -> register handlers with :meth:`subscribe` and
-periodic work with :meth:`every` -> :meth:`run` (blocks; creates the topics, claims the service's
-singleton lease (:mod:`tidemark.chassis.singleton`: a newer instance fences this one, which then
-exits with code 75), starts the Faust worker and the HTTP port (:mod:`tidemark.chassis.http_edge`:
-bind address, token, limits), and returns after SIGTERM/SIGINT once in-flight work is finished,
-offsets are committed, consumers closed and producers flushed, or exits non-zero when that takes
-longer than ``shutdown_timeout_s``).
+Lifecycle: ``ServiceApp(name, settings)`` -> register event-sourced input with :meth:`follow_log`
+and periodic work with :meth:`every` -> :meth:`run` (blocks; creates the topics, claims the
+service's singleton lease (:mod:`tidemark.chassis.singleton`: a newer instance fences this one,
+which then exits with code 75), starts the Faust worker and the HTTP port
+(:mod:`tidemark.chassis.http_edge`: bind address, token, limits), and returns after SIGTERM/SIGINT
+once in-flight work is finished, consumers closed and producers flushed, or exits non-zero when
+that takes longer than ``shutdown_timeout_s``).
+
+A service reads its topics only through :meth:`follow_log` (``assign()``, exact offsets): no
+consumer group, so a restarted instance waits for no group join and no session of its killed
+predecessor to expire. The Faust app runs its producer, timers, tasks and web server only.
+
+The lease's grace period (the older instance stops acting) overlaps the start: the Faust worker
+starts and the logs are replayed during it, but no live record is handled, no ``on_caught_up``
+runs and no timer's work is done before it has passed.
 
 Handlers receive decoded messages. A record that fails to decode, or whose handler raises, goes
 to the dead-letter topic (see :mod:`tidemark.chassis.dead_letter_publisher`); the partition moves on.
@@ -15,32 +23,28 @@ to the dead-letter topic (see :mod:`tidemark.chassis.dead_letter_publisher`); th
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import sys
 import threading
+import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
 import faust
+from faust.app.base import BootStrategy
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from tidemark import __version__
 from tidemark.exit_codes import EXIT_SHUTDOWN_TIMEOUT, EXIT_UNREACHABLE
 from tidemark.config.settings import TidemarkSettings
 from tidemark.kafka.admin import ensure_topics
-from tidemark.kafka.clients import (
-    FAUST_GROUP_SETTINGS,
-    KafkaSecurity,
-    base_config,
-    kafka_security,
-    resolve_bootstrap,
-)
+from tidemark.kafka.clients import KafkaSecurity, base_config, kafka_security, resolve_bootstrap
 from tidemark.kafka.outage import BrokerWatch
 from tidemark.kafka.reachability import BrokerUnreachable, require_broker
 from tidemark.kafka.topics import TopicNames, TopicSpec
 from tidemark.protocol import codec
-from tidemark.chassis.dead_letter_publisher import RawRecord, headers_of, record_failure
+from tidemark.chassis.dead_letter_publisher import RawRecord, record_failure
 from tidemark.chassis.replay import EventLogReader
 from tidemark.chassis.http_edge import install_edge, web_options
 from tidemark.chassis.logs import get_logger
@@ -49,15 +53,18 @@ from tidemark.chassis.singleton import SingletonLease, lease_topic
 
 log = get_logger(__name__)
 
-Handler = Callable[[Any, RawRecord], Awaitable[None]]
 LogHandler = Callable[[Any, RawRecord, bool], Awaitable[None]]
 
 
-@dataclass(frozen=True, slots=True)
-class Subscription:
-    topic: str
-    handler: Handler
-    accepts: tuple[type, ...]
+class _NoGroupBootStrategy(BootStrategy):
+    """Faust's services without its consumer: no group, no leader assignor, no table manager
+    (whose start alone sleeps a second)."""
+
+    enable_kafka_consumer = False
+
+
+class _ProducerApp(faust.App):
+    BootStrategy = _NoGroupBootStrategy
 
 
 class _BoundedShutdownWorker(faust.Worker):
@@ -92,23 +99,21 @@ class ServiceApp:
         self.topics = TopicNames(settings.topic_prefix)
         self.bootstrap = resolve_bootstrap(settings)
         self._topic_specs = [*self.topics.control_plane(), lease_topic(settings.topic_prefix), *extra_topics]
-        self._subscriptions: list[Subscription] = []
         self._logs: list[EventLogReader] = []
         self._rebuilt: set[int] = set()  # the followed logs whose on_caught_up returned (by index)
+        self._acting_from: float | None = None  # monotonic; set by run() once the lease is claimed
         data_dir = settings.resolved_state_dir / name
         data_dir.mkdir(parents=True, exist_ok=True)
-        self.faust = faust.App(
+        self.faust = _ProducerApp(
             f"{settings.topic_prefix}-{name}",
             broker=f"kafka://{self.bootstrap}",
             broker_credentials=_faust_credentials(kafka_security(settings)),
             store="rocksdb://",
             datadir=str(data_dir),
             **web_options(settings),
-            consumer_auto_offset_reset="earliest",
             topic_replication_factor=settings.kafka.replication_factor,
             topic_partitions=1,
             producer_acks=-1,
-            **FAUST_GROUP_SETTINGS,
         )
         self._dead_letters = self.faust.topic(self.topics.dead_letters, value_serializer="raw", key_serializer="raw")
         self.http_auth = install_edge(self.faust.web.web_app, name, settings.api_token)
@@ -118,33 +123,26 @@ class ServiceApp:
 
     # ------------------------------------------------------------------ registration
 
-    def subscribe(self, topic: str, handler: Handler, *accepts: type) -> None:
-        """Call ``handler(message, raw)`` for every record of ``topic`` decoding to ``accepts``.
-
-        Records of other message types on a shared topic are ignored (they are for other
-        services); undecodable records and handler failures go to the dead-letter topic.
-        """
-        subscription = Subscription(topic, handler, tuple(accepts))
-        self._subscriptions.append(subscription)
-        source = self.faust.topic(topic, value_serializer="raw", key_serializer="raw")
-
-        async def agent(stream: Any) -> None:
-            async for event in stream.events():
-                await self._dispatch(subscription, event)
-
-        agent.__name__ = agent.__qualname__ = f"{self.name}.{topic}"
-        self.faust.agent(source, name=f"{self.name}-{topic}")(agent)
-
     def every(self, seconds: float) -> Callable[[Callable[[], Awaitable[None]]], Any]:
-        """Decorator: run the coroutine function every ``seconds`` while the service runs."""
-        return self.faust.timer(seconds)
+        """Decorator: run the coroutine function every ``seconds`` while the service runs, from
+        the end of the lease's grace period on."""
+        def register(work: Callable[[], Awaitable[None]]) -> Any:
+            @functools.wraps(work)
+            async def when_acting() -> None:
+                if self.may_act():
+                    await work()
+
+            return self.faust.timer(seconds)(when_acting)
+
+        return register
 
     def follow_log(self, topics: list[str], handler: LogHandler,
                    on_caught_up: Callable[[], Awaitable[None]], *,
                    confirm_delivery: bool = False) -> EventLogReader:
         """Event-sourced input: ``handler(message, raw, replayed)`` for every record of ``topics``
-        from offset 0, then live; ``on_caught_up()`` once, after the last replayed record.
-        Returns the reader (``confirm_delivery``: see :class:`EventLogReader`).
+        from their first offset, then live; ``on_caught_up()`` once, after the last replayed record.
+        Returns the reader (``confirm_delivery``: see :class:`EventLogReader`). Replayed records
+        are handled as soon as read; live ones and ``on_caught_up`` once the instance may act.
 
         Undecodable records go to the dead-letter topic when first seen live; replayed ones were
         dead-lettered by an earlier instance and are only counted again.
@@ -155,22 +153,41 @@ class ServiceApp:
         self._logs.append(reader)
 
         async def follow() -> None:
-            loop = asyncio.get_running_loop()
-            await loop.run_in_executor(None, reader.open)
-            announced = False
-            try:
-                while True:
-                    for record in await loop.run_in_executor(None, reader.poll):
-                        await self._handle(record.raw, handler, replayed=record.replayed)
-                    if not announced and reader.caught_up:
-                        announced = True
-                        await on_caught_up()
-                        self._rebuilt.add(index)  # ready only from here: the state is rebuilt
-            finally:
-                reader.close()
+            await self._follow(reader, handler, on_caught_up, index)
 
         self.faust.task(follow)
         return reader
+
+    async def _follow(self, reader: EventLogReader, handler: LogHandler,
+                      on_caught_up: Callable[[], Awaitable[None]], index: int) -> None:
+        """Replay ``reader``'s logs, then follow them; a live record and ``on_caught_up`` wait
+        for the end of the lease's grace period (:meth:`until_acting`)."""
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, reader.open)
+        announced = False
+        try:
+            while True:
+                for record in await loop.run_in_executor(None, reader.poll):
+                    if not record.replayed:
+                        await self.until_acting()
+                    await self._handle(record.raw, handler, replayed=record.replayed)
+                if not announced and reader.caught_up:
+                    announced = True
+                    await self.until_acting()
+                    await on_caught_up()
+                    self._rebuilt.add(index)  # ready only from here: the state is rebuilt
+        finally:
+            reader.close()
+
+    def may_act(self) -> bool:
+        """True once this instance holds the lease and its grace period has passed."""
+        return self._acting_from is not None and time.monotonic() >= self._acting_from
+
+    async def until_acting(self) -> None:
+        """Return once :meth:`may_act`."""
+        while not self.may_act():
+            left = None if self._acting_from is None else self._acting_from - time.monotonic()
+            await asyncio.sleep(0.05 if left is None else max(left, 0.0))
 
     async def publish(self, topic: str, message: Any, key: bytes | None = None) -> None:
         """Encode ``message`` (Avro, Confluent wire format) and send it to ``topic``."""
@@ -182,19 +199,8 @@ class ServiceApp:
 
     def ready(self) -> bool:
         """True when every followed log was replayed and the state rebuilt from it (its
-        ``on_caught_up`` returned), every subscribed topic has an assigned partition and no
-        rebalance runs."""
-        consumer = getattr(self.faust, "_consumer", None)
-        if self._subscriptions and (consumer is None or self.faust.rebalancing):
-            return False
-        rebuilt = len(self._rebuilt) == len(self._logs)
-        if consumer is None:
-            return rebuilt
-        try:
-            assigned = {tp.topic for tp in consumer.assignment()}
-        except Exception:  # e.g. ConsumerNotStarted in the first instants of a start: not ready yet
-            return False
-        return rebuilt and all(sub.topic in assigned for sub in self._subscriptions)
+        ``on_caught_up`` returned)."""
+        return len(self._rebuilt) == len(self._logs)
 
     def _install_pages(self) -> None:
         @self.faust.page("/livez")
@@ -212,24 +218,6 @@ class ServiceApp:
             return web.bytes(generate_latest(), content_type=CONTENT_TYPE_LATEST.split(";")[0])
 
     # ------------------------------------------------------------------ processing
-
-    async def _dispatch(self, subscription: Subscription, event: Any) -> None:
-        message = event.message
-        raw = RawRecord(
-            topic=message.topic,
-            partition=message.partition,
-            offset=message.offset,
-            timestamp=int(message.timestamp * 1000) if message.timestamp else None,
-            key=message.key,
-            value=message.value,
-            headers=headers_of(message.headers),
-        )
-
-        async def handle(decoded: Any, raw: RawRecord, replayed: bool) -> None:
-            if not subscription.accepts or isinstance(decoded, subscription.accepts):
-                await subscription.handler(decoded, raw)
-
-        await self._handle(raw, handle, replayed=False)
 
     async def _handle(self, raw: RawRecord, handler: LogHandler, *, replayed: bool) -> None:
         """Decode ``raw`` and run ``handler``; any failure dead-letters the record (invariant 5)."""
@@ -269,6 +257,7 @@ class ServiceApp:
         BrokerWatch(base_config(self.settings, self.bootstrap)).start()  # reports outages; aiokafka reconnects
         lease = SingletonLease(self.name, base_config(self.settings, self.bootstrap), self.settings.topic_prefix)
         lease.claim()  # fences the running instance, if any, before this one acts
+        self._acting_from = lease.acting_from
         lease.watch()
         worker.execute_from_commandline()
 

@@ -1,8 +1,9 @@
 """One active instance of each service: a newer instance fences the older one.
 
 Lifecycle: ``ServiceApp.run`` calls :meth:`SingletonLease.claim` before the service does anything
-(no consumer, no timer, no HTTP port yet), then :meth:`SingletonLease.watch` for the life of the
-process.
+(no reader, no timer, no HTTP port yet), then :meth:`SingletonLease.watch` for the life of the
+process; the service acts (handles live records, runs timers' work, says it is ready) only from
+:attr:`SingletonLease.acting_from` on.
 
 Mechanism (Kafka transactional-id fencing plus a lease log):
 
@@ -12,8 +13,12 @@ Mechanism (Kafka transactional-id fencing plus a lease log):
 2. It commits a claim record (key: the service name; value: instance id, host, pid, time) to the
    compacted ``<prefix>.leases`` topic. The claim's offset orders instances: the latest claim of a
    service is the active instance.
-3. It then waits ``grace_s`` (several watch periods) so that the older instance has read the
-   claim and exited before this one starts acting.
+3. It then lets ``grace_s`` (several watch periods) pass before it acts (``acting_from``), so
+   that the older instance has read the claim and exited by then. Reading is not acting: the
+   instance replays its logs meanwhile. The grace is owed only to an older instance that may
+   still run: a claim records its process's whereabouts, and one provably gone (it ran on this
+   kernel, in this pid namespace, and its process is dead) is owed nothing
+   (:mod:`tidemark.chassis.predecessors`, from the earlier claims read back after the commit).
 4. ``watch`` reads the lease topic (read_committed) from the instance's own claim on, every
    ``poll_s``. A newer claim of the same service by another instance fences this one: it logs
    ``fenced: a newer <service> instance took over`` and exits at once with :data:`EXIT_FENCED`
@@ -32,6 +37,7 @@ from typing import Any
 
 from confluent_kafka import OFFSET_END, Consumer, KafkaException, Producer, TopicPartition
 
+from tidemark.chassis.predecessors import grace_owed, here
 from tidemark.clock import now_ms
 from tidemark.exit_codes import EXIT_FENCED
 from tidemark.kafka.clients import consumer_config, producer_config
@@ -61,14 +67,18 @@ class SingletonLease:
         self._transactional_id = f"{prefix}.lease.{service}"
         self._claim_offset: int | None = None
         self._producer: Producer | None = None
+        self.acting_from: float | None = None  # monotonic: the end of the grace period, once claimed
 
     def claim(self, timeout_s: float = 60.0) -> int:
         """Fence older instances and record this one as the active instance; returns the offset of
-        the claim. Blocks until the claim is committed and the grace period has passed."""
+        the claim once it is committed, and sets :attr:`acting_from` (``grace_s`` after the
+        commit, or the commit itself when no older instance may still run): the instance acts
+        from then on, not before."""
         producer = Producer(producer_config(self._client, self._transactional_id))
         producer.init_transactions(timeout_s)
+        me = here()
         claim = {"service": self.service, "instance": self.instance, "host": socket.gethostname(),
-                 "pid": os.getpid(), "claimed_at": now_ms()}
+                 **me.fields(), "claimed_at": now_ms()}
         offsets: list[int] = []
 
         def delivered(err: Any, msg: Any) -> None:
@@ -84,10 +94,43 @@ class SingletonLease:
             raise RuntimeError(f"claim of {self.service} was not acknowledged")
         self._producer = producer  # kept open: its epoch is this instance's
         self._claim_offset = offsets[0]
-        log.info("singleton claimed", service=self.service, instance=self.instance,
-                 topic=self.topic, offset=self._claim_offset)
-        time.sleep(self.grace_s)
+        committed = time.monotonic()
+        owed = grace_owed(self._earlier_claims(), now_ms(), round(self.grace_s * 1000), me)
+        self.acting_from = committed + (self.grace_s if owed else 0.0)
+        log.info("singleton claimed", service=self.service, instance=self.instance, topic=self.topic,
+                 offset=self._claim_offset, grace_s=self.grace_s if owed else 0.0)
         return self._claim_offset
+
+    def _earlier_claims(self, timeout_s: float = 5.0) -> list[dict[str, Any]]:
+        """This service's claims before this instance's, oldest first (as far as compaction kept
+        them). Unreadable in ``timeout_s``: none, so the whole grace period is owed."""
+        assert self._claim_offset is not None
+        consumer = Consumer(consumer_config(self._client, None))
+        claims: list[dict[str, Any]] = []
+        try:
+            low, _ = consumer.get_watermark_offsets(TopicPartition(self.topic, 0), timeout=timeout_s)
+            consumer.assign([TopicPartition(self.topic, 0, low)])  # an explicit offset is read at once
+            deadline = time.monotonic() + timeout_s
+            while low < self._claim_offset and time.monotonic() < deadline:
+                record = consumer.poll(0.2)
+                if record is None or record.error() is not None:
+                    continue
+                if record.offset() >= self._claim_offset:
+                    return claims
+                claim = self.newer_claim(record.key(), record.value())
+                if claim is not None:
+                    claims.append(claim)
+            if low >= self._claim_offset:
+                return claims
+            log.warning("earlier lease claims not read in time; waiting the whole grace period",
+                        service=self.service, timeout_s=timeout_s)
+            return []
+        except KafkaException as exc:
+            log.warning("earlier lease claims not readable; waiting the whole grace period",
+                        service=self.service, error=str(exc))
+            return []
+        finally:
+            consumer.close()
 
     def watch(self) -> threading.Thread:
         """Start the daemon thread that fences this process on a newer claim."""
