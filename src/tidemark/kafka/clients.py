@@ -1,7 +1,7 @@
 """Client configuration for confluent-kafka (librdkafka) and Faust (aiokafka).
 
-Group settings keep a consumer-group join at a few seconds (the broker waits on the rebalance
-timeout; see docs/architecture.md), on the embedded broker and on Apache Kafka alike. How a client
+Group settings keep a consumer-group join (the consumers that use a group) at a few seconds, on
+the embedded broker and on Apache Kafka alike. How a client
 authenticates and encrypts is decided once, by :func:`kafka_security`, from the ``kafka`` settings;
 :func:`base_config` turns that into librdkafka keys, :mod:`tidemark.chassis.app` into Faust's
 credentials and :func:`java_security` into the Java client's keys (Spark's Kafka connector), so
@@ -14,7 +14,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tidemark.broker.embedded import EmbeddedBroker
 from tidemark.config.settings import ConfigurationError, TidemarkSettings
 
 GROUP_SETTINGS: dict[str, Any] = {
@@ -28,14 +27,6 @@ GROUP_SETTINGS: dict[str, Any] = {
 # process instead ("waiting for the broker", tidemark.kafka.outage), and failed operations raise
 # with librdkafka's error.
 LIBRDKAFKA_LOG_LEVEL = 2
-
-FAUST_GROUP_SETTINGS: dict[str, float] = {
-    "broker_session_timeout": 6.0,
-    "broker_heartbeat_interval": 1.0,
-    "broker_rebalance_timeout": 10.0,
-    "broker_max_poll_interval": 10.0,
-}
-
 
 @dataclass(frozen=True, slots=True)
 class KafkaSecurity:
@@ -104,15 +95,13 @@ def java_security(security: KafkaSecurity) -> dict[str, str]:
     return config
 
 
-def embedded_broker(settings: TidemarkSettings) -> EmbeddedBroker:
-    return EmbeddedBroker(settings.home / "broker")
-
-
 def resolve_bootstrap(settings: TidemarkSettings) -> str:
     """``KAFKA_BOOTSTRAP_SERVERS`` when set, else the running embedded broker under home."""
     if settings.bootstrap_servers:
         return settings.bootstrap_servers
-    status = embedded_broker(settings).status()
+    from tidemark.broker.embedded import EmbeddedBroker  # only without a named Kafka: a service's start skips it
+
+    status = EmbeddedBroker(settings.home / "broker").status()
     if status.running and status.bootstrap_servers:
         return status.bootstrap_servers
     raise ConfigurationError(
