@@ -43,6 +43,7 @@ _LONGEST_FIRST = {name: rank for rank, name in enumerate((
     "test_chart_worker_hosts.py",  # ~140: 4 worker-host pods, a host pod's and the supervisor's restarts
     "test_exactly_once.py",  # ~205
     "test_corrupted_checkpoint.py",  # ~170
+    "test_chaos.py",  # ~110: each process kind SIGKILLed once, a broker pause
     "test_broker_faults.py",  # ~120
     "test_event_time.py",  # ~150
     "test_readme_commands.py",  # ~170

@@ -1,0 +1,28 @@
+"""A small fault campaign in the suite: every process kind SIGKILLed once in a random order, the
+Apache Kafka broker included, and a broker pause, while input flows into the two-stage job; the
+read_committed output must be exact and every fault recovered from (a checkpoint triggered after
+it completes). ``bench/chaos_campaign.py`` runs the long campaign, in both state modes.
+
+The campaign starts its own embedded broker (it kills and pauses it), so it does not touch the
+session's broker, and it runs the same with ``KAFKA_BOOTSTRAP_SERVERS`` set.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tidemark.local.chaos import KILL_KINDS, PAUSE, FaultCampaign, plan_faults
+
+pytestmark = pytest.mark.timeout(900)
+
+
+def test_a_random_kill_of_every_process_kind_and_a_broker_pause_lose_nothing(tmp_path):
+    faults = plan_faults(len(KILL_KINDS), 1, pause_s=(10.0, 10.0), seed=20261127)
+    with FaultCampaign(tmp_path, "heap", seed=20261127, progress=print) as campaign:
+        report = campaign.run(faults, gap_s=(0.2, 1.0))
+    print(report.table())
+    assert [r.fault for r in report.results] == faults, report.table()
+    assert {r.fault.kind for r in report.results} == {*KILL_KINDS, PAUSE}
+    assert not report.unrecovered and not report.crashes, report.table()
+    assert report.verdict is not None and report.verdict.exactly_once, report.table()
+    assert report.verdict.records == report.verdict.expected_records >= 2
