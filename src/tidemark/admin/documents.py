@@ -73,7 +73,7 @@ def job_document(job: JobId, coordinator: CheckpointCoordinator) -> dict[str, An
     status = coordinator.status
     return {
         "job": job,
-        "epoch": coordinator.active_epoch,
+        "epoch": max(coordinator.active_epoch, 0),  # 0: no attempt announced yet (attempts count from 1)
         "state": status.state.value,
         "state_reason": status.reason,
         "stopping": coordinator.is_stopping,

@@ -51,3 +51,15 @@ def test_the_job_document_and_the_jobs_table_show_each_stages_workers() -> None:
     assert json.loads(json.dumps(document)) == document
     (row,) = render.jobs_text({"jobs": [document]}).splitlines()[1:]
     assert row.split()[6:] == ["src:2", "agg:3"]
+
+
+def test_a_job_known_only_by_its_supervisors_heartbeat_has_epoch_0() -> None:
+    """A supervisor heartbeats before its first attempt; the job's epoch is then 0 (attempts count
+    from 1), not the ledger's -1, which made a fresh start's first attempt epoch 0 and its workers
+    refuse ``--epoch 0``."""
+    from tidemark.protocol.messages import SupervisorHeartbeat
+    from tidemark.types import Epoch
+
+    coordinator = CheckpointCoordinator(JOB, OPTS)
+    coordinator.heard(SupervisorHeartbeat(JOB, Epoch(0), "host:1", 0), 0)
+    assert job_document(JOB, coordinator)["epoch"] == 0
