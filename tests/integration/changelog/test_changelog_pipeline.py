@@ -33,6 +33,7 @@ from tidemark.kafka.clients import consumer_config
 from tidemark.kafka.topics import TopicNames
 from tidemark.local.cluster import LocalCluster
 from tidemark.protocol import codec
+from tidemark.runtime.heartbeat import SupervisorHeartbeats
 from tidemark.protocol.messages import (
     CheckpointAborted,
     CheckpointCompleted,
@@ -84,6 +85,7 @@ class ChangelogJob:
         self.consumer.assign([TopicPartition(topics.control, 0, 0),
                               TopicPartition(topics.materializations, 0, 0)])
         bus.send(topics.control, registration(job, TASKS, PARTITIONS))
+        self.heartbeats = SupervisorHeartbeats(bus.client, topics, job, lambda: 1).start()  # the job is alive
         wait_for(lambda: bus.partitions(self.topic) == PARTITIONS, what="changelog topic created")
         self.tasks = {a.task_id: ChangelogStateBackend(
             HashMapStateBackend(key_groups(a), MAX_P, operator_id=OPERATOR),
@@ -147,6 +149,7 @@ class ChangelogJob:
                    for c in self.completed)
 
     def close(self) -> None:
+        self.heartbeats.stop()
         self.consumer.close()
         for task in self.tasks.values():
             task.close()
