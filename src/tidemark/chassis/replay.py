@@ -77,8 +77,9 @@ class EventLogReader:
                 consumer.close()
                 raise RuntimeError(f"topic {topic} does not exist")
             for partition in numbers:
-                low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition),
-                                                           timeout=self._timeout)
+                low, high = self._wait.call(  # a topic created a moment ago may have no leader yet
+                    f"read {topic}", lambda tp=TopicPartition(topic, partition): consumer.get_watermark_offsets(
+                        tp, timeout=self._timeout))
                 self._boundary[(topic, partition)] = high
                 self._position[(topic, partition)] = low
                 partitions.append(TopicPartition(topic, partition, low))  # not OFFSET_BEGINNING: a 0.5 s lookup

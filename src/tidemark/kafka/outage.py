@@ -48,7 +48,6 @@ _UNAVAILABLE_CODES = frozenset({
     KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.COORDINATOR_NOT_AVAILABLE,
     KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.NOT_COORDINATOR,
     KafkaError._DESTROY_BROKER,  # a request on a connection the restarted broker's client tore down
-    KafkaError._UNKNOWN_PARTITION,  # an end offsets call while the restarting broker lists no leader for it
 })
 
 

@@ -27,8 +27,6 @@ class Clock:
     KafkaError(KafkaError._ALL_BROKERS_DOWN),
     KafkaException(KafkaError(KafkaError._DESTROY_BROKER,  # what a killed broker's end offsets call raised
                               "Failed to get watermark offsets: Local: Broker handle destroyed without termination")),
-    KafkaException(KafkaError(KafkaError._UNKNOWN_PARTITION,  # the same call while the restarted broker starts
-                              "Failed to get watermark offsets: Local: Unknown partition")),
     KafkaError(KafkaError.UNKNOWN, retriable=True),
     BrokerUnavailableError("3 records not delivered"),
     TimeoutError(),
