@@ -35,6 +35,13 @@ def running(at: int = 0) -> CheckpointCoordinator:
     return coord
 
 
+def ended(outcome: AttemptOutcome, reason: str, at: int = 10) -> CheckpointCoordinator:
+    """A job whose attempt 1 registered, then registered as ended with ``outcome``."""
+    coord = running()
+    coord.apply(replace(registration(epoch=1), finished=True, outcome=outcome.value, reason=reason), at)
+    return coord
+
+
 def test_delivery_watch_counts_only_unbroken_listening() -> None:
     watch = DeliveryWatch(gap_ms=3_000)
     assert watch.listening_since(0) is None
@@ -100,9 +107,7 @@ def test_no_silence_while_the_coordinator_is_not_listening() -> None:
 
 
 def test_ended_jobs_and_jobs_no_supervisor_announced_are_not_judged() -> None:
-    cancelled = running()
-    reg = registration(epoch=1)
-    cancelled.apply(replace(reg, finished=True, outcome=AttemptOutcome.CANCELLED.value, reason="cancelled"), 10)
+    cancelled = ended(AttemptOutcome.CANCELLED, "cancelled")
     cancelled.tick(60_000, listening_since=0)
     assert (cancelled.status.state, cancelled.status.reason) == (JobState.CANCELLED, "cancelled")
     unknown = CheckpointCoordinator(JOB, OPTS, silence_ms=SILENCE)  # only a savepoint request named it
@@ -120,9 +125,7 @@ def test_a_supervisor_heard_before_it_registered_is_judged_too() -> None:
 
 
 def test_a_restarting_job_whose_supervisor_is_gone_is_failed() -> None:
-    coord = running()
-    reg = registration(epoch=1)
-    coord.apply(replace(reg, finished=True, outcome=AttemptOutcome.RESTARTING.value, reason="stage a exited"), 10)
+    coord = ended(AttemptOutcome.RESTARTING, "stage a exited")
     coord.heard(beat(20), 20)
     coord.tick(3_000, listening_since=0)
     assert (coord.status.state, coord.status.reason) == (JobState.RESTARTING, "stage a exited")
