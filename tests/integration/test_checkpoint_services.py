@@ -74,9 +74,14 @@ def test_checkpoints_complete_and_retention_keeps_exactly_n(deployment):
         completed.append(_complete_one(participant, completed[-1].checkpoint_id))
     ids = [c.checkpoint_id for c in completed]
     assert ids == sorted(ids)
-    # the store made each _metadata durable before the coordinator announced completion
+    # the store made each _metadata durable before the coordinator announced completion; it
+    # deletes a discarded checkpoint's _metadata first, then its state files
+    def settled() -> bool:
+        return (len(list((root / JOB).glob("chk-*/_metadata"))) == 2
+                and not any(list((root / JOB / f"chk-{old}").glob("*")) for old in ids[:-2]))
+
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and len(list((root / JOB).glob("chk-*/_metadata"))) != 2:
+    while time.monotonic() < deadline and not settled():
         time.sleep(0.2)
     kept = sorted(int(p.parent.name.split("-")[1]) for p in (root / JOB).glob("chk-*/_metadata"))
     assert kept == ids[-2:], "retention keeps exactly the newest 2 checkpoints"

@@ -137,7 +137,8 @@ def test_submit_a_job_see_it_register_then_cancel_it(deployment: Deployment):
     def registered() -> bool:
         assert call(deployment.url, "GET", f"/api/v1/runs/{run_id}")[1]["status"] == "RUNNING", \
             (deployment.home / run["log_path"]).read_text()[-3000:]
-        return job in [j["job"] for j in call(deployment.url, "GET", "/api/v1/jobs")[1]["jobs"]]
+        # a job is known from its supervisor's first heartbeat; registered once its attempt's tasks are
+        return any(j["job"] == job and j["workers"] for j in call(deployment.url, "GET", "/api/v1/jobs")[1]["jobs"])
 
     wait_for(registered, 150, "the job's registration")
     workers = children(run["pid"])

@@ -115,11 +115,15 @@ class PersistentCheckpointStore:
         """Delete the private files tasks wrote for checkpoint ``checkpoint_id``, which was
         aborted (Flink: PendingCheckpoint.dispose). Only the checkpoint's own directories are
         touched (shared files are the registry's), and never those of a checkpoint the store
-        retains or has seen complete. Idempotent; returns the deleted paths."""
+        retains or has seen complete, nor a directory holding a ``_metadata`` (a completed
+        checkpoint this store does not know of, such as one copied in by hand: an aborted
+        checkpoint never has one). Idempotent; returns the deleted paths."""
         if self.store.has_seen(checkpoint_id):
             return ()
         paths: list[str] = []
         for kind in (CheckpointType.CHECKPOINT, CheckpointType.SAVEPOINT):
+            if self.storage.exists(metadata_path(self.job_id, checkpoint_id, kind)):
+                continue
             directory = checkpoint_dir(self.job_id, checkpoint_id, kind)
             paths.extend(self.storage.list(directory + "/"))
         self._delete(paths)

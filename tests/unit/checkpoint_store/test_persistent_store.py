@@ -148,6 +148,17 @@ def test_an_aborted_checkpoints_files_are_deleted_but_never_a_completed_ones(sto
     assert f"{JOB}/shared/b" in remaining  # shared files belong to the registry
 
 
+def test_an_aborted_id_never_deletes_a_completed_checkpoint_the_store_does_not_know(storage) -> None:
+    """A checkpoint copied in by hand may share its id with a checkpoint this store sees aborted;
+    its ``_metadata`` marks it complete, so its directory is left alone (the other one is not)."""
+    s = make(storage, n=2)
+    copied = metadata(4, write_files(storage, [private_file(4)]))
+    storage.write_bytes(f"{JOB}/chk-4/_metadata", encode_metadata(copied))
+    aborted_savepoint = storage.write_bytes(f"{JOB}/savepoints/sp-4/state", b"x")
+    assert s.discard_aborted(CheckpointId(4)) == (aborted_savepoint.path,)
+    assert storage.exists(f"{JOB}/chk-4/_metadata") and storage.exists(private_file(4).path)
+
+
 def test_a_checkpoint_discarded_by_request_leaves_retention_with_only_its_own_files(storage) -> None:
     """An operator discards the newest checkpoint (its _metadata corrupted): what to delete comes
     from the store's log, files the older checkpoint shares stay, and its id is never stored again."""
