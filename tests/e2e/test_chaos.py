@@ -26,3 +26,5 @@ def test_a_random_kill_of_every_process_kind_and_a_broker_pause_lose_nothing(tmp
     assert not report.unrecovered and not report.crashes, report.table()
     assert report.verdict is not None and report.verdict.exactly_once, report.table()
     assert report.verdict.records == report.verdict.expected_records >= 2
+    (supervisor,) = [r for r in report.results if r.fault.kind == "supervisor"]
+    assert "its attempt adopted" in supervisor.detail, "the restarted supervisor took over the running attempt"

@@ -149,6 +149,12 @@ class TidemarkSettings(BaseSettings):
         description="Largest dead letter a stage publishes (key, value and framing); bigger ones are cut "
                     "(keep it at or below the broker's and the dead-letter topic's max.message.bytes)",
     )
+    adoption_window_s: float = Field(
+        30.0, ge=0, le=600,
+        description="How long a job's worker processes whose supervisor died run on, waiting for a "
+                    "restarted supervisor to adopt them, before they end their attempt and exit "
+                    "(tidemark.runtime.adoption)",
+    )
     api_token: str | None = Field(None, repr=False)
 
     @classmethod

@@ -11,8 +11,9 @@ A fault, and what brings the killed process back (what Kubernetes or the supervi
 
 - ``minute_counts`` / ``top_urls``: SIGKILL of one live stage worker of that stage; the job's
   supervisor fails the attempt over (the killed share to a warm standby);
-- ``supervisor``: SIGKILL of the job's supervisor (its workers die with it); the same command
-  line starts again, as a restarted pod does;
+- ``supervisor``: SIGKILL of the job's supervisor; the same command line starts again at once
+  (as a service manager restarts it) and adopts the attempt the killed one left running
+  (:mod:`tidemark.runtime.adoption`);
 - ``coordinator``, ``checkpoint-store``, ``changelog``, ``materializer``: SIGKILL, then the
   service starts again on its port;
 - ``broker``: SIGKILL of the broker, then a start on the same log directory and port;
@@ -43,7 +44,7 @@ from tidemark.broker.embedded import EmbeddedBroker
 from tidemark.clock import now_ms
 from tidemark.examples.generator import expected_top_urls
 from tidemark.examples.verify import read_committed, verify_top_urls
-from tidemark.local.pipeline import InputFeeder, JobRun, LocalPipeline, process_tree, wait_for
+from tidemark.local.pipeline import InputFeeder, JobRun, LocalPipeline, wait_for
 from tidemark.processes import pid_alive
 from tidemark.verification.comparison import Verdict
 
@@ -263,16 +264,16 @@ class FaultCampaign:
     def _kill_supervisor(self) -> tuple[int, str]:
         assert self.job is not None
         pid = self.job.process.pid
-        tree = process_tree(pid)
         at_ms = self._kill(pid)
         self.job.process.wait()
+        self.job = self._pipe.start_job(TOP_URLS, self.job_args, max_restarts=10_000)  # restarted at once
         try:
-            wait_for(lambda: not any(pid_alive(p) for p in tree), 30, "the supervisor's workers gone")
+            wait_for(lambda: self.job.events("adopted the running attempt of a killed supervisor")  # type: ignore
+                     or self.job.events("starting attempt"), 60, "the restarted supervisor's first step")  # type: ignore
         except TimeoutError:
-            left = [p for p in tree if pid_alive(p)]
-            raise AssertionError(f"the supervisor's processes {left} outlived it by 30 s") from None
-        self.job = self._pipe.start_job(TOP_URLS, self.job_args, max_restarts=10_000)  # the pod restarted
-        return at_ms, f"pid {pid} and its {len(tree) - 1} descendants; started again"
+            raise AssertionError("the restarted supervisor neither adopted the attempt nor started one") from None
+        adopted = bool(self.job.events("adopted the running attempt of a killed supervisor"))
+        return at_ms, f"pid {pid}; started again, {'its attempt adopted' if adopted else 'a new attempt (not adopted)'}"
 
     def _kill_service(self, name: str) -> tuple[int, str]:
         service = self._pipe.cluster.services[name]

@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 from confluent_kafka.admin import AdminClient
 
 from tidemark.processes import die_with_parent, stop_process, stop_processes
+from tidemark.runtime.adoption import read_record, signal_processes
 from tidemark.examples.generator import generate, produce
 from tidemark.jvm import QUICK_START_JVM_OPTIONS
 from tidemark.kafka.admin import ensure_topics
@@ -193,6 +194,10 @@ class LocalPipeline:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         stop_processes([job.process for job in self.jobs], timeout_s=JOB_STOP_S)  # side by side
+        for path in (self.home / "runs").glob("*.supervisor.json"):  # what a killed supervisor left
+            record = read_record(path)
+            if record is not None and not record.predecessor_alive():
+                signal_processes({**record.processes, **record.standbys}, signal.SIGKILL)
         self.cluster.stop()
 
     @property

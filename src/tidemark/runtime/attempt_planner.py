@@ -144,6 +144,11 @@ class AttemptPlanner:
         self.origin = self._choose_current(self._first)
         return self.origin
 
+    def adopt(self, parallelism: int, origin: AttemptState | None, baseline: int) -> None:
+        """Take over a killed predecessor's planner state with its running attempt
+        (:mod:`tidemark.runtime.adoption`): later failovers fall back as its would have."""
+        self.parallelism, self.origin, self.baseline = parallelism, origin, baseline
+
     def _first(self, newest: int) -> AttemptState:
         """Flink's operator's start semantics: ``fresh`` starts empty; a named checkpoint or
         savepoint is restored unless the job already has newer retained state (then this is a

@@ -114,16 +114,22 @@ class AttemptSignals:
     supervisor itself).
 
     Lifecycle: construct before the first attempt registers (it reads from the topic's end at
-    that moment, so it sees every signal about this supervisor's attempts and none older) ->
+    that moment, so it sees every signal about this supervisor's attempts and none older; an
+    adopting supervisor reads from ``from_ms``, when the adopted attempt registered) ->
     ``poll()`` repeatedly (non-blocking; returns nothing during a broker outage) -> ``close()``.
     """
 
-    def __init__(self, client: dict[str, Any], topics: TopicNames, job_id: JobId) -> None:
+    def __init__(self, client: dict[str, Any], topics: TopicNames, job_id: JobId, *,
+                 from_ms: int | None = None) -> None:
         self.job_id = job_id
         self._consumer = Consumer(consumer_config(client, None))
         partition = TopicPartition(topics.control, 0)
         _, end = self._consumer.get_watermark_offsets(partition, timeout=30.0, cached=False)
-        self._consumer.assign([TopicPartition(topics.control, 0, end)])
+        start = end
+        if from_ms:  # an adopted attempt: what was said about it while no supervisor listened
+            (found,) = self._consumer.offsets_for_times([TopicPartition(topics.control, 0, from_ms)], timeout=30.0)
+            start = found.offset if found.offset >= 0 else end
+        self._consumer.assign([TopicPartition(topics.control, 0, start)])
 
     def poll(self, max_records: int = 500) -> list[AttemptFailed | RestoreCommand]:
         return job_messages(self._consumer, self.job_id, (AttemptFailed, RestoreCommand), max_records)

@@ -143,6 +143,10 @@ def run(
     raise typer.Exit(code)
 
 
+ControlDirOption = typer.Option(None, "--control-dir", help="Where the process's control FIFO goes, for a "
+                                "restarted supervisor to adopt it (tidemark.runtime.adoption); unset: it is not adopted.")
+
+
 def worker(
     job: str = JobRef,
     stage: str = typer.Option(..., "--stage"),
@@ -153,6 +157,7 @@ def worker(
     job_args: str = ArgsOption,
     workers: str = typer.Option("{}", "--workers", help="Worker processes of each stage, a JSON object."),
     worker_index: int = typer.Option(0, "--worker", min=0, help="Which of its stage's workers this one is."),
+    control_dir: Optional[Path] = ControlDirOption,
 ) -> None:
     """Run one stage of a job, or one worker's share of it, then each attempt the supervisor hands
     it after releasing it (the supervisor starts these)."""
@@ -162,18 +167,19 @@ def worker(
     settings = _settings("worker")
     attempt = Attempt(job, stage, Epoch(epoch), parallelism, run_dir, _job_args(job_args, "jobs worker"), restore,
                       {str(k): int(v) for k, v in json.loads(workers).items()}, worker_index)
-    lines = SupervisorLines()
+    lines = SupervisorLines(control_dir=control_dir, adoption_window_s=settings.adoption_window_s)
     lines.start()
     raise typer.Exit(StageProcess(settings, lines).run(attempt))
 
 
 def standby(
     stage: str = typer.Option(..., "--stage"),
+    control_dir: Optional[Path] = ControlDirOption,
 ) -> None:
     """Wait, warm, to take over a stage's next attempt (the supervisor starts these)."""
     from tidemark.runtime.standby import run_standby
 
-    raise typer.Exit(run_standby(_settings("worker"), stage))
+    raise typer.Exit(run_standby(_settings("worker"), stage, control_dir))
 
 
 def host(

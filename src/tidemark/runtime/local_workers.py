@@ -8,7 +8,9 @@ SparkSession, :mod:`tidemark.runtime.stage_process`), to its stage's warm standb
 attempt as one JSON line on their standard input. A process tells where it is through files in
 the run directory (``<process>.epoch-<n>.ready`` / ``.processing`` / ``.released`` / ``.failed``,
 :mod:`tidemark.runtime.stage_attempt`) and its exit status; its output goes to
-``<run_dir>/<process>.log``. Every child dies with its parent (``die_with_parent``).
+``<run_dir>/<process>.log``. A worker host's children die with it (``die_with_parent``); a
+supervisor's (``adoptable``) run on when it is killed, for a restarted supervisor to adopt
+(:mod:`tidemark.runtime.adoption`: :meth:`LocalWorkers.adopt`, :meth:`LocalWorkers.records`).
 """
 
 from __future__ import annotations
@@ -23,12 +25,21 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from tidemark.chassis.logs import get_logger
-from tidemark.processes import die_with_parent, stop_process, stop_processes
+from tidemark.processes import die_with_parent, process_start_time, stop_process, stop_processes
+from tidemark.runtime.adoption import (
+    AdoptedProcess,
+    ProcessRecord,
+    SupervisorRecord,
+    adopt_line,
+    control_fifo,
+    exited_file,
+)
 from tidemark.runtime.stage_attempt import Assignment, Attempt, release_line
 from tidemark.runtime.start_errors import failed_file
 from tidemark.runtime.worker_pool import Launch, ProcessPhase, ProcessState
 
 log = get_logger(__name__)
+Process = subprocess.Popen[bytes] | AdoptedProcess  # a child, or a predecessor's child adopted
 KILL_WAIT_S = 10.0  # within a pod's default 30 s grace period
 RELEASE_WAIT_S = 10.0  # how long a launch waits for released processes to end their attempt
 
@@ -49,13 +60,55 @@ class LocalWorkers:
     """See the module docstring. ``run_dir``: where the processes' logs go (each attempt's
     files go to its own ``Attempt.run_dir``)."""
 
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(self, run_dir: Path, *, adoptable: bool = False) -> None:
         self.run_dir = run_dir
-        self._launched: dict[str, tuple[Launch, subprocess.Popen[bytes]]] = {}
-        self._released: dict[str, tuple[Attempt, subprocess.Popen[bytes]]] = {}  # ending their attempt
-        self._standbys: dict[str, subprocess.Popen[bytes]] = {}  # stage -> a warm worker
+        self.adoptable = adoptable
+        self._launched: dict[str, tuple[Launch, Process]] = {}
+        self._released: dict[str, tuple[Attempt, Process]] = {}  # ending their attempt
+        self._standbys: dict[str, Process] = {}  # stage -> a warm worker
         self._logs: dict[int, Path] = {}  # pid -> where its output goes (a standby keeps its own log)
         self._standby = True
+
+    @property
+    def control_dir(self) -> Path:
+        return self.run_dir / "control"
+
+    # ------------------------------------------------------------------ adoption
+
+    def records(self) -> tuple[dict[str, ProcessRecord], dict[str, ProcessRecord]]:
+        """The attempt's live processes and the warm standbys, as a successor adopts them."""
+        def record(process: Process, assignment: str = "") -> ProcessRecord | None:
+            started = process_start_time(process.pid)
+            return None if started is None or process.poll() is not None else ProcessRecord(
+                process.pid, started, assignment)
+        launched = {name: record(process, launch.assignment.to_line().decode().strip())
+                    for name, (launch, process) in self._launched.items()}
+        standbys = {stage: record(process) for stage, process in self._standbys.items()}
+        return ({k: v for k, v in launched.items() if v is not None},
+                {k: v for k, v in standbys.items() if v is not None})
+
+    def adopt(self, record: SupervisorRecord) -> bool:
+        """Take over the processes ``record`` lists (each is sent ``adopt <this pid>``); False,
+        with nothing taken, when one of the attempt's processes cannot be reached."""
+        self.run_dir = Path(record.run_dir)
+        line = adopt_line(os.getpid())
+        launched: dict[str, tuple[Launch, Process]] = {}
+        for name, entry in record.processes.items():
+            assignment = Assignment.from_line(entry.assignment)
+            attempt = assignment.attempt
+            process = AdoptedProcess(entry, control_fifo(self.control_dir, entry.pid),
+                                     exited_file(attempt.run_dir, name, attempt.epoch))
+            if not _write(process, line):
+                log.warning("an adopted worker cannot be reached", process=name, pid=entry.pid)
+                return False
+            launched[name] = (Launch(name, assignment), process)
+            self._logs[entry.pid] = self.run_dir / f"{name}.log"
+        for stage, entry in record.standbys.items():
+            standby = AdoptedProcess(entry, control_fifo(self.control_dir, entry.pid), None)
+            if _write(standby, line):
+                self._standbys[stage] = standby
+        self._launched = launched
+        return True
 
     # ------------------------------------------------------------------ WorkerPool
 
@@ -100,7 +153,10 @@ class LocalWorkers:
                        signal.SIGTERM if graceful else signal.SIGKILL, KILL_WAIT_S)
 
     def close(self) -> None:
-        stop_processes([*self._standbys.values(), *(p for _, p in self._released.values())], signal.SIGKILL)
+        """Everything still running ends with the run (as with ``die_with_parent``; only a killed
+        supervisor leaves processes for a successor to adopt)."""
+        stop_processes([*self._standbys.values(), *(p for _, p in self._released.values()),
+                        *(p for _, p in self._launched.values())], signal.SIGKILL)
         self._standbys.clear()
         self._released.clear()
 
@@ -111,7 +167,7 @@ class LocalWorkers:
         entry = self._launched.get(name)
         return entry[1].pid if entry else None
 
-    def _state(self, launch: Launch, process: subprocess.Popen[bytes]) -> ProcessState:
+    def _state(self, launch: Launch, process: Process) -> ProcessState:
         attempt = launch.assignment.attempt
         where = str(self._logs.get(process.pid, self.run_dir / f"{launch.name}.log"))
         code = process.poll()
@@ -143,7 +199,7 @@ class LocalWorkers:
             time.sleep(0.05)
         self._released = {name: entry for name, entry in self._released.items() if entry[1].poll() is None}
 
-    def _start(self, launch: Launch) -> subprocess.Popen[bytes]:
+    def _start(self, launch: Launch) -> Process:
         """The process of this name that ended the last attempt in place, else the stage's warm
         standby, else a new worker."""
         assignment = launch.assignment
@@ -166,17 +222,19 @@ class LocalWorkers:
             env["TIDEMARK_FAULT"] = assignment.fault
         return self._start_process(launch.name, worker_command(assignment), env)
 
-    def _start_process(self, name: str, command: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+    def _start_process(self, name: str, command: list[str], env: dict[str, str]) -> Process:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         path = self.run_dir / f"{name}.log"
+        if self.adoptable:
+            command = [*command, "--control-dir", str(self.control_dir)]
         with open(path, "ab") as out:
             process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.PIPE, env=env,
-                                       preexec_fn=die_with_parent)
+                                       preexec_fn=None if self.adoptable else die_with_parent)
         self._logs[process.pid] = path
         return process
 
 
-def _write(process: subprocess.Popen[bytes], line: bytes) -> bool:
+def _write(process: Process, line: bytes) -> bool:
     """Hand a line to a live process; False when it is gone."""
     if process.poll() is not None or process.stdin is None:
         return False

@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from tidemark.config.settings import TidemarkSettings
@@ -62,8 +63,8 @@ def warm_up(spark: Any, settings: TidemarkSettings, source: StageSource, interru
     return ran.is_set()
 
 
-def run_standby(settings: TidemarkSettings, stage: str) -> int:
-    lines = SupervisorLines()
+def run_standby(settings: TidemarkSettings, stage: str, control_dir: Path | None = None) -> int:
+    lines = SupervisorLines(control_dir=control_dir, adoption_window_s=settings.adoption_window_s)
     lines.start()
     source = stage_source(settings)
     spark = local_session(session_options(settings, f"tidemark-standby-{stage}", source))

@@ -32,6 +32,9 @@ as FAILED):
 5. when every worker exits 0 (a stop-with-savepoint completed) the attempt is registered as
    finished and ``run`` returns 0. SIGTERM/SIGINT stop the workers and return 143/130.
 
+A SIGKILLed supervisor's local workers run on: the next supervisor of the same command adopts
+its running attempt instead of steps 1-3 (:mod:`tidemark.runtime.adoption`).
+
 With ``TIDEMARK_HTTP_PORT`` set (a deployment), the supervisor serves ``/livez``, ``/readyz``
 (an attempt is registered and running) and ``/metrics`` on it, and worker process ``i`` (in job
 order) serves its metrics on that port + 1 + i; otherwise the workers get free ports.
@@ -39,9 +42,12 @@ order) serves its metrics on that port + 1 + i; otherwise the workers get free p
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
+from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 from tidemark.checkpoint.job_state import AttemptOutcome
@@ -55,8 +61,16 @@ from tidemark.kafka.outage import PATIENCE_S, BrokerWatch
 from tidemark.kafka.topics import TopicNames
 from tidemark.admin.client import CoordinatorClient
 from tidemark.maven import MavenFetchError
-from tidemark.processes import free_port
+from tidemark.processes import free_port, process_start_time
 from tidemark.protocol.messages import AttemptFailed, JobRegistration, RestoreCommand
+from tidemark.runtime.adoption import (
+    SupervisorRecord,
+    adoption_refusal,
+    read_record,
+    record_path,
+    signal_processes,
+    write_record,
+)
 from tidemark.runtime.api import JobSpec, load_job
 from tidemark.runtime.attempt_planner import AttemptPlanner, AttemptState, RunOptions, StartRefused
 from tidemark.runtime.control import AttemptSignals, ControlPublisher
@@ -71,7 +85,6 @@ from tidemark.runtime.stage_attempt import Assignment, Attempt, process_name
 from tidemark.runtime.start_errors import missing_topics_reason
 from tidemark.runtime.worker_pool import Launch, ProcessState, WorkerPool, standbys_due
 from tidemark.chassis.logs import get_logger
-from tidemark.spark.stage_source import stage_source
 from tidemark.storage import open_storage
 from tidemark.types import Epoch
 
@@ -98,7 +111,9 @@ class JobSupervisor:
         self._signals: AttemptSignals | None = None  # created before the first attempt
         self._restored_by_operator: RestoreCommand | None = None
         self.pool: WorkerPool = (HostedWorkers(settings, self.topics, self.spec.job_id)
-                                 if options.worker_hosts else LocalWorkers(self.run_dir))
+                                 if options.worker_hosts else LocalWorkers(self.run_dir, adoptable=True))
+        self.record_path = record_path(settings.home, self.spec.job_id)
+        self._registered_at_ms = 0  # when the running attempt registered (0: not yet)
         self.planner = AttemptPlanner(settings, options, coordinator, self.spec, self.storage)
         self._failure: str | None = None  # why the current attempt failed, one line
         self.gave_up: str | None = None  # set when ``run`` returns 1: why, one line
@@ -113,29 +128,90 @@ class JobSupervisor:
             serve_health(self.settings.http_host, self.settings.http_port, lambda: self.running)
         RESTARTS.labels(job)
         BrokerWatch(base_config(self.settings)).start()  # reports a broker outage; nothing here needs to wait
+        adopted = self._adopt()
         heartbeats = SupervisorHeartbeats(base_config(self.settings), self.topics, job,
                                           lambda: self.attempts[-1].epoch if self.attempts else 0).start()
-        self._signals = AttemptSignals(base_config(self.settings), self.topics, job)
+        self._signals = AttemptSignals(base_config(self.settings), self.topics, job,
+                                       from_ms=self._registered_at_ms if adopted else None)
         try:
-            return self._run_attempts()
+            return self._run_attempts(adopted)
         except StartRefused as exc:  # a restart will not fix it: the job is FAILED, with the reason
             self._report_ended(self.attempts[-1] if self.attempts else None, AttemptOutcome.FAILED, str(exc))
             raise
         finally:
             heartbeats.stop()
             self.pool.close()
+            record = read_record(self.record_path)
+            if record is not None and record.pid == os.getpid():
+                self.record_path.unlink(missing_ok=True)
 
-    def _run_attempts(self) -> int:
-        """The attempt loop; each ending is registered with its outcome (checkpoint.job_state)."""
+    # ------------------------------------------------------------------ adoption (runtime.adoption)
+
+    def _identity(self) -> dict[str, Any]:
+        options = self.options
+        identity = {"job_ref": options.job_ref, "job_args": options.job_args, "parallelism": options.parallelism,
+                    "workers": options.workers}
+        return json.loads(json.dumps(identity, sort_keys=True, default=str))
+
+    def _adopt(self) -> AttemptState | None:
+        """The attempt a killed predecessor left running, adopted; None (its processes stopped)
+        when there is none or it cannot be adopted."""
+        record = read_record(self.record_path)
+        if record is None or record.pid == os.getpid():
+            return None
+        refusal = adoption_refusal(record, self._identity(), worker_hosts=self.options.worker_hosts)
+        if refusal is None and not record.registered_at_ms:
+            refusal = "its attempt had not registered"
+        if refusal is None and isinstance(self.pool, LocalWorkers) and self.pool.adopt(record):
+            attempt = AttemptState(**record.attempt)
+            self.run_dir = Path(record.run_dir)
+            self.restarts = record.restarts
+            self.planner.adopt(record.parallelism, AttemptState(**record.origin) if record.origin else None,
+                               record.baseline)
+            self._registered_at_ms = record.registered_at_ms
+            log.info("adopted the running attempt of a killed supervisor", job=self.spec.job_id,
+                     epoch=attempt.epoch, predecessor=record.pid, processes=sorted(record.processes))
+            return attempt
+        if refusal is None:
+            refusal = "one of its processes could not be reached"
+        if record.predecessor_alive():
+            return None  # another supervisor runs the job: the start refuses below, touching nothing
+        stopped = signal_processes({**record.processes, **record.standbys}, signal.SIGKILL)
+        log.warning("the attempt a killed supervisor left is not adopted; its processes stopped",
+                    job=self.spec.job_id, predecessor=record.pid, reason=refusal, stopped=stopped)
+        return None
+
+    def _write_record(self, attempt: AttemptState) -> None:
+        """Rewrite what a successor adopts (only local workers are adopted)."""
+        if not isinstance(self.pool, LocalWorkers):
+            return
+        processes, standbys = self.pool.records()
+        origin = self.planner.origin
+        record = SupervisorRecord(
+            job=self.spec.job_id, pid=os.getpid(), start_time=process_start_time(os.getpid()) or 0,
+            identity=self._identity(), run_dir=str(self.run_dir), control_dir=str(self.pool.control_dir),
+            attempt=asdict(attempt), origin=asdict(origin) if origin is not None else None,
+            baseline=self.planner.baseline, parallelism=self.planner.parallelism, restarts=self.restarts,
+            registered_at_ms=self._registered_at_ms, processes=processes, standbys=standbys)
+        try:
+            write_record(self.record_path, record)
+        except OSError as exc:
+            log.warning("the supervisor's record not written; a restarted supervisor will not adopt the attempt",
+                        path=str(self.record_path), error=str(exc))
+
+    def _run_attempts(self, adopted: AttemptState | None) -> int:
+        """The attempt loop, from the ``adopted`` one or a first; each ending is registered with
+        its outcome (checkpoint.job_state)."""
         job = self.spec.job_id
         self._check_inputs()
-        self._prepare_source()
-        attempt = self.planner.first()
+        if adopted is None:
+            self._prepare_source()
+        attempt = adopted or self.planner.first()
         while True:
             self.attempts.append(attempt)
             EPOCH.labels(job).set(attempt.epoch)
             self._failure = None
-            outcome = self._run_attempt(attempt)
+            outcome = self._run_attempt(attempt, adopted=attempt is adopted)
             self.running = False
             RUNNING.labels(job).set(0)
             if outcome == "finished":
@@ -178,6 +254,8 @@ class JobSupervisor:
     def _prepare_source(self) -> None:
         """Fetch what the stages' source needs (Spark's Kafka connector, with Maven, the first time
         on a machine) once, before any worker starts; a fetch that fails refuses the start."""
+        from tidemark.spark.stage_source import stage_source  # Spark's data sources and Arrow: not on an adoption's path
+
         try:
             source = stage_source(self.settings)
         except MavenFetchError as exc:
@@ -212,17 +290,25 @@ class JobSupervisor:
     def _on_signal(self, signum: int, frame: Any) -> None:
         self._stop_signal = signum
 
-    def _run_attempt(self, attempt: AttemptState) -> str:
+    def _run_attempt(self, attempt: AttemptState, *, adopted: bool = False) -> str:
         running = self.running_spec = self._running_spec()
-        log.info("starting attempt", job=self.spec.job_id, attempt=attempt.index, epoch=attempt.epoch,
-                 restore=attempt.restore_path, parallelism=self.planner.parallelism,
-                 workers={s.name: s.workers for s in running.stages})
-        if self.spec.changelog:  # announce first: the changelog service creates the changelog topics
-            self._register(attempt, finished=False, announce_only=True)
-        self.pool.launch(self._launches(attempt), standby=self.options.standby)
-        outcome = self._wait_ready(attempt)
+        if adopted:  # launched, ready and registered by the predecessor
+            outcome = None
+        else:
+            log.info("starting attempt", job=self.spec.job_id, attempt=attempt.index, epoch=attempt.epoch,
+                     restore=attempt.restore_path, parallelism=self.planner.parallelism,
+                     workers={s.name: s.workers for s in running.stages})
+            if self.spec.changelog:  # announce first: the changelog service creates the changelog topics
+                self._register(attempt, finished=False, announce_only=True)
+            self._registered_at_ms = 0
+            self.pool.launch(self._launches(attempt), standby=self.options.standby)
+            self._write_record(attempt)
+            outcome = self._wait_ready(attempt)
+            if outcome is None:
+                self._registered_at_ms = now_ms()
+                self._register(attempt, finished=False)
+                self._write_record(attempt)
         if outcome is None:
-            self._register(attempt, finished=False)
             self.running = True
             RUNNING.labels(self.spec.job_id).set(1)
             outcome = self._watch(attempt)
@@ -288,6 +374,7 @@ class JobSupervisor:
             if not standbys_started and standbys_due(states, registered_at, time.monotonic()):
                 standbys_started = True
                 self.pool.start_standbys()
+                self._write_record(attempt)
             signalled = self._control_signal(attempt)
             if signalled is not None:
                 return signalled
