@@ -1,4 +1,5 @@
-"""Stop-with-savepoint and restore at another parallelism; at-least-once mode; killed services."""
+"""Stop-with-savepoint and restore at another parallelism; at-least-once mode. (Killed services: the
+fault campaign in ``test_chaos.py``, which also checks retention afterwards.)"""
 
 from __future__ import annotations
 
@@ -9,13 +10,10 @@ import pytest
 
 from pipeline_support import (
     TOP_URLS,
-    URL_COUNTS,
     pipeline,
-    retention_problems,
     stage_pids,
     stopped,
     topics_for,
-    verify_single_stage,
     verify_two_stage,
     worker_deaths,
 )
@@ -160,31 +158,3 @@ def _first_write_times(bootstrap, topic, identities):
                     first[identity] = min(first.get(identity, record.timestamp()[1]), record.timestamp()[1])
     consumer.close()
     return first
-
-
-@pytest.mark.parametrize("service", ["coordinator", "checkpoint-store"])
-def test_killed_service_resumes_checkpoints_and_loses_nothing(service, tmp_path, kafka_bootstrap, unique_name):
-    topics = topics_for(unique_name)
-    env = {"TIDEMARK_CHECKPOINT__TIMEOUT_MS": "10000"}  # the checkpoint in flight at the end aborts soon
-    with pipeline(tmp_path, kafka_bootstrap, unique_name, env=env) as pipe:
-        pipe.create_topic(topics.input, 4)
-        job = pipe.start_job(URL_COUNTS, topics.single_stage_args())
-        feeder = InputFeeder(kafka_bootstrap, topics.input, total=6000, chunk=100, pause_s=0.4).start()
-        wait_for(lambda: pipe.completed_checkpoints(topics.job_id) >= 2, 240, "2 completed checkpoints")
-        pipe.restart_service(service)
-        before = pipe.completed_checkpoints(topics.job_id)
-        wait_for(lambda: pipe.completed_checkpoints(topics.job_id) >= before + 2, 240,
-                 f"2 more checkpoints after the {service} restarted")
-        records = feeder.join(600)
-        verdict = verify_single_stage(kafka_bootstrap, topics, records, timeout_s=300)
-        failures = job.events("worker failed")
-        job.stop()
-        # retention: exactly the newest 3 checkpoints' files are left, all of them; the rest
-        # (discarded by retention, or aborted like the one in flight at the stop) is deleted
-        try:
-            wait_for(lambda: not retention_problems(tmp_path / "home", topics.job_id, 3), 60, "retention")
-        except TimeoutError:
-            pass
-        assert retention_problems(tmp_path / "home", topics.job_id, 3) == []
-    assert verdict.exactly_once, verdict
-    assert not failures  # the workers rode through the restart

@@ -89,6 +89,7 @@ class FaultResult:
     at_ms: int  # the kill, or the end of a pause (epoch ms)
     recovery_ms: int | None  # None: no checkpoint triggered after the fault completed in time
     detail: str
+    failovers: int = 0  # attempts the job's supervisors started from the fault to the recovery
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,7 +179,7 @@ class FaultCampaign:
         assert status.bootstrap_servers
         self.bootstrap = status.bootstrap_servers
         try:
-            self.pipe = LocalPipeline(self.home / "home", self.bootstrap, topic_prefix=f"tm-{self.job_id}",
+            self.pipe = LocalPipeline(self.pipe_home, self.bootstrap, topic_prefix=f"tm-{self.job_id}",
                                       services=SERVICES, env=_ENV, standby=True).__enter__()
             self.pipe.create_topic(self.input, 4)
             self.job = self.pipe.start_job(TOP_URLS, self.job_args, max_restarts=10_000)
@@ -199,6 +200,11 @@ class FaultCampaign:
         self.broker.stop()
 
     @property
+    def pipe_home(self) -> Path:
+        """The deployment's home: its checkpoint storage, logs and run directories."""
+        return self.home / "home"
+
+    @property
     def _pipe(self) -> LocalPipeline:
         assert self.pipe is not None, "use the campaign as a context manager"
         return self.pipe
@@ -211,6 +217,7 @@ class FaultCampaign:
     def inflict(self, fault: Fault) -> FaultResult:
         """Inflict ``fault``, bring back what was killed, and wait until a checkpoint triggered
         after the fault completed."""
+        attempts = self._attempts_started()
         if fault.kind in STAGES:
             at_ms, detail = self._kill_worker(fault.kind)
         elif fault.kind == "supervisor":
@@ -224,12 +231,17 @@ class FaultCampaign:
         else:
             raise ValueError(f"unknown fault kind {fault.kind!r}")
         recovery_ms = self._recovery_ms(at_ms)
-        result = FaultResult(fault, at_ms, recovery_ms, detail)
+        result = FaultResult(fault, at_ms, recovery_ms, detail, self._attempts_started() - attempts)
         self.report.results.append(result)
         took = "NOT RECOVERED" if recovery_ms is None else f"recovered in {recovery_ms / 1000:.1f}s"
-        self.progress(f"{self.mode} fault {len(self.report.results)}: {fault.kind:<16} {detail}: {took}")
+        self.progress(f"{self.mode} fault {len(self.report.results)}: {fault.kind:<16} {detail}: {took}"
+                      f"{f' ({result.failovers} failover(s))' if result.failovers else ''}")
         self._note_crashes(f"after fault {len(self.report.results)} ({fault.kind})")
         return result
+
+    def _attempts_started(self) -> int:
+        """Attempts every supervisor of the job started so far (an adopted attempt is not one)."""
+        return sum(len(job.events("starting attempt")) for job in self._pipe.jobs)
 
     def _note_crashes(self, when: str) -> None:
         """Services and the supervisor that exited by themselves: a defect, whatever would have

@@ -169,6 +169,7 @@ class JobSupervisor:
             self.planner.adopt(record.parallelism, AttemptState(**record.origin) if record.origin else None,
                                record.baseline)
             self._registered_at_ms = record.registered_at_ms
+            self._write_record(attempt)  # this supervisor's now: its successor adopts from it
             log.info("adopted the running attempt of a killed supervisor", job=self.spec.job_id,
                      epoch=attempt.epoch, predecessor=record.pid, processes=sorted(record.processes))
             return attempt
