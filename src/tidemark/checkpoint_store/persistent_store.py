@@ -17,6 +17,11 @@ A crash before 2 loses nothing (the coordinator asks again; step 1 is idempotent
 between 2 and 3 leaves files to delete: ``recover`` re-deletes the files of the trailing
 discards of the log, and publishes (then deletes) any discard implied by the log but missing
 from it. Files of a retained checkpoint or savepoint are never deleted.
+
+An aborted checkpoint's files are deleted when the abort is seen (``discard_aborted``), and again
+once a later checkpoint is stored: a task may still have been writing them at the abort (its
+snapshot under way, e.g. in a worker whose supervisor had fallen silent), but a later checkpoint
+completes only when every task acked it, which each does after the earlier snapshot's writes.
 """
 
 from __future__ import annotations
@@ -54,6 +59,8 @@ class PersistentCheckpointStore:
         self.storage = storage
         self.event_log = event_log
         self.store = CompletedCheckpointStore(job_id, options)
+        self._aborted: set[CheckpointId] = set()  # aborted since the last sweep (see the module docstring)
+        self.swept: tuple[str, ...] = ()  # the late files the last ``store_checkpoint`` deleted
 
     def recover(self, events: Iterable[CheckpointEvent], now_ms: int) -> tuple[str, ...]:
         """Rebuild from the event log and finish any interrupted discard; the paths deleted."""
@@ -109,6 +116,7 @@ class PersistentCheckpointStore:
         discards = self.store.add(metadata)
         self.event_log.append([metadata, *(d.to_event(self.job_id, now_ms) for d in discards)])
         self._delete(p for d in discards for p in d.deleted_files)
+        self.swept = self._sweep_aborted(cid)
         return metadata
 
     def discard_aborted(self, checkpoint_id: CheckpointId) -> tuple[str, ...]:
@@ -120,6 +128,19 @@ class PersistentCheckpointStore:
         checkpoint never has one). Idempotent; returns the deleted paths."""
         if self.store.has_seen(checkpoint_id):
             return ()
+        self._aborted.add(checkpoint_id)
+        return self._delete_private(checkpoint_id)
+
+    def _sweep_aborted(self, stored: CheckpointId) -> tuple[str, ...]:
+        """Delete again what tasks wrote late for the checkpoints aborted before ``stored``."""
+        swept: list[str] = []
+        for checkpoint_id in sorted(i for i in self._aborted if i < stored):
+            self._aborted.discard(checkpoint_id)
+            if not self.store.has_seen(checkpoint_id):
+                swept += self._delete_private(checkpoint_id)
+        return tuple(swept)
+
+    def _delete_private(self, checkpoint_id: CheckpointId) -> tuple[str, ...]:
         paths: list[str] = []
         for kind in (CheckpointType.CHECKPOINT, CheckpointType.SAVEPOINT):
             if self.storage.exists(metadata_path(self.job_id, checkpoint_id, kind)):

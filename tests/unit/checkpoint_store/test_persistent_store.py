@@ -148,6 +148,25 @@ def test_an_aborted_checkpoints_files_are_deleted_but_never_a_completed_ones(sto
     assert f"{JOB}/shared/b" in remaining  # shared files belong to the registry
 
 
+def test_files_a_task_writes_after_the_abort_go_once_a_later_checkpoint_is_stored(storage) -> None:
+    """A task's snapshot of checkpoint 2 was under way at its abort (its supervisor fell silent):
+    what it wrote after the abort's deletion goes when checkpoint 3 is stored, which every task
+    acked after writing 2; files of an abort after 3 wait for a later one."""
+    s = make(storage, n=2)
+    write_files(storage, [private_file(2)])
+    assert s.discard_aborted(CheckpointId(2)) == (private_file(2).path,)
+    late = write_files(storage, [private_file(2, "late")])
+    s.discard_aborted(CheckpointId(4))
+    after = write_files(storage, [private_file(4, "late")])
+    s.store_checkpoint(metadata(3, write_files(storage, [private_file(3)])), 3)
+    assert s.swept == tuple(f.path for f in late) and not storage.exists(late[0].path)
+    assert storage.exists(after[0].path), "checkpoint 4's tasks may still write: not before a later one is stored"
+    s.store_checkpoint(metadata(5, write_files(storage, [private_file(5)])), 5)
+    assert s.swept == tuple(f.path for f in after)
+    s.store_checkpoint(metadata(6, write_files(storage, [private_file(6)])), 6)
+    assert s.swept == (), "each aborted checkpoint is swept once"
+
+
 def test_an_aborted_id_never_deletes_a_completed_checkpoint_the_store_does_not_know(storage) -> None:
     """A checkpoint copied in by hand may share its id with a checkpoint this store sees aborted;
     its ``_metadata`` marks it complete, so its directory is left alone (the other one is not)."""

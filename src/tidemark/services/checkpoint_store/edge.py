@@ -118,6 +118,10 @@ class CheckpointStoreEdge:
             None, store.store_checkpoint, metadata, now_ms())
         log.info("checkpoint stored" if isinstance(event, CheckpointMetadata) else "checkpoint rejected",
                  job=metadata.job_id, checkpoint=metadata.checkpoint_id)
+        if isinstance(event, CheckpointMetadata) and store.swept:
+            log.info("files written for aborted checkpoints after their abort deleted", job=metadata.job_id,
+                     files=len(store.swept))
+            FILES_DELETED.labels(metadata.job_id).inc(len(store.swept))
         self._update_metrics(metadata.job_id, discarded=max(0, before + 1 - len(store.store.retained())),
                              deleted=len(referenced - _referenced_paths(store)))
 
