@@ -6,6 +6,7 @@ whole process tree mid-run, second start with the same arguments and environment
 read_committed output must then be exact, record by record.
 
 * ``job.upgradeMode=last-state`` (the default): the second start resumes the newest checkpoint;
+  then a ``--fresh`` start over the committed output is refused in one line (exit 3);
 * ``job.upgradeMode=stateless``: the first start is empty (``--fresh --start-id <id>``) and
   records its start id; the second, with the same start id, resumes instead of being refused;
   a new deployment (another image, so another start id) starts empty and is refused (exit 3)
@@ -65,11 +66,17 @@ def test_chart_last_state_worker_resumes_after_a_sigkill_of_the_tree(tmp_path, k
         resumed = again.events("resuming the job's last state")
         restarted = again.events("starting attempt")
         again.stop()
+        fresh = pipe.start_job(TOP_URLS, topics.args(), fresh=True)  # a --fresh start over that output
+        refused = fresh.wait(timeout_s=120)
+        fresh_log = fresh.log_path.read_text()
     assert started[0]["restore"] is None  # nothing retained yet: the first start is empty
     assert resumed and restarted[0]["restore"] is not None and "/chk-" in restarted[0]["restore"], restarted[:1]
     assert len(records) > sent_at_kill  # input kept arriving across the kill
     assert verdict.exactly_once, verdict
     assert verdict.records == verdict.expected_records
+    assert refused == 3, fresh_log[-2000:]
+    line = next(li for li in fresh_log.splitlines() if li.startswith("tidemark jobs run:"))
+    assert "--fresh would write results again" in line and topics.output in line and "--force" in line
 
 
 def test_chart_stateless_worker_resumes_on_restart_and_a_new_deployment_starts_empty(

@@ -1,8 +1,8 @@
 """Production continuity: a job started again resumes its last state; restore and checkpoint
 failures on a running job fail it over; every case keeps the read_committed output exact.
 
-* the whole process tree of ``tidemark jobs run`` (supervisor, stage workers, their JVMs) is
-  SIGKILLed, as a lost pod is, and the same command line is started again (last state);
+* (the whole process tree SIGKILLed and started again with the same arguments, last state, is
+  ``test_chart_started_worker.py``'s, through the chart's rendered arguments);
 * stop-with-savepoint, a new version of the job code started in savepoint mode
   (``--from-savepoint``, the arguments the Helm chart renders for ``job.upgradeMode=savepoint``),
   then that process tree SIGKILLed and started again with the same arguments;
@@ -45,31 +45,6 @@ def verified_output(pipe, topics, bootstrap: str, milestone: Milestone, feeder: 
     milestone.after_two_more_checkpoints(pipe, topics.job_id)
     records = feeder.join(timeout_s=600)
     return records, verify_two_stage(bootstrap, topics, records, timeout_s=300)
-
-
-def test_whole_process_tree_sigkilled_then_started_again_with_the_same_arguments(
-        tmp_path, kafka_bootstrap, unique_name):
-    topics = topics_for(unique_name)
-    with pipeline(tmp_path, kafka_bootstrap, unique_name) as pipe:
-        first, milestone, feeder = start_fed_job(pipe, topics, kafka_bootstrap, checkpoints=3)
-        killed = first.kill_tree()
-        sent_at_kill = len(feeder.records)
-        again = pipe.start_job(TOP_URLS, topics.args())  # what a restarted pod runs
-        records, verdict = verified_output(pipe, topics, kafka_bootstrap, milestone, feeder)
-        resumed = again.events("resuming the job's last state")
-        attempts = again.events("starting attempt")
-        again.stop()
-        fresh = pipe.start_job(TOP_URLS, topics.args(), fresh=True)
-        refused = fresh.wait(timeout_s=120)
-        fresh_log = fresh.log_path.read_text()
-    assert len(killed) >= 3  # the supervisor and both stage workers (and their JVMs)
-    assert len(records) > sent_at_kill  # input kept arriving across the kill
-    assert resumed and attempts[0]["restore"] is not None, attempts[:1]
-    assert verdict.exactly_once, verdict
-    assert verdict.records == verdict.expected_records
-    assert refused == 3, fresh_log[-2000:]
-    line = next(li for li in fresh_log.splitlines() if li.startswith("tidemark jobs run:"))
-    assert "--fresh would write results again" in line and topics.output in line and "--force" in line
 
 
 def test_stop_with_savepoint_upgrade_in_savepoint_mode_survives_a_sigkill_of_the_tree(
