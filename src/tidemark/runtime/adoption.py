@@ -40,7 +40,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from tidemark.processes import pid_alive, process_start_time
+from tidemark.processes import process_start_time
 from tidemark.runtime.stage_attempt import stage_file
 
 ADOPT = "adopt"  # the line a successor sends: ``adopt <its pid>``
@@ -131,6 +131,8 @@ def adoption_refusal(record: SupervisorRecord, identity: dict[str, Any], *, work
         return "it was started with other job arguments, parallelism or workers"
     if not record.processes:
         return "no attempt was running"
+    if not record.registered_at_ms:
+        return "its attempt had not registered"
     dead = sorted(name for name, process in record.processes.items() if not process.alive())
     if dead:
         return f"process(es) {', '.join(dead)} of its attempt are gone"
@@ -206,7 +208,7 @@ def signal_processes(records: dict[str, ProcessRecord], sig: int) -> list[int]:
     """Send ``sig`` to each recorded process that still lives; their pids."""
     signalled = []
     for process in records.values():
-        if process.alive() and pid_alive(process.pid):
+        if process.alive():
             try:
                 os.kill(process.pid, sig)
                 signalled.append(process.pid)

@@ -160,8 +160,6 @@ class JobSupervisor:
         if record is None or record.pid == os.getpid():
             return None
         refusal = adoption_refusal(record, self._identity(), worker_hosts=self.options.worker_hosts)
-        if refusal is None and not record.registered_at_ms:
-            refusal = "its attempt had not registered"
         if refusal is None and isinstance(self.pool, LocalWorkers) and self.pool.adopt(record):
             attempt = AttemptState(**record.attempt)
             self.run_dir = Path(record.run_dir)

@@ -3,6 +3,7 @@ record, the refusals, a worker's wait for its adopter and the handle on a proces
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import os
 import signal
@@ -70,6 +71,8 @@ def test_only_a_dead_supervisors_live_attempt_of_the_same_command_is_adopted() -
     assert adoption_refusal(record(**dead_predecessor, processes={}), IDENTITY, worker_hosts=False) == \
         "no attempt was running"
     assert adoption_refusal(record(**dead_predecessor), IDENTITY, worker_hosts=True) == "the job runs on worker hosts"
+    unregistered = dataclasses.replace(record(**dead_predecessor), registered_at_ms=0)
+    assert adoption_refusal(unregistered, IDENTITY, worker_hosts=False) == "its attempt had not registered"
 
 
 def assignment(tmp_path: Path, epoch: int = 4) -> Assignment:
