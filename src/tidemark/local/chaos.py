@@ -145,6 +145,16 @@ class CampaignReport:
         return "\n".join(lines)
 
 
+def _is_stage_process(pid: int, stage: str) -> bool:
+    """Whether ``pid`` is a live worker or standby process of ``stage`` (its command line says so)."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        return False
+    return (pid_alive(pid) and "jobs" in argv and ("worker" in argv or "standby" in argv)
+            and "--stage" in argv and argv[argv.index("--stage") + 1 : argv.index("--stage") + 2] == [stage])
+
+
 def _say(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
@@ -269,9 +279,12 @@ class FaultCampaign:
         return self._kill(pid), name
 
     def _live_workers(self, stage: str) -> dict[str, int]:
-        """The live processes running an attempt of ``stage`` (a worker's ready files), by name."""
+        """The live processes running an attempt of ``stage`` (a worker's ready files), by name;
+        a pid of an old ready file that another process reuses now (a supervisor started again,
+        say) is not one."""
         ready = (json.loads(path.read_text()) for path in self._pipe.home.glob(f"runs/*/{stage}*.epoch-*.ready"))
-        return {f"{stage} pid {record['pid']}": record["pid"] for record in ready if pid_alive(record["pid"])}
+        return {f"{stage} pid {record['pid']}": record["pid"] for record in ready
+                if _is_stage_process(record["pid"], stage)}
 
     def _kill_supervisor(self) -> tuple[int, str]:
         assert self.job is not None
