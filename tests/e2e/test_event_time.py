@@ -12,6 +12,7 @@ import pytest
 
 from pipeline_support import TOP_URLS, pipeline, topics_for, verify_two_stage
 from tidemark.examples.generator import generate, produce
+from tidemark.checkpoint_store.catalog import list_retained
 from tidemark.checkpoint_store.persistent_store import read_metadata
 from tidemark.examples.verify import read_committed
 from tidemark.storage import open_storage
@@ -59,7 +60,10 @@ def test_an_inactivity_timer_fires_without_new_input_and_after_a_restore(tmp_pat
         closed_first = read_committed(kafka_bootstrap, topics.output, expect=len(_requests(first)), timeout_s=120,
                                       settle_s=6)
         produce(kafka_bootstrap, topics.input, second, 4)
-        time.sleep(2)  # read (the query triggers every 200 ms), its sessions' timers registered
+        # read, its sessions' timers registered: a completed checkpoint is past every record (a
+        # fixed wait here was too short for a loaded machine)
+        wait_for(lambda: _newest_checkpoint_offsets(tmp_path, topics.job_id) == len(first) + len(second), 120,
+                 "a checkpoint past every input record")
         client = pipe.client()
         request = client.trigger_savepoint(topics.job_id, stop=True)
         savepoint = client.wait_for_savepoint(topics.job_id, request["request_id"], timeout_s=120)
@@ -89,6 +93,13 @@ def _closed_sessions(records: list[bytes]) -> Counter[tuple[str, int]]:
 
 def _closed(sessions: list[dict]) -> Counter[tuple[str, int]]:
     return Counter((s["ip"], s["requests"]) for s in sessions)
+
+
+def _newest_checkpoint_offsets(tmp_path, job_id: str) -> int:
+    """The input records the newest retained checkpoint's positions are past (0: none yet)."""
+    storage = open_storage((tmp_path / "home" / "checkpoints").resolve().as_uri())
+    entries = list_retained(storage, job_id, savepoints=False).entries
+    return _source_offsets(tmp_path, entries[-1].path) if entries else 0
 
 
 def _source_offsets(tmp_path, metadata_path: str) -> int:
