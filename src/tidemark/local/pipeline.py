@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 from confluent_kafka.admin import AdminClient
 
 from tidemark.processes import die_with_parent, stop_process, stop_processes
-from tidemark.runtime.adoption import read_record, signal_processes
+from tidemark.runtime.adoption import read_record, stop_left_processes
 from tidemark.examples.generator import generate, produce
 from tidemark.jvm import QUICK_START_JVM_OPTIONS
 from tidemark.kafka.admin import ensure_topics
@@ -196,8 +196,8 @@ class LocalPipeline:
         stop_processes([job.process for job in self.jobs], timeout_s=JOB_STOP_S)  # side by side
         for path in (self.home / "runs").glob("*.supervisor.json"):  # what a killed supervisor left
             record = read_record(path)
-            if record is not None and not record.predecessor_alive():
-                signal_processes({**record.processes, **record.standbys}, signal.SIGKILL)
+            if record is not None:
+                stop_left_processes(record)
         self.cluster.stop()
 
     @property

@@ -81,7 +81,6 @@ class SupervisorRecord:
     start_time: int
     identity: dict[str, Any]  # job_ref, job_args, parallelism option, workers option: the command
     run_dir: str
-    control_dir: str
     attempt: dict[str, Any]  # AttemptState fields
     origin: dict[str, Any] | None  # the planner's origin (AttemptState fields)
     baseline: int
@@ -204,13 +203,16 @@ def _open_fifo(fifo: Path) -> BinaryIO | None:
     return os.fdopen(fd, "wb", buffering=0)
 
 
-def signal_processes(records: dict[str, ProcessRecord], sig: int) -> list[int]:
-    """Send ``sig`` to each recorded process that still lives; their pids."""
+def stop_left_processes(record: SupervisorRecord) -> list[int]:
+    """SIGKILL every recorded process that still lives, unless the recorded supervisor does (then
+    another supervisor runs the job and nothing is touched); the pids signalled."""
+    if record.predecessor_alive():
+        return []
     signalled = []
-    for process in records.values():
+    for process in (*record.processes.values(), *record.standbys.values()):
         if process.alive():
             try:
-                os.kill(process.pid, sig)
+                os.kill(process.pid, signal.SIGKILL)
                 signalled.append(process.pid)
             except ProcessLookupError:
                 pass

@@ -68,7 +68,7 @@ from tidemark.runtime.adoption import (
     adoption_refusal,
     read_record,
     record_path,
-    signal_processes,
+    stop_left_processes,
     write_record,
 )
 from tidemark.runtime.api import JobSpec, load_job
@@ -175,7 +175,7 @@ class JobSupervisor:
             refusal = "one of its processes could not be reached"
         if record.predecessor_alive():
             return None  # another supervisor runs the job: the start refuses below, touching nothing
-        stopped = signal_processes({**record.processes, **record.standbys}, signal.SIGKILL)
+        stopped = stop_left_processes(record)
         log.warning("the attempt a killed supervisor left is not adopted; its processes stopped",
                     job=self.spec.job_id, predecessor=record.pid, reason=refusal, stopped=stopped)
         return None
@@ -188,7 +188,7 @@ class JobSupervisor:
         origin = self.planner.origin
         record = SupervisorRecord(
             job=self.spec.job_id, pid=os.getpid(), start_time=process_start_time(os.getpid()) or 0,
-            identity=self._identity(), run_dir=str(self.run_dir), control_dir=str(self.pool.control_dir),
+            identity=self._identity(), run_dir=str(self.run_dir),
             attempt=asdict(attempt), origin=asdict(origin) if origin is not None else None,
             baseline=self.planner.baseline, parallelism=self.planner.parallelism, restarts=self.restarts,
             registered_at_ms=self._registered_at_ms, processes=processes, standbys=standbys)

@@ -41,7 +41,7 @@ def record(*, pid: int = 1, start_time: int = 0, processes: dict[str, ProcessRec
            identity: dict | None = None) -> SupervisorRecord:
     return SupervisorRecord(
         job="j", pid=pid, start_time=start_time, identity=identity or IDENTITY, run_dir="/tmp/run",
-        control_dir="/tmp/run/control", attempt={"index": 2, "epoch": 3, "restore_path": "j/chk-4/_metadata",
+        attempt={"index": 2, "epoch": 3, "restore_path": "j/chk-4/_metadata",
                                                   "restored_id": 4},
         origin={"index": 0, "epoch": 1, "restore_path": None, "restored_id": None}, baseline=0, parallelism=2,
         restarts=2, registered_at_ms=1_700_000_000_000,
