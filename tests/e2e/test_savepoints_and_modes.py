@@ -92,18 +92,18 @@ def test_at_least_once_skips_alignment_and_duplicates_only_after_the_last_checkp
         # killed mid-stream, past the last checkpoint
         job = pipe.start_job(TOP_URLS, topics.args(mode="AT_LEAST_ONCE", top_urls_batch_records=24,
                                                    top_urls_workers=2),
-                             faults=("0@top_urls@after-batch:20",))
+                             faults=("0@top_urls@after-batch:12",))
         wait_for(lambda: len(stage_pids(pipe.home, "top_urls.w*")) == 2, 300, "both top_urls workers running")
-        # 1600 records, 100 per minute of event time: 16 minutes, so both workers get minutes,
+        # 960 records, 80 per minute of event time: 12 minutes, so both workers get minutes,
         # spread over the channel's partitions (a worker overtakes a barrier only between partitions)
-        feeder = InputFeeder(kafka_bootstrap, topics.input, total=1600, chunk=100, pause_s=0.3, per_minute=100).start()
+        feeder = InputFeeder(kafka_bootstrap, topics.input, total=960, chunk=80, pause_s=0.3, per_minute=80).start()
         # the second stage is held back while the first writes half the input into the channel: it
         # then reads a backlog with several checkpoints' barriers in it 24 records at a time, so
         # the barriers of one checkpoint reach a worker in different batches, with records after
         # them on the partitions read first - what alignment would hold back (without the hold,
         # the second stage keeps up or not depending on the machine's load)
         with stopped(*stage_pids(pipe.home, "top_urls.w*").values()):
-            wait_for(lambda: records_in({"bootstrap.servers": kafka_bootstrap}, topics.channel) >= 800, 300,
+            wait_for(lambda: records_in({"bootstrap.servers": kafka_bootstrap}, topics.channel) >= 480, 300,
                      "half the input in the channel")
         records = feeder.join(600)
         wait_for(lambda: job.events("restore issued"), 600, "the restore after the kill")

@@ -61,10 +61,10 @@ BROKER_SETTINGS: dict[str, str] = {
     "share.coordinator.state.topic.min.isr": "1",
     "group.initial.rebalance.delay.ms": "0",
     # a restart after SIGKILL waits for the dead incarnation's session to expire before serving
-    # (then retries its registration within half of it): 1.5 s instead of 3 s (about 1.5 s off a
-    # restart, docs/operations.md); the broker heartbeats six times a session
-    "broker.session.timeout.ms": "1500",
-    "broker.heartbeat.interval.ms": "250",
+    # (then retries its registration within half of it): 1 s instead of 3 s (about 2 s off a
+    # restart, docs/operations.md); the broker heartbeats five times a session
+    "broker.session.timeout.ms": "1000",
+    "broker.heartbeat.interval.ms": "200",
     "auto.create.topics.enable": "false",
     "num.network.threads": "2",
     "num.io.threads": "4",

@@ -34,7 +34,10 @@ from tidemark.spark.offsets import PartitionOffsets
 
 EARLIEST = -2  # Spark's connector: "earliest" for one partition in a startingOffsets JSON
 OUTAGE_PATIENCE_MS = 300_000  # how long the connector's Kafka calls wait through a broker outage
-OFFSET_RETRY_MS = 1000  # the connector's pause between two failed offset lookups of the driver
+OFFSET_RETRY_MS = 250  # the connector's pause between two failed offset lookups of the driver
+# The Java clients' reconnect and retry backoffs grow to 1 s by default: once the broker is back
+# after an outage, a client waited up to that long for its next try (half of it on average).
+CLIENT_BACKOFF_MAX_MS = 250
 # The broker holds a fetch that finds nothing visible yet for up to fetch.max.wait.ms (500 ms by
 # default). A read_committed range of transactional records ends at a commit marker, so every task
 # of a micro-batch made one such fetch and waited 500 ms: a batch of 250 records on 4 partitions
@@ -134,8 +137,10 @@ class SparkKafkaSource:
                    # wait through a broker outage instead of failing the query
                    "kafka.default.api.timeout.ms": str(OUTAGE_PATIENCE_MS),
                    "kafka.request.timeout.ms": "30000",
+                   "kafka.reconnect.backoff.max.ms": str(CLIENT_BACKOFF_MAX_MS),
+                   "kafka.retry.backoff.max.ms": str(CLIENT_BACKOFF_MAX_MS),
                    "kafkaConsumer.pollTimeoutMs": str(OUTAGE_PATIENCE_MS),
-                   # the driver's offset lookups: tried again every second once the broker is back
+                   # the driver's offset lookups: tried again every 250 ms once the broker is back
                    # (not up to 5 s later), as long in all as before
                    "fetchOffset.numRetries": str(OUTAGE_PATIENCE_MS // OFFSET_RETRY_MS),
                    "fetchOffset.retryIntervalMs": str(OFFSET_RETRY_MS)}

@@ -49,3 +49,13 @@ def test_sasl_without_a_mechanism_is_plain_for_both_stacks() -> None:
     settings = _settings(security_protocol="SASL_PLAINTEXT", sasl_username="svc", sasl_password="pw")
     assert base_config(settings, "b:1")["sasl.mechanism"] == "PLAIN"  # librdkafka's own default is GSSAPI
     assert _faust_credentials(kafka_security(settings)).mechanism.value == "PLAIN"
+
+
+
+def test_clients_try_a_broker_again_within_a_quarter_of_a_second() -> None:
+    from confluent_kafka import Producer
+
+    config = base_config(_settings(), "broker:9093")
+    assert config["reconnect.backoff.max.ms"] <= 250 and config["retry.backoff.max.ms"] <= 250
+    assert "metadata.recovery.strategy" not in config  # librdkafka's re-bootstrap stays on
+    Producer(config).flush(0)  # librdkafka takes every property (it refuses an unknown one here)
