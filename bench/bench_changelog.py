@@ -42,7 +42,7 @@ from tidemark.state import (
     RocksDBStateBackend,
     ValueStateDescriptor,
 )
-from tidemark.state.changelog import ChangelogStateBackend, restore_from_changelog
+from tidemark.changelog.backend import ChangelogStateBackend, restore_from_changelog
 from tidemark.storage.filesystem import FilesystemCheckpointStorage
 from tidemark.types import CheckpointId, JobId, TaskId
 

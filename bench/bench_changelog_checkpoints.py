@@ -85,7 +85,7 @@ from tidemark.kafka.topics import TopicNames
 from tidemark.materializer import TaskCheckpoint, TaskReplica, materialize
 from tidemark.protocol.messages import MaterializationRef, StateHandle
 from tidemark.state import KeyedSnapshot, KeyGroupRange, RocksDBOptions, RocksDBStateBackend, ValueStateDescriptor
-from tidemark.state.changelog import ChangelogStateBackend
+from tidemark.changelog.backend import ChangelogStateBackend
 from tidemark.storage.filesystem import FilesystemCheckpointStorage
 from tidemark.storage.scoped import SnapshotStorage
 from tidemark.types import CheckpointId, Epoch, JobId, MaterializationId, OperatorId, TaskId

@@ -8,7 +8,7 @@ prints one table, min / median / max over the rounds:
   distinct keys (4 timers per key, as 4 open one-minute windows would);
 * fire: ``pop_due`` of all N timers, each with its key made current and removed from the queue;
 * restore: ``restore`` of the backend's own checkpoint holding the N timers (full canonical on
-  heap, incremental on RocksDB), a new ``TimerService`` and its ``next_timestamp``;
+  heap, incremental on RocksDB), a new ``InternalTimerService`` and its ``next_timestamp``;
 * in memory: how many timers the restored queue holds in memory (heap: all of them; RocksDB:
   the cache of each key group's first timers).
 """
@@ -23,7 +23,7 @@ from pathlib import Path
 
 from tidemark.state import HashMapStateBackend, KeyGroupRange, RocksDBStateBackend
 from tidemark.state.rocksdb.timers import RocksDBTimerQueue
-from tidemark.state.timers import TimeDomain, TimerService
+from tidemark.state.timers import InternalTimerService, TimeDomain
 from tidemark.storage.filesystem import FilesystemCheckpointStorage
 from tidemark.types import CheckpointId
 
@@ -43,7 +43,7 @@ def one_round(kind: str, timers: int, work: Path, round_: int) -> tuple[float, f
     """(registered/s, fired/s, seconds to restore and find the first timer, timers in memory)."""
     keys = [f"url-{i}" for i in range(timers // 4)]
     backend = new_backend(kind, work, round_)
-    service = TimerService(backend)
+    service = InternalTimerService(backend)
     set_key, register = backend.set_current_key, service.register
     started = time.perf_counter()
     for i in range(timers):
@@ -56,7 +56,7 @@ def one_round(kind: str, timers: int, work: Path, round_: int) -> tuple[float, f
     restored = new_backend(kind, work, round_ + 1000)
     started = time.perf_counter()
     restored.restore([snapshot], storage)
-    restored_service = TimerService(restored)
+    restored_service = InternalTimerService(restored)
     assert restored_service.next_timestamp(EVENT) == 60_000
     restore_s = time.perf_counter() - started
     queue = restored.timer_queue(EVENT.value)

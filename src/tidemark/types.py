@@ -7,7 +7,7 @@ checkpoint id from an offset or a key group from a subtask index.
 from __future__ import annotations
 
 import enum
-from typing import NewType
+from typing import NamedTuple, NewType
 
 JobId = NewType("JobId", str)
 """Name of a streaming job; one set of topics and one checkpoint history per job."""
@@ -33,9 +33,23 @@ Epoch = NewType("Epoch", int)
 MaterializationId = NewType("MaterializationId", int)
 """Monotonically increasing per task; identifies one materialized snapshot."""
 
-TopicPartitionKey = tuple[str, int]
-"""A Kafka partition as ``(topic, partition)``: hashable, a dictionary key (confluent-kafka's
-``TopicPartition`` also carries an offset and is what its clients take)."""
+class TopicPartition(NamedTuple):
+    """A Kafka partition: hashable, a dictionary key, equal to the plain ``(topic, partition)``
+    tuple. confluent-kafka's class of the same name also carries an offset and is what its clients
+    take; a module using both imports that one as ``KafkaTopicPartition``. A loop over records builds
+    the plain tuple as a key instead (0.05 µs, the named tuple 0.24 µs): it equals and hashes the same."""
+
+    topic: str
+    partition: int
+
+
+class Channel(NamedTuple):
+    """One input of a stage that reads a channel topic: a partition of it as one upstream task
+    writes it. Barriers are aligned and watermarks kept per channel."""
+
+    topic: str
+    partition: int
+    task: TaskId
 
 
 def task_id(operator_id: str, subtask_index: int) -> TaskId:
@@ -63,6 +77,15 @@ class CheckpointType(str, enum.Enum):
     @property
     def is_savepoint(self) -> bool:
         return self is not CheckpointType.CHECKPOINT
+
+
+class OperatorStateMode(str, enum.Enum):
+    """How an operator state is redistributed when a job restores at another parallelism
+    (Flink: ``OperatorStateHandle.Mode``)."""
+
+    SPLIT_DISTRIBUTE = "SPLIT_DISTRIBUTE"  # list state: the elements spread over the new subtasks, each once
+    UNION = "UNION"  # union list state: every new subtask gets every element
+    BROADCAST = "BROADCAST"  # identical on every subtask: every new subtask gets one copy
 
 
 class CheckpointingMode(str, enum.Enum):

@@ -33,6 +33,15 @@ def test_src_tidemark_has_no_import_cycle() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+def test_the_state_package_does_not_import_the_changelog_package() -> None:
+    """State backends are below the changelog: the changelog backend wraps them and its reader
+    and writer carry their changes, never the other way round (no package-level loop)."""
+    graph = _load_script().import_graph(REPO / "src" / "tidemark")
+    upward = sorted((module, target) for module, targets in graph.items() if module.startswith("tidemark.state")
+                    for target in targets if target.startswith("tidemark.changelog"))
+    assert upward == []
+
+
 def test_finder_reports_cycles_through_function_and_type_checking_imports(tmp_path: Path) -> None:
     package = tmp_path / "pkg"
     _write(package, "__init__.py", "")

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Optional
 import typer
 
 from tidemark.admin import DEFAULT_URL, render
+from tidemark.start_request import StartRequest, StartRuleError, command_line_option
 
 if TYPE_CHECKING:
     from tidemark.admin.client import CoordinatorClient
@@ -103,11 +104,11 @@ def jobs_submit(
     url: str = UrlOption, token: Optional[str] = TokenOption, as_json: bool = JsonOption,
 ) -> None:
     """Run a job on the coordinator's machine (as 'tidemark jobs run' there); prints the run."""
-    if from_checkpoint is not None and from_savepoint is not None:
-        raise typer.BadParameter("give at most one of --from-checkpoint and --from-savepoint")
-    if fresh and (from_checkpoint is not None or from_savepoint is not None):
-        raise typer.BadParameter("--fresh starts with empty state; it cannot be combined with --from-checkpoint "
-                                 "or --from-savepoint")
+    try:
+        StartRequest.of(spell=command_line_option, from_checkpoint=from_checkpoint, from_savepoint=from_savepoint,
+                        fresh=fresh, force=force)
+    except StartRuleError as exc:
+        raise typer.BadParameter(str(exc)) from None
     args = _job_args_object(job_args)
     document = _call(lambda: _client(url, token).submit_run(
         reference, args=args, parallelism=parallelism, from_checkpoint=from_checkpoint,

@@ -22,6 +22,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails
 
 from tidemark.checkpoint_store.layout import METADATA_FILE, validate_job_id
+from tidemark.start_request import StartRequest
 from tidemark.types import CheckpointId, JobId
 
 MAX_PATH_LENGTH = 1024
@@ -216,8 +217,8 @@ class RestoreBody(_Body):
 class RunBody(_Body):
     """``POST /runs``: ``{"job": "<package.module:attribute>", "args": {...}, "parallelism":
     int | null, "from_checkpoint": int | null, "from_savepoint": relative path | null, "fresh":
-    bool, "force": bool}``, the start options of ``tidemark jobs run``: at most one of
-    ``from_checkpoint`` and ``from_savepoint``, neither with ``fresh``. Whether ``job`` is in
+    bool, "force": bool}``, the start options of ``tidemark jobs run`` under the same rules
+    (:mod:`tidemark.start_request`). Whether ``job`` is in
     the coordinator's catalog is checked by the API (403), not here."""
 
     job: str = Field(min_length=1, description="a job reference 'package.module:attribute'")
@@ -247,12 +248,13 @@ class RunBody(_Body):
 
     @model_validator(mode="after")
     def _one_start(self) -> RunBody:
-        if self.from_checkpoint is not None and self.from_savepoint is not None:
-            raise ValueError("give at most one of from_checkpoint and from_savepoint")
-        if self.fresh and (self.from_checkpoint is not None or self.from_savepoint is not None):
-            raise ValueError("fresh starts with empty state; it cannot be combined with from_checkpoint "
-                             "or from_savepoint")
+        self.start  # noqa: B018 - raises StartRuleError (a ValueError) when the start breaks a rule
         return self
+
+    @property
+    def start(self) -> StartRequest:
+        """How the run starts (:mod:`tidemark.start_request`)."""
+        return StartRequest(self.from_checkpoint, self.from_savepoint, self.fresh, self.force)
 
     @property
     def metadata_path(self) -> str | None:

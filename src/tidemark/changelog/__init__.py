@@ -1,6 +1,6 @@
 """The changelog's Kafka layer (Flink's DSTL): writer, reader, partitioning, truncation.
 
-The changelog state backend that uses them lives in :mod:`tidemark.state.changelog`. See
+The changelog state backend that uses them is :mod:`tidemark.changelog.backend`. See
 ``docs/concepts/changelog.md`` for the design.
 """
 

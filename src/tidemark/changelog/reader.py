@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Message, TopicPartition as KafkaTopicPartition
 
 from tidemark.changelog.errors import ChangelogReadError
 from tidemark.changelog.options import ChangelogReaderOptions
@@ -41,6 +41,7 @@ from tidemark.protocol.messages import StateChange
 from tidemark.keygroups import KeyGroupRange
 from tidemark.state.backend import KeyedSnapshot
 from tidemark.state.table import KeyedStateChange
+from tidemark.types import TopicPartition
 
 _POLL_S = 0.2
 Owner = tuple[str, str, int]  # job id, task id, epoch of a range's writer
@@ -55,7 +56,7 @@ class ReadStats:
     outside_key_groups: int = 0  # the owner's records of key groups not restored here
     metas: int = 0  # the owners' state-metadata records
     resumed: int = 0  # the owners' changes below ``resume``: already applied, not yielded
-    lowest_offsets: dict[tuple[str, int], int] = field(default_factory=dict)  # first record read
+    lowest_offsets: dict[TopicPartition, int] = field(default_factory=dict)  # first record read
 
 
 @dataclass(slots=True)
@@ -70,9 +71,10 @@ class _Range:
 class _Cursor:
     """Reading state of one partition: its ranges, merged into intervals read in order."""
 
-    tp: TopicPartition
+    tp: KafkaTopicPartition
     ranges: list[_Range]
     intervals: list[tuple[int, int]]
+    key: TopicPartition  # tp's partition as a key, built once (not per record)
     index: int = 0
     position: int = 0
     last_progress: float = field(default_factory=time.monotonic)
@@ -119,34 +121,34 @@ class ChangelogReader:
         self.last_stats = ReadStats()
 
     def _cursors(self, sources: Sequence[KeyedSnapshot], target: KeyGroupRange,
-                 resume: Mapping[tuple[str, int], int]) -> list[_Cursor]:
-        by_partition: dict[tuple[str, int], list[_Range]] = {}
+                 resume: Mapping[TopicPartition, int]) -> list[_Cursor]:
+        by_partition: dict[TopicPartition, list[_Range]] = {}
         for source in sources:
             clip = source.key_groups.intersection(target)
             for r in source.ranges:
                 held = key_groups_of(r.partition, self.partitions, self.max_parallelism)
                 if r.end_offset > r.start_offset and len(clip.intersection(held)):
-                    by_partition.setdefault((r.topic, r.partition), []).append(
+                    by_partition.setdefault(TopicPartition(r.topic, r.partition), []).append(
                         _Range(r.start_offset, r.end_offset, clip.intersection(held)))
         cursors = []
         for (topic, partition), ranges in sorted(by_partition.items()):
             ranges.sort(key=lambda r: r.start)
             intervals = _intervals(ranges)
-            cursors.append(_Cursor(TopicPartition(topic, partition, intervals[0][0]), ranges,
-                                   intervals, position=intervals[0][0],
-                                   resume=resume.get((topic, partition), 0)))
+            key = TopicPartition(topic, partition)
+            cursors.append(_Cursor(KafkaTopicPartition(topic, partition, intervals[0][0]), ranges, intervals, key,
+                                   position=intervals[0][0], resume=resume.get(key, 0)))
         return cursors
 
     def read(self, sources: Sequence[KeyedSnapshot], target: KeyGroupRange, *,
-             resume: Mapping[tuple[str, int], int] | None = None,
+             resume: Mapping[TopicPartition, int] | None = None,
              on_state_meta: StateMetaCallback | None = None) -> Iterator[KeyedStateChange]:
         """The changes of ``sources`` that a backend owning ``target`` must apply (see module)."""
         self.last_stats = stats = ReadStats()
-        cursors = {(c.tp.topic, c.tp.partition): c for c in self._cursors(sources, target, resume or {})}
+        cursors = {c.key: c for c in self._cursors(sources, target, resume or {})}
         if cursors:
             yield from self._read_cursors(cursors, stats, on_state_meta)
 
-    def _read_cursors(self, cursors: dict[tuple[str, int], _Cursor], stats: ReadStats,
+    def _read_cursors(self, cursors: dict[TopicPartition, _Cursor], stats: ReadStats,
                       on_state_meta: StateMetaCallback | None) -> Iterator[KeyedStateChange]:
         """Consume the cursors' intervals, each record through ``_accept`` (the transport part:
         an in-memory reader for tests overrides only this)."""
@@ -157,7 +159,7 @@ class ChangelogReader:
             while open_cursors:
                 for message in consumer.consume(self.options.batch_records, _POLL_S):
                     self._check_error(message)
-                    cursor = cursors.get((message.topic(), message.partition()))
+                    cursor = cursors.get((message.topic(), message.partition()))  # type: ignore[call-overload]  # hot: see types.TopicPartition
                     if cursor is None or cursor.done:
                         continue
                     change = self._accept(cursor, message, stats, on_state_meta)
@@ -191,7 +193,7 @@ class ChangelogReader:
         cursor.position = offset + 1
         cursor.last_progress = time.monotonic()
         stats.records += 1
-        stats.lowest_offsets.setdefault((cursor.tp.topic, cursor.tp.partition), offset)
+        stats.lowest_offsets.setdefault(cursor.key, offset)
         ranges = cursor.ranges
         starts_here = cursor.next_start < len(ranges) and ranges[cursor.next_start].start <= offset
         is_meta = message.key() == STATE_META_KEY
@@ -277,7 +279,7 @@ class ChangelogReader:
                     continue
                 cursor.position = cursor.intervals[cursor.index][0]
                 cursor.last_progress = time.monotonic()
-                consumer.seek(TopicPartition(cursor.tp.topic, cursor.tp.partition, cursor.position))
+                consumer.seek(KafkaTopicPartition(cursor.tp.topic, cursor.tp.partition, cursor.position))
             open_cursors += 1
         return open_cursors
 
@@ -294,12 +296,12 @@ class ChangelogReader:
             return
         cursor.position = max(target, cursor.intervals[cursor.index][0])
         cursor.last_progress = time.monotonic()
-        consumer.seek(TopicPartition(cursor.tp.topic, cursor.tp.partition, cursor.position))
+        consumer.seek(KafkaTopicPartition(cursor.tp.topic, cursor.tp.partition, cursor.position))
 
     def _check_progress(self, consumer: Consumer, cursor: _Cursor) -> None:
         if time.monotonic() - cursor.last_progress <= self.options.idle_timeout_s:
             return
-        reported = consumer.position([TopicPartition(cursor.tp.topic, cursor.tp.partition)])[0].offset
+        reported = consumer.position([KafkaTopicPartition(cursor.tp.topic, cursor.tp.partition)])[0].offset
         if reported >= cursor.end:  # offsets without records (e.g. transaction markers)
             cursor.position = reported
             return

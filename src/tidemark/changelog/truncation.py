@@ -39,7 +39,7 @@ from tidemark.protocol.messages import (
     TaskAssignment,
 )
 from tidemark.keygroups import UPPER_BOUND_MAX_PARALLELISM, KeyGroupRange
-from tidemark.types import CheckpointId, JobId, OperatorId, TaskId, TopicPartitionKey
+from tidemark.types import CheckpointId, JobId, OperatorId, TaskId, TopicPartition
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +83,7 @@ class ChangelogLedger:
         self.registrations: dict[JobId, JobRegistration] = {}
         self._retained: dict[JobId, dict[CheckpointId, CheckpointMetadata]] = defaultdict(dict)
         self._discarded: dict[JobId, set[CheckpointId]] = defaultdict(set)
-        self._covered: dict[tuple[JobId, TaskId], dict[TopicPartitionKey, int]] = defaultdict(dict)
+        self._covered: dict[tuple[JobId, TaskId], dict[TopicPartition, int]] = defaultdict(dict)
         self.materializations: dict[tuple[JobId, TaskId], MaterializationEvent] = {}
 
     # ------------------------------------------------------------------ folding
@@ -126,7 +126,7 @@ class ChangelogLedger:
             self.materializations[key] = event
         covered, changed = self._covered[key], False
         for r in event.covered_ranges:
-            tp = (r.topic, r.partition)
+            tp = TopicPartition(r.topic, r.partition)
             if r.end_offset > covered.get(tp, -1):
                 covered[tp] = r.end_offset
                 changed = True
@@ -176,7 +176,7 @@ class ChangelogLedger:
     def _materialized_before(self, topic: ChangelogTopic, partition: int, count: int) -> int | None:
         held = key_groups_of(partition, count, topic.max_parallelism)
         writers = [t for t in topic.tasks if _overlaps(t, held)]
-        ends = [self._covered.get((topic.job_id, t.task_id), {}).get((topic.name, partition))
+        ends = [self._covered.get((topic.job_id, t.task_id), {}).get(TopicPartition(topic.name, partition))
                 for t in writers]
         if not writers or any(end is None for end in ends):
             return None
@@ -187,11 +187,11 @@ def _overlaps(task: TaskAssignment, key_groups: KeyGroupRange) -> bool:
     return task.key_group_start <= key_groups.end and key_groups.start <= task.key_group_end
 
 
-def advances(plans: Iterable[PartitionPlan], current: Mapping[TopicPartitionKey, int]) -> dict[TopicPartitionKey, int]:
+def advances(plans: Iterable[PartitionPlan], current: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
     """The partitions whose planned point is past their current truncation point, and where to."""
-    moved = {}
+    moved: dict[TopicPartition, int] = {}
     for plan in plans:
-        point, tp = plan.point, (plan.topic.name, plan.partition)
+        point, tp = plan.point, TopicPartition(plan.topic.name, plan.partition)
         if point is not None and point > current.get(tp, 0):
             moved[tp] = point
     return moved

@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition as KafkaTopicPartition
 
 from tidemark.clock import now_ms
 
@@ -38,6 +38,7 @@ from tidemark.kafka.clients import consumer_config
 from tidemark.kafka.metadata import topic_partitions
 from tidemark.kafka.outage import broker_wait, unavailable
 from tidemark.chassis.dead_letter_publisher import RawRecord, headers_of
+from tidemark.types import TopicPartition
 
 
 CONFIRM_EVERY_S = 1.0
@@ -61,11 +62,11 @@ class EventLogReader:
         self._timeout = metadata_timeout_s
         self._consumer: Consumer | None = None
         self._ends_client: Consumer | None = None  # confirm_delivery only: asks for end offsets, never fetches
-        self._boundary: dict[tuple[str, int], int] = {}
-        self._position: dict[tuple[str, int], int] = {}
+        self._boundary: dict[TopicPartition, int] = {}
+        self._position: dict[TopicPartition, int] = {}
         self._confirm = confirm_delivery
         self._next_confirm = 0.0
-        self._ends_asked: dict[tuple[str, int], int] | None = None
+        self._ends_asked: dict[TopicPartition, int] | None = None
         self.delivered_at_ms: int | None = None  # see the module docstring (confirm_delivery)
 
     def open(self) -> None:
@@ -78,11 +79,11 @@ class EventLogReader:
                 raise RuntimeError(f"topic {topic} does not exist")
             for partition in numbers:
                 low, high = self._wait.call(  # a topic created a moment ago may have no leader yet
-                    f"read {topic}", lambda tp=TopicPartition(topic, partition): consumer.get_watermark_offsets(
+                    f"read {topic}", lambda tp=KafkaTopicPartition(topic, partition): consumer.get_watermark_offsets(
                         tp, timeout=self._timeout))
-                self._boundary[(topic, partition)] = high
-                self._position[(topic, partition)] = low
-                partitions.append(TopicPartition(topic, partition, low))  # not OFFSET_BEGINNING: a 0.5 s lookup
+                self._boundary[TopicPartition(topic, partition)] = high
+                self._position[TopicPartition(topic, partition)] = low
+                partitions.append(KafkaTopicPartition(topic, partition, low))  # not OFFSET_BEGINNING: a 0.5 s lookup
         consumer.assign(partitions)
         self._consumer = consumer
         if self._confirm:
@@ -110,7 +111,7 @@ class EventLogReader:
                     self._wait.failed(f"read {', '.join(self.topics)}", error)
                     continue
                 raise RuntimeError(f"fetch failed: {error}")
-            tp = (message.topic(), message.partition())
+            tp = (message.topic(), message.partition())  # hot: see types.TopicPartition
             replayed = message.offset() < self._boundary.get(tp, 0)
             self._position[tp] = message.offset() + 1
             timestamp = message.timestamp()[1]
@@ -137,7 +138,7 @@ class EventLogReader:
         assert self._ends_client is not None
         self._next_confirm = time.monotonic() + CONFIRM_EVERY_S
         try:
-            ends = {tp: self._ends_client.get_watermark_offsets(TopicPartition(*tp), timeout=CONFIRM_TIMEOUT_S,
+            ends = {tp: self._ends_client.get_watermark_offsets(KafkaTopicPartition(*tp), timeout=CONFIRM_TIMEOUT_S,
                                                              cached=False)[1] for tp in self._boundary}
         except KafkaException:  # no answer is no confirmation: a restarting broker first says 'unknown
             return              # partition' or tears the connection down, and none of it is the reader's failure
@@ -147,9 +148,10 @@ class EventLogReader:
 
     def _refresh_positions(self) -> None:
         assert self._consumer is not None
-        for tp in self._consumer.position([TopicPartition(t, p) for t, p in self._boundary]):
+        for tp in self._consumer.position([KafkaTopicPartition(t, p) for t, p in self._boundary]):
             if tp.offset >= 0:
-                self._position[(tp.topic, tp.partition)] = max(self._position[(tp.topic, tp.partition)], tp.offset)
+                key = TopicPartition(tp.topic, tp.partition)
+                self._position[key] = max(self._position[key], tp.offset)
 
     def close(self) -> None:
         if self._consumer is not None:

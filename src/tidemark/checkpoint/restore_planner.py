@@ -7,7 +7,7 @@ gets ``parallelism`` subtasks whose key-group ranges follow Flink's formula, and
   intersects the handle's range; the subtask ignores key groups outside its own range;
 * changelog ranges and materialization refs follow the old task they belong to, by the same
   intersection rule (state changes carry their key group, so a reader filters);
-* operator state is redistributed by its :class:`OperatorStateMode`: ``SPLIT`` handles
+* operator state is redistributed by its :class:`OperatorStateMode`: ``SPLIT_DISTRIBUTE`` handles
   round-robin, ``UNION`` handles to everyone, ``BROADCAST`` one copy to everyone;
 * source offsets (split state) are dealt round-robin in (topic, partition) order, sink
   transactions by old subtask index modulo the new parallelism.
@@ -155,7 +155,7 @@ def _distribute_operator_state(
             if handle.kind is not StateHandleKind.OPERATOR:
                 continue
             mode = operator_state_mode(handle)
-            if mode is OperatorStateMode.SPLIT:
+            if mode is OperatorStateMode.SPLIT_DISTRIBUTE:
                 split.append(handle)
             elif mode is OperatorStateMode.UNION:
                 union.append(handle)

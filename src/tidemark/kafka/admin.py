@@ -7,10 +7,11 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tidemark.kafka.topics import TopicSpec
+from tidemark.types import TopicPartition
 
 
 class TruncationResult(str, enum.Enum):
@@ -60,14 +61,14 @@ def _wait_until_listed(admin: AdminClient, topics: list[str], timeout_s: float) 
 
 
 def delete_records_before(
-    admin: AdminClient, offsets: dict[tuple[str, int], int], timeout_s: float = 10.0
+    admin: AdminClient, offsets: dict[TopicPartition, int], timeout_s: float = 10.0
 ) -> TruncationResult:
     """Ask the broker to drop every record before ``offsets`` (DeleteRecords).
 
     Returns UNSUPPORTED, instead of raising, when the broker does not implement the request
     (Tansu closes the connection); any other failure raises KafkaException.
     """
-    partitions = [TopicPartition(topic, part, off) for (topic, part), off in offsets.items()]
+    partitions = [KafkaTopicPartition(topic, part, off) for (topic, part), off in offsets.items()]
     if not partitions:
         return TruncationResult.PHYSICAL
     try:

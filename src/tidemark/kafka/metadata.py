@@ -12,9 +12,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition as KafkaTopicPartition
 
 from tidemark.kafka.clients import consumer_config
+from tidemark.types import TopicPartition
 
 # a topic every Kafka cluster with consumer groups has; a probe needs any name, not the topic
 PROBE_TOPIC = "__consumer_offsets"
@@ -29,33 +30,33 @@ def metadata_consumer(client: Mapping[str, Any], isolation_level: str = "read_co
     return Consumer(consumer_config(dict(client), None, **{"isolation.level": isolation_level}))
 
 
-def list_partitions(consumer: Consumer, topics: Iterable[str], timeout_s: float = 10.0) -> list[tuple[str, int]]:
+def list_partitions(consumer: Consumer, topics: Iterable[str], timeout_s: float = 10.0) -> list[TopicPartition]:
     """Every (topic, partition) of ``topics``; raises TopicNotFoundError naming missing ones."""
-    found: list[tuple[str, int]] = []
+    found: list[TopicPartition] = []
     missing: list[str] = []
     for topic in topics:
         partitions = topic_partitions(consumer, topic, timeout_s)
         if not partitions:
             missing.append(topic)
-        found.extend((topic, partition) for partition in partitions)
+        found.extend(TopicPartition(topic, partition) for partition in partitions)
     if missing:
         raise TopicNotFoundError(f"tidemark-kafka option 'subscribe': topic(s) not found: {missing}")
     return found
 
 
 def watermarks(
-    consumer: Consumer, partitions: Iterable[tuple[str, int]], timeout_s: float = 10.0
-) -> dict[tuple[str, int], tuple[int, int]]:
+    consumer: Consumer, partitions: Iterable[TopicPartition], timeout_s: float = 10.0
+) -> dict[TopicPartition, tuple[int, int]]:
     """(low, high) per partition from the broker; high is the LSO under read_committed."""
     result = {}
     for topic, partition in partitions:
         try:
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout_s, cached=False)
+            low, high = consumer.get_watermark_offsets(KafkaTopicPartition(topic, partition), timeout=timeout_s, cached=False)
         except KafkaException as exc:  # name the partition; keep the code (an outage stays recognisable)
             error = exc.args[0]
             raise KafkaException(KafkaError(error.code(), f"watermarks of {topic}/{partition}: {error.str()}",
                                             retriable=error.retriable())) from exc
-        result[(topic, partition)] = (low, high)
+        result[TopicPartition(topic, partition)] = (low, high)
     return result
 
 
@@ -64,7 +65,7 @@ def records_in(client: Mapping[str, Any], topic: str, partitions: Iterable[int] 
     offsets under read_committed, so up to the last committed record; transaction markers count too."""
     consumer = metadata_consumer(client)
     try:
-        keys = list_partitions(consumer, [topic]) if partitions is None else [(topic, p) for p in partitions]
+        keys = list_partitions(consumer, [topic]) if partitions is None else [TopicPartition(topic, p) for p in partitions]
         return sum(high - low for low, high in watermarks(consumer, keys).values())
     finally:
         consumer.close()

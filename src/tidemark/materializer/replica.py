@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from tidemark.changelog.reader import ChangelogReader, ReadStats
-from tidemark.state.changelog.snapshot import restore_from_changelog
+from tidemark.changelog.backend.restore import restore_from_changelog
 from tidemark.materializer.materializer_ledger import TaskCheckpoint
 from tidemark.materializer.replica_planning import Current, Extend, FoldPlan, Rebuild, ReplicaLineage, plan_fold
 from tidemark.protocol.messages import StateHandle

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from tidemark.materializer.materializer_ledger import TaskCheckpoint
 from tidemark.protocol.messages import ChangelogRange
-from tidemark.types import MaterializationId, TopicPartitionKey
+from tidemark.types import MaterializationId, TopicPartition
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +53,7 @@ class Rebuild:
 class Extend:
     """Read the target's ranges, applying only records at or after ``resume`` per partition."""
 
-    resume: dict[TopicPartitionKey, int]
+    resume: dict[TopicPartition, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,11 +64,11 @@ class Current:
 FoldPlan = Rebuild | Extend | Current
 
 
-def read_ends(ranges: Iterable[ChangelogRange]) -> dict[TopicPartitionKey, int]:
+def read_ends(ranges: Iterable[ChangelogRange]) -> dict[TopicPartition, int]:
     """Per partition, the end of the furthest range."""
-    ends: dict[TopicPartitionKey, int] = {}
+    ends: dict[TopicPartition, int] = {}
     for r in ranges:
-        tp = (r.topic, r.partition)
+        tp = TopicPartition(r.topic, r.partition)
         ends[tp] = max(ends.get(tp, r.end_offset), r.end_offset)
     return ends
 
@@ -101,14 +101,14 @@ def plan_fold(lineage: ReplicaLineage | None, target: TaskCheckpoint) -> FoldPla
 
 
 def _ranges_problem(held: tuple[ChangelogRange, ...], target: tuple[ChangelogRange, ...],
-                    resume: dict[TopicPartitionKey, int], same_base: bool) -> str | None:
+                    resume: dict[TopicPartition, int], same_base: bool) -> str | None:
     if same_base:
         for old in held:
             if not any((r.partition, r.start_offset) == (old.partition, old.start_offset)
                        and r.end_offset >= old.end_offset for r in target):
                 return f"held range {old.partition}:[{old.start_offset}, {old.end_offset}) is not extended"
     for r in target:
-        if r.start_offset >= resume.get((r.topic, r.partition), 0):
+        if r.start_offset >= resume.get(TopicPartition(r.topic, r.partition), 0):
             continue
         if not any(old.partition == r.partition and old.start_offset <= r.start_offset < old.end_offset
                    and r.end_offset >= old.end_offset for old in held):

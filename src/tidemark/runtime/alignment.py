@@ -29,9 +29,8 @@ from dataclasses import dataclass, field
 
 from tidemark.protocol.messages import Barrier
 from tidemark.runtime.records import InputRecord
-from tidemark.types import CheckpointId, CheckpointingMode, Epoch, TaskId
+from tidemark.types import Channel, CheckpointId, CheckpointingMode, Epoch, TopicPartition
 
-Channel = tuple[str, int, TaskId]
 """(topic, partition, upstream task)."""
 
 
@@ -50,11 +49,11 @@ class Aligned:
     held: int  # records held back while aligning (exactly-once)
     overtaken: int  # records processed past an early barrier (at-least-once)
 
-    def resume_offsets(self) -> dict[tuple[str, int], int]:
+    def resume_offsets(self) -> dict[TopicPartition, int]:
         """Where each partition's reading resumes after a restore from this cut."""
-        positions: dict[tuple[str, int], int] = {}
+        positions: dict[TopicPartition, int] = {}
         for (topic, partition, _), offset in self.cut.items():
-            key = (topic, partition)
+            key = TopicPartition(topic, partition)
             positions[key] = min(positions.get(key, offset + 1), offset + 1)
         return positions
 
@@ -114,7 +113,7 @@ class BarrierAligner:
             raise AlignmentError(
                 f"{record.topic}/{record.partition}@{record.offset} has no channel headers; "
                 "a stage reading a channel cannot also read plain topics")
-        channel: Channel = (record.topic, record.partition, record.task)
+        channel = record.channel
         if record.epoch != self.epoch or record.offset <= self._skip.get(channel, -1):
             self.dropped_stale += 1
             return

@@ -60,6 +60,7 @@ from tidemark.runtime.restore_source import (
     restore_candidates,
 )
 from tidemark.chassis.logs import get_logger
+from tidemark.start_request import StartRequest
 from tidemark.storage.base import CheckpointStorage
 from tidemark.types import CheckpointId, Epoch
 
@@ -95,22 +96,17 @@ class _NewerCheckpoint(Exception):
 
 @dataclass
 class RunOptions:
-    """``restore_checkpoint``/``restore_path``: start there (unless the job has newer state);
-    ``fresh``: start with empty state, unless ``start_id`` (only with ``fresh``) already did (then
-    resume what that start retained); neither: the newest retained state (last state).
-    ``force``: start as asked even over committed output or newer state."""
+    """A run of a job: what runs, how its first attempt starts (``start``: a named checkpoint or
+    savepoint unless the job has newer state, empty state, or the newest retained state; see
+    :mod:`tidemark.start_request`), and how its attempts run."""
 
     job_ref: str
     job_args: dict[str, Any] = field(default_factory=dict)
     parallelism: int | None = None
-    restore_checkpoint: int | None = None
-    restore_path: str | None = None
+    start: StartRequest = StartRequest()
     max_restarts: int = 10
     faults: tuple[FaultPlan, ...] = ()
     ready_timeout_s: float = 240.0
-    fresh: bool = False
-    force: bool = False
-    start_id: str | None = None
     standby: bool = True  # a warm standby per worker process takes over the next attempt (runtime.standby)
     workers: int | None = None  # worker processes per stage (runtime.physical_plan); None: the job's
     worker_hosts: bool = False  # run them on worker hosts (runtime.hosted_workers), not as children
@@ -156,19 +152,18 @@ class AttemptPlanner:
         the newest state is resumed: restoring the older one would commit its results again);
         otherwise the newest retained checkpoint or savepoint (last state). ``newest``: the
         newest retained id, listed just now."""
-        options, job = self.options, self.spec.job_id
+        start, job = self.options.start, self.spec.job_id
         self.baseline = newest
-        if options.fresh:
+        if start.fresh:
             return self._fresh_attempt(newest)
-        if options.restore_checkpoint is not None or options.restore_path is not None:
+        if start.names_source:
             requested = self._requested_id()
-            if self.baseline > requested and not options.force:
+            if self.baseline > requested and not start.force:
                 log.warning("the job has newer state than the requested restore source; resuming it",
                             job=job, requested=requested, newest=self.baseline)
                 return self._resume_last_state(newest)
             self._verify_requested()
-            return self._restore(0, options.restore_checkpoint, options.restore_path,
-                                 None if options.force else newest)
+            return self._restore(0, start.from_checkpoint, start.from_savepoint, None if start.force else newest)
         if self.baseline:
             log.info("resuming the job's last state", job=job, checkpoint=self.baseline)
             return self._resume_last_state(newest)
@@ -203,7 +198,7 @@ class AttemptPlanner:
         """``--fresh``: empty state, unless ``start_id`` already started empty (a restart of that
         deployment: resume the newest state retained since, never one from before it; with none
         yet, start empty again)."""
-        start_id, job = self.options.start_id, self.spec.job_id
+        start_id, job = self.options.start.start_id, self.spec.job_id
         if start_id is not None:
             try:
                 recorded = read_fresh_start(self.storage, job)
@@ -227,17 +222,17 @@ class AttemptPlanner:
         return self.empty(0)
 
     def _requested_id(self) -> int:
-        options = self.options
-        if options.restore_checkpoint is not None:
-            return options.restore_checkpoint
+        start = self.options.start
+        if start.from_checkpoint is not None:
+            return start.from_checkpoint
         try:
-            source = resolve_restore_source(self.storage, self.spec.job_id, None, options.restore_path)
+            source = resolve_restore_source(self.storage, self.spec.job_id, None, start.from_savepoint)
         except (RestoreSourceNotFound, UnusableRestoreSource) as exc:
             raise StartRefused(str(exc)) from None
         return source.metadata.checkpoint_id
 
     def _refuse_over_committed_output(self, start: str) -> None:
-        if self.options.force:
+        if self.options.start.force:
             return
         found = committed_output(base_config(self.settings), self.topics, self.spec)
         if found is not None:
@@ -297,7 +292,7 @@ class AttemptPlanner:
         (:func:`~tidemark.runtime.restore_source.refuse_below_committed_output`), or with ``force``."""
         job, spec = self._job(), self.spec
         discarded = int((job or {}).get("newest_discarded_checkpoint") or 0)
-        if discarded <= target or self.options.force:
+        if discarded <= target or self.options.start.force:
             return
         try:
             refuse_below_committed_output(
@@ -323,10 +318,10 @@ class AttemptPlanner:
 
     def _verify_requested(self) -> None:
         """The checkpoint or savepoint the options name must be whole (no fallback: it was named)."""
-        options = self.options
+        start = self.options.start
         try:
-            source = resolve_restore_source(self.storage, self.spec.job_id, options.restore_checkpoint,
-                                            options.restore_path)
+            source = resolve_restore_source(self.storage, self.spec.job_id, start.from_checkpoint,
+                                            start.from_savepoint)
             verify_checkpoint(self.storage, source.path)
         except (RestoreSourceNotFound, UnusableRestoreSource, CorruptCheckpoint) as exc:
             raise StartRefused(str(exc)) from None

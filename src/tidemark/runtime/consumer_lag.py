@@ -31,15 +31,15 @@ from tidemark.kafka.outage import broker_wait, unavailable
 from tidemark.runtime.metrics import CONSUMER_LAG
 from tidemark.runtime.watermarks import Unread
 from tidemark.chassis.logs import get_logger
-from tidemark.types import JobId, TopicPartitionKey
+from tidemark.types import JobId, TopicPartition
 
 log = get_logger(__name__)
 REPORT_EVERY_S = 2.0
 STALE_AFTER_S = 2 * REPORT_EVERY_S + 1.0  # two reports missed: the end offsets are not known any more
 
 
-def unread_partitions(ends: Mapping[TopicPartitionKey, int],
-                      positions: Mapping[TopicPartitionKey, int]) -> set[TopicPartitionKey]:
+def unread_partitions(ends: Mapping[TopicPartition, int],
+                      positions: Mapping[TopicPartition, int]) -> set[TopicPartition]:
     """The partitions whose end is beyond the position (one offset is allowed for the marker that
     ends a transaction)."""
     return {p for p, end in ends.items() if end - positions.get(p, 0) > 1}
@@ -47,7 +47,7 @@ def unread_partitions(ends: Mapping[TopicPartitionKey, int],
 
 @dataclass(frozen=True, slots=True)
 class _Answer:
-    ends: dict[TopicPartitionKey, int]
+    ends: dict[TopicPartition, int]
     asked: float
     answered: float
     answering_since: float
@@ -62,7 +62,7 @@ class EndOffsets:
     def __init__(self) -> None:
         self._last: _Answer | None = None  # replaced whole: read by the batch thread
 
-    def answered(self, ends: Mapping[TopicPartitionKey, int], asked: float, answered: float, outages: int) -> None:
+    def answered(self, ends: Mapping[TopicPartition, int], asked: float, answered: float, outages: int) -> None:
         """The ends, asked at ``asked``, came at ``answered``; ``outages``: BrokerWait.outages."""
         last, since = self._last, answered
         if (last is not None and last.outages == outages and answered - last.answered <= STALE_AFTER_S
@@ -74,7 +74,7 @@ class EndOffsets:
         """A report got no answer: what is left to read is not known until the next one."""
         self._last = None
 
-    def unread(self, positions: Mapping[TopicPartitionKey, int], now: float, waiting: bool,
+    def unread(self, positions: Mapping[TopicPartition, int], now: float, waiting: bool,
                outages: int) -> Unread | None:
         """What is left to read beyond ``positions``; None when not known (see the module docstring)."""
         last = self._last
@@ -98,8 +98,8 @@ class ConsumerLag:
         self._error: str | None = None
         self._ends = EndOffsets()
 
-    def report(self, positions: Mapping[TopicPartitionKey, int],
-               reads: Sequence[TopicPartitionKey] | None = None) -> None:
+    def report(self, positions: Mapping[TopicPartition, int],
+               reads: Sequence[TopicPartition] | None = None) -> None:
         """``reads``: the partitions this worker reads (all of the inputs' by default)."""
         asked = self._clock()
         try:
@@ -114,11 +114,11 @@ class ConsumerLag:
             return
         self._error = None
         for (topic, partition), (_, high) in marks.items():
-            CONSUMER_LAG.labels(self.job, topic, str(partition)).set(max(0, high - positions.get((topic, partition), 0)))
+            CONSUMER_LAG.labels(self.job, topic, str(partition)).set(max(0, high - positions.get(TopicPartition(topic, partition), 0)))
         self._ends.answered({position: high for position, (_, high) in marks.items()}, asked, self._clock(),
                             self._wait.outages)
 
-    def unread(self, positions: Mapping[TopicPartitionKey, int]) -> Unread | None:
+    def unread(self, positions: Mapping[TopicPartition, int]) -> Unread | None:
         """The partitions with records not read yet, by the last report; None when that is not
         known (see the module docstring)."""
         return self._ends.unread(positions, self._clock(), self._wait.waiting, self._wait.outages)

@@ -19,7 +19,6 @@ Checkpoint ids of a job only grow (the coordinator's ledger), so "newer than ``b
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import asdict, dataclass
 
 from tidemark.checkpoint_store.layout import validate_job_id
@@ -27,7 +26,6 @@ from tidemark.storage.base import CheckpointStorage
 from tidemark.types import JobId
 
 RECORD_FILE = "fresh-start.json"
-_START_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
 
 
 class UnreadableFreshStart(ValueError):
@@ -42,14 +40,6 @@ class FreshStart:
     start_id: str
     baseline: int
     started_at: int
-
-
-def validate_start_id(value: str) -> str:
-    """``value`` if usable as a start id (1-128 letters, digits, ``._:-``); else ValueError."""
-    if not _START_ID.fullmatch(value):
-        raise ValueError(f"--start-id must be 1-128 letters, digits or '._:-' starting with a letter or digit, "
-                         f"got {value!r}")
-    return value
 
 
 def record_path(job: JobId) -> str:
@@ -82,4 +72,4 @@ def is_restart(recorded: FreshStart | None, start_id: str) -> bool:
 
 
 __all__ = ["FreshStart", "UnreadableFreshStart", "is_restart", "read_fresh_start", "record_fresh_start",
-           "record_path", "validate_start_id"]
+           "record_path"]

@@ -102,22 +102,14 @@ def run(
     from tidemark.admin.client import CoordinatorClient
     from tidemark.runtime.api import JobSpecError, load_job
     from tidemark.runtime.attempt_planner import FaultPlan, RunOptions, StartRefused
-    from tidemark.runtime.fresh_start import validate_start_id
     from tidemark.runtime.supervisor import JobSupervisor
+    from tidemark.start_request import StartRequest, StartRuleError, command_line_option
 
-    if from_checkpoint is not None and from_savepoint is not None:
-        _usage_error("jobs run", "give --from-checkpoint or --from-savepoint, not both")
-    if fresh and (from_checkpoint is not None or from_savepoint is not None):
-        _usage_error("jobs run", "--fresh starts with empty state; it cannot be combined with --from-checkpoint "
-                                 "or --from-savepoint")
-    if start_id is not None:
-        if not fresh:
-            _usage_error("jobs run", "--start-id only applies with --fresh (every other start resumes newer state "
-                                     "by itself)")
-        try:
-            validate_start_id(start_id)
-        except ValueError as exc:
-            _usage_error("jobs run", str(exc))
+    try:
+        start = StartRequest.of(spell=command_line_option, from_checkpoint=from_checkpoint,
+                                from_savepoint=from_savepoint, fresh=fresh, force=force, start_id=start_id)
+    except StartRuleError as exc:
+        _usage_error("jobs run", str(exc))
     args = _job_args(job_args, "jobs run")
     try:
         load_job(job, args)
@@ -128,8 +120,7 @@ def run(
     except ValueError as exc:
         _usage_error("jobs run", f"--fault: {exc}")
     settings = _settings("supervisor")
-    options = RunOptions(job, args, parallelism, from_checkpoint, from_savepoint, max_restarts, faults,
-                         fresh=fresh, force=force, start_id=start_id, standby=standby, workers=workers,
+    options = RunOptions(job, args, parallelism, start, max_restarts, faults, standby=standby, workers=workers,
                          worker_hosts=worker_hosts)
     _require_kafka(settings, "jobs run")
     try:

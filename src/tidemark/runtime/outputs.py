@@ -42,7 +42,6 @@ from typing import Any, Protocol
 from confluent_kafka import Producer
 
 from tidemark.clock import now_ms
-from tidemark.broker.engine import tansu_selected
 from tidemark.kafka.clients import produce_all, produce_waiting, producer_config
 from tidemark.kafka.commit_markers import (
     CommitMarker,
@@ -270,7 +269,10 @@ class TwoPhaseCommitOutput:
     """Write-ahead buffers committed on the completed notification (see module docstring)."""
 
     def __init__(self, client: dict[str, Any], topic: str, job_id: JobId, operator_id: OperatorId,
-                 transactional_id: str, marker_topic: str) -> None:
+                 transactional_id: str, marker_topic: str, *, hold_until_commit: bool = False) -> None:
+        """``hold_until_commit``: keep every record in the client until the commit, for a broker
+        that shows aborted records to read_committed readers once they reached it (Tansu;
+        Apache Kafka hides them)."""
         self.topic = topic
         self.client = client
         self.marker_topic = marker_topic
@@ -282,9 +284,8 @@ class TwoPhaseCommitOutput:
         self._sealed: list[PendingBuffer] = []
         ensure_marker_topic(client, marker_topic)
         self._marker_partitions = marker_partition_count(client, marker_topic)
-        # Tansu shows aborted records to read_committed readers once they reached it, so there
-        # nothing may leave the client before commit_transaction() flushes; Apache Kafka hides them
-        linger = {"linger.ms": 1000} if tansu_selected() else {}
+        # held: nothing leaves the client before commit_transaction() flushes
+        linger = {"linger.ms": 1000} if hold_until_commit else {}
         # a commit produces a whole checkpoint interval's results at once (about 170,000 records
         # at 85,000 records/s and 2 s): a queue of librdkafka's default 100,000 messages fills,
         # and every record after that waits for deliveries (produce_all)

@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from tidemark.keygroups import KeyGroupRange
+from tidemark.types import TopicPartition
 
 
 def check_workers(workers: int, parallelism: int, where: str = "workers") -> None:
@@ -50,7 +51,7 @@ def channel_partitions_of(key_groups: KeyGroupRange, max_parallelism: int, parti
 
 
 def input_partitions_of(worker: int, workers: int,
-                        partitions: Sequence[tuple[str, int]]) -> list[tuple[str, int]]:
+                        partitions: Sequence[TopicPartition]) -> list[TopicPartition]:
     """The input partitions a source stage's worker reads (a share of ``partitions``)."""
     ordered = sorted(partitions)
     return [tp for j, tp in enumerate(ordered) if j * workers // len(ordered) == worker]

@@ -30,7 +30,7 @@ from tidemark.protocol import codec
 from tidemark.protocol.errors import DecodeError
 from tidemark.protocol.messages import BARRIER_HEADER, Barrier
 from tidemark.runtime.watermarks import WatermarkStatus
-from tidemark.types import Epoch, TaskId
+from tidemark.types import Channel, Epoch, TaskId, TopicPartition
 
 EPOCH_HEADER = "tidemark-epoch"
 TASK_HEADER = "tidemark-task"
@@ -60,8 +60,14 @@ class InputRecord:
     headers: Any = None  # the raw headers (``[{"key", "value"}]``), kept for dead letters
 
     @property
-    def position(self) -> tuple[str, int]:
-        return (self.topic, self.partition)
+    def topic_partition(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)
+
+    @property
+    def channel(self) -> Channel:
+        """The channel a channel record came through: its partition as its upstream task wrote it."""
+        assert self.task is not None, "not a channel record"
+        return Channel(self.topic, self.partition, self.task)
 
     def raw_headers(self) -> dict[str, bytes]:
         return {str(h["key"]): bytes(h["value"] or b"") for h in self.headers or ()}

@@ -30,7 +30,7 @@ from tidemark.runtime.task import CUT_STATE, SINK_STATE, WATERMARK_STATE, StageT
 from tidemark.chassis.logs import get_logger
 from tidemark.storage.base import CheckpointStorage, InvalidStoragePath, StorageError
 from tidemark.storage.scoped import SnapshotStorage
-from tidemark.types import CheckpointId, CheckpointingMode, CheckpointType, Epoch, JobId, OperatorId
+from tidemark.types import CheckpointId, CheckpointType, CheckpointingMode, Epoch, JobId, OperatorId, TopicPartition
 
 log = get_logger(__name__)
 
@@ -49,7 +49,7 @@ class StageCheckpointer:
     storage: CheckpointStorage
     control: ControlPlane
 
-    def checkpoint(self, checkpoint_id: CheckpointId, kind: CheckpointType, positions: Mapping[tuple[str, int], int],
+    def checkpoint(self, checkpoint_id: CheckpointId, kind: CheckpointType, positions: Mapping[TopicPartition, int],
                    aligned: Aligned | None, target: str | None = None, watermarks: bytes | None = None) -> bool:
         """Take the checkpoint and ack it; False when it was declined instead: a savepoint with a
         ``target`` the storage's check refuses (before anything is written) or that fails to be
@@ -110,7 +110,7 @@ class StageCheckpointer:
         log.warning("checkpoint declined", job=self.job, stage=self.stage, checkpoint=checkpoint_id, reason=reason)
 
     def _snapshot(self, checkpoint_id: CheckpointId, kind: CheckpointType, storage: SnapshotStorage,
-                  sink_items: Mapping[str, list[bytes]], positions: Mapping[tuple[str, int], int],
+                  sink_items: Mapping[str, list[bytes]], positions: Mapping[TopicPartition, int],
                   aligned: Aligned | None, watermark_items: list[bytes]) -> list[TaskSnapshot]:
         """Each task's state; the worker's channel cut and watermarks go with its first task (union
         state: every task sees them after a restore), its source partitions are dealt round-robin

@@ -19,13 +19,12 @@ from typing import Any
 
 from tidemark.keygroups import KeyGroupRange
 from tidemark.protocol.messages import CheckpointMetadata, StateHandleKind
-from tidemark.runtime.alignment import Channel
 from tidemark.runtime.outputs import PendingBuffer
 from tidemark.runtime.stage_tasks import key_group_range
 from tidemark.runtime.task import CUT_STATE, SINK_STATE, WATERMARK_STATE, StageTask
 from tidemark.state import KeyedSnapshot
 from tidemark.storage.base import CheckpointStorage
-from tidemark.types import OperatorId, TaskId
+from tidemark.types import Channel, OperatorId, TaskId, TopicPartition
 
 
 @dataclass
@@ -33,7 +32,7 @@ class RestoredStage:
     """What a restore gives the stage besides its tasks' state."""
 
     metadata: CheckpointMetadata
-    positions: dict[tuple[str, int], int] = field(default_factory=dict)
+    positions: dict[TopicPartition, int] = field(default_factory=dict)
     sink_items: list[bytes] = field(default_factory=list)
     cut: dict[Channel, int] = field(default_factory=dict)
     watermark_items: list[bytes] = field(default_factory=list)  # every old worker's (runtime.watermarks)
@@ -49,7 +48,7 @@ def keyed_snapshots(metadata: CheckpointMetadata, operator_id: OperatorId,
 
 def restore_stage(metadata: CheckpointMetadata, operator_id: OperatorId, tasks: Sequence[StageTask],
                   storage: CheckpointStorage, source_operators: Sequence[OperatorId],
-                  reads: Collection[tuple[str, int]]) -> RestoredStage:
+                  reads: Collection[TopicPartition]) -> RestoredStage:
     """``metadata`` must be the stage's job's (the worker checks it as it reads it). ``tasks``: the
     worker's (all of the stage's, or its share); ``reads``: the partitions its query reads, whose
     source positions (found under the first of ``source_operators`` that has any) and channel
@@ -67,7 +66,7 @@ def restore_stage(metadata: CheckpointMetadata, operator_id: OperatorId, tasks: 
         for item in task.restored_items(CUT_STATE):
             doc: dict[str, Any] = json.loads(item)
             if (doc["topic"], doc["partition"]) in reads:
-                restored.cut[(doc["topic"], doc["partition"], TaskId(doc["task"]))] = doc["offset"]
+                restored.cut[Channel(doc["topic"], doc["partition"], TaskId(doc["task"]))] = doc["offset"]
     restored.positions = source_positions(metadata, source_operators, reads)
     owners = inherited_tasks(metadata, operator_id, [task.key_groups for task in tasks])
     restored.sink_items = [item for item in sink_items if PendingBuffer.decode(item).task in owners]
@@ -85,11 +84,11 @@ def inherited_tasks(metadata: CheckpointMetadata, operator_id: OperatorId,
 
 
 def source_positions(metadata: CheckpointMetadata, operators: Sequence[OperatorId],
-                     reads: Collection[tuple[str, int]]) -> dict[tuple[str, int], int]:
+                     reads: Collection[TopicPartition]) -> dict[TopicPartition, int]:
     """The positions of ``reads`` in ``metadata``, from the first of ``operators`` that has any of
     them (an operator's positions in other topics, e.g. a keyed stage's in its exchange, do not count)."""
     for operator in operators:
-        positions = {(o.topic, o.partition): o.offset for t in metadata.tasks if t.operator_id == operator
+        positions = {TopicPartition(o.topic, o.partition): o.offset for t in metadata.tasks if t.operator_id == operator
                      for o in t.source_offsets if (o.topic, o.partition) in reads}
         if positions:
             return positions

@@ -22,7 +22,7 @@ from tidemark.materializer.storage import SharedFilesView, materialization_prefi
 from tidemark.protocol.messages import TaskAssignment, TaskSnapshot
 from tidemark.runtime.api import JobSpec, Stage
 from tidemark.runtime.task import StageTask, StageTime
-from tidemark.state.changelog import ChangelogWiring
+from tidemark.changelog.backend import ChangelogWiring
 from tidemark.state.backend_registry import BackendContext, create_backend
 from tidemark.storage.base import CheckpointStorage
 from tidemark.types import Epoch, JobId, TaskId

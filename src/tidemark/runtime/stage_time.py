@@ -39,9 +39,9 @@ from tidemark.runtime.metrics import (
 from tidemark.runtime.outputs import OutputRecord
 from tidemark.runtime.records import InputRecord
 from tidemark.runtime.task import StageTask, StageTime
-from tidemark.runtime.watermarks import Channel, ChannelWatermarks, SourceWatermarks, Unread, WatermarkStatus
+from tidemark.runtime.watermarks import ChannelWatermarks, SourceWatermarks, Unread, WatermarkStatus
 from tidemark.state.timers import TimeDomain, Timer
-from tidemark.types import CheckpointId, TaskId
+from tidemark.types import Channel, CheckpointId, TaskId, TopicPartition
 
 TimerFailed = Callable[[Timer, Exception], None]
 
@@ -55,7 +55,7 @@ class StageClock:
     ``reads``: a source stage's partitions, ``channels``: a channel stage's."""
 
     def __init__(self, job: str, stage: Stage, worker: int, event_time: EventTime | None, tasks: Sequence[StageTask],
-                 time: StageTime, client: dict[str, Any], *, reads: Sequence[tuple[str, int]] = (),
+                 time: StageTime, client: dict[str, Any], *, reads: Sequence[TopicPartition] = (),
                  channels: Iterable[Channel] | None = None, timer_failed: TimerFailed) -> None:
         self.job, self.stage, self.worker = job, stage.name, worker
         self.event_time = event_time
@@ -98,7 +98,7 @@ class StageClock:
     def observe(self, record: InputRecord, event_time_ms: int) -> None:
         """A source stage read ``record`` (its partition is active, and its time counts)."""
         if self.source is not None:
-            self.source.observe(record.position, event_time_ms, _monotonic_ms())
+            self.source.observe(record.topic_partition, event_time_ms, _monotonic_ms())
 
     def late(self, record: InputRecord, event_time_ms: int) -> bool:
         """True when ``record`` is behind the watermark and must not be processed (the policy
@@ -126,14 +126,14 @@ class StageClock:
         """A watermark record of a channel (in channel order: after the records before it)."""
         if self.channels is None or record.watermark is None or record.task is None:
             return  # an upstream with event time and this stage built without: nothing to do
-        moved = self.channels.update((record.topic, record.partition, record.task), record.watermark)
+        moved = self.channels.update(record.channel, record.watermark)
         if moved is not None:
             self._advance(moved, batch)
 
     def barrier(self, record: InputRecord) -> None:
         """A barrier of this attempt on a channel: the channel's watermark at the cut."""
         if self.channels is not None and record.barrier is not None and record.task is not None:
-            self.channels.barrier((record.topic, record.partition, record.task), record.barrier.checkpoint_id)
+            self.channels.barrier(record.channel, record.barrier.checkpoint_id)
 
     def _advance(self, status: WatermarkStatus, batch: dict[TaskId, list[OutputRecord]]) -> None:
         if status.watermark <= self.time.watermark:

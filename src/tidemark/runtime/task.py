@@ -6,7 +6,7 @@ moves -> ``snapshot(...)`` at each checkpoint -> ``close()``. A task never sees 
 key groups (the router guarantees it; the backend checks it).
 
 Timers (:class:`~tidemark.runtime.api.TimerService`) are the task's keyed state
-(:class:`tidemark.state.timers.TimerService`): ``fire`` pops each due one with its key current
+(:class:`tidemark.state.timers.InternalTimerService`): ``fire`` pops each due one with its key current
 and calls the function's ``on_timer``; what it emits goes to the same output as what ``process``
 emits. The stage's watermark and clock come from :class:`StageTime`, shared by the worker's tasks.
 """
@@ -25,7 +25,7 @@ from tidemark.runtime.api import NO_WATERMARK, KeyedProcessFunction, Stage
 from tidemark.runtime.faults import FAULTS
 from tidemark.runtime.outputs import OutputRecord
 from tidemark.state import KeyedSnapshot, KeyedStateBackend, ListStateDescriptor, OperatorStateBackend
-from tidemark.state.timers import TimeDomain, Timer, TimerService
+from tidemark.state.timers import InternalTimerService, TimeDomain, Timer
 from tidemark.storage.base import CheckpointStorage
 from tidemark.types import CheckpointId, TaskId
 
@@ -53,7 +53,7 @@ class _Timers:
 
     __slots__ = ("_service", "_time")
 
-    def __init__(self, service: TimerService, time: StageTime) -> None:
+    def __init__(self, service: InternalTimerService, time: StageTime) -> None:
         self._service = service
         self._time = time
 
@@ -119,7 +119,7 @@ class StageTask:
         self.function: KeyedProcessFunction = stage.function()
         self._ctx = _Context(backend, stage=stage)
         self.time = time or StageTime()
-        self.timers: TimerService | None = None  # from open(): after the restore
+        self.timers: InternalTimerService | None = None  # from open(): after the restore
         self.records_in = 0  # records processed since the worker last counted them
 
     @property
@@ -139,7 +139,7 @@ class StageTask:
         return list(self.operator_state.get_union_list_state(descriptor).get())
 
     def open(self) -> None:
-        self.timers = TimerService(self.backend)
+        self.timers = InternalTimerService(self.backend)
         self.function.open(self._ctx)
         self._ctx.timers = _Timers(self.timers, self.time)
 

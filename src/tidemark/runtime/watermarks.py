@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tidemark.runtime.api import NO_WATERMARK, EventTime
-from tidemark.types import CheckpointId, TaskId
+from tidemark.types import Channel, CheckpointId, TaskId, TopicPartition
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +87,7 @@ class Unread:
     (records written later are not counted); the broker has answered without a break since
     ``answering_since_ms``."""
 
-    partitions: frozenset[tuple[str, int]]
+    partitions: frozenset[TopicPartition]
     asked_ms: float
     answering_since_ms: float = float("-inf")
 
@@ -95,15 +95,15 @@ class Unread:
 class SourceWatermarks(_Combined):
     """Per-partition event time of a source stage's worker (see the module docstring)."""
 
-    def __init__(self, strategy: EventTime, partitions: Iterable[tuple[str, int]]) -> None:
+    def __init__(self, strategy: EventTime, partitions: Iterable[TopicPartition]) -> None:
         super().__init__()
         self.strategy = strategy
         self._lag = strategy.max_out_of_orderness_ms + 1
-        self._largest: dict[tuple[str, int], int] = {p: NO_WATERMARK for p in partitions}
-        self._last_seen: dict[tuple[str, int], float] = {}
+        self._largest: dict[TopicPartition, int] = {p: NO_WATERMARK for p in partitions}
+        self._last_seen: dict[TopicPartition, float] = {}
         self._watched_from: float | None = None  # the first update, or the last one without ``unread``
 
-    def observe(self, partition: tuple[str, int], event_time_ms: int, now_ms: float) -> None:
+    def observe(self, partition: TopicPartition, event_time_ms: int, now_ms: float) -> None:
         """A record of ``partition`` with this event time was read."""
         if event_time_ms > self._largest.get(partition, NO_WATERMARK):
             self._largest[partition] = event_time_ms
@@ -140,13 +140,13 @@ class SourceWatermarks(_Combined):
             floors.append(int(doc["floor"]))
             for topic, partition, largest in doc.get("partitions", ()):
                 if (topic, partition) in self._largest:
-                    self._largest[(topic, partition)] = max(self._largest[(topic, partition)], int(largest))
+                    key = TopicPartition(topic, partition)
+                    self._largest[key] = max(self._largest[key], int(largest))
         if floors:
             self.floor = min(floors)
             self.current = WatermarkStatus(self.floor)
 
 
-Channel = tuple[str, int, TaskId]
 
 
 class ChannelWatermarks(_Combined):
@@ -191,7 +191,7 @@ class ChannelWatermarks(_Combined):
         for doc in _docs(items):
             floors.append(int(doc["floor"]))
             for topic, partition, task, value in doc.get("channels", ()):
-                channel = (topic, partition, TaskId(task))
+                channel = Channel(topic, partition, TaskId(task))
                 if channel in self._channels:
                     self._channels[channel] = WatermarkStatus(int(value))
         if floors:

@@ -41,6 +41,7 @@ from collections.abc import Iterable
 
 from confluent_kafka.admin import AdminClient
 
+from tidemark.broker.engine import tansu_selected
 from tidemark.checkpoint.outcomes import DECLINED_SUBSUMED
 from tidemark.checkpoint.restore_planner import plan_assignments
 from tidemark.checkpoint_store.metadata_codec import MetadataFormatError
@@ -60,7 +61,7 @@ from tidemark.protocol.messages import (
     CheckpointTrigger,
     MaterializationEvent,
 )
-from tidemark.runtime.alignment import Aligned, BarrierAligner, Cancelled, Channel, Process
+from tidemark.runtime.alignment import Aligned, BarrierAligner, Cancelled, Process
 from tidemark.runtime.api import JobSpec, Stage, load_job
 from tidemark.runtime.control import ControlPlane
 from tidemark.runtime.faults import FAULTS
@@ -84,12 +85,13 @@ from tidemark.runtime.stage_restore import RestoredStage, restore_stage
 from tidemark.runtime.stage_tasks import ChangelogTarget, build_stage_tasks
 from tidemark.runtime.stage_time import StageClock
 from tidemark.runtime.task import StageTask, StageTime
+from tidemark.runtime.watermarks import Unread
 from tidemark.chassis.logs import get_logger
 from tidemark.spark.stage_source import ReadSelection
 from tidemark.storage import open_storage
 from tidemark.state.timers import Timer
 from tidemark.storage.base import CorruptStateFile
-from tidemark.types import CheckpointId, CheckpointingMode, CheckpointType, TaskId
+from tidemark.types import Channel, CheckpointId, CheckpointType, CheckpointingMode, TaskId, TopicPartition
 
 log = get_logger(__name__)
 
@@ -110,11 +112,11 @@ class StageWorker:
         self.workers = self.stage.workers or 1
         self.subtasks = subtasks_of(attempt.worker, attempt.parallelism, self.workers)
         self.client = base_config(settings)
-        self.read_partitions: list[tuple[str, int]] = []  # what this worker's query reads (prepare)
+        self.read_partitions: list[TopicPartition] = []  # what this worker's query reads (prepare)
         self.storage = open_storage(settings.resolved_storage_url)
         self.lock = threading.RLock()
         self.tasks: list[StageTask] = []
-        self.positions: dict[tuple[str, int], int] = {}
+        self.positions: dict[TopicPartition, int] = {}
         self.aligner: BarrierAligner | None = None
         self.output: StageOutput | None = None
         self.control: ControlPlane | None = None
@@ -233,7 +235,7 @@ class StageWorker:
                                  tasks=[t.task_id for t in self.tasks], event_time=self.clock.has_watermark)
         if spec.mode is CheckpointingMode.EXACTLY_ONCE:
             return TwoPhaseCommitOutput(self.client, stage.output, self.job, stage.operator_id, txid,
-                                        self.topics.sink_commits)
+                                        self.topics.sink_commits, hold_until_commit=tansu_selected())
         return AtLeastOnceOutput(self.client, stage.output)
 
     @property
@@ -257,7 +259,7 @@ class StageWorker:
     def _partitions(self, topic: str) -> int:
         return len(list_partitions(self._metadata, [topic]))
 
-    def _read_partitions(self) -> list[tuple[str, int]]:
+    def _read_partitions(self) -> list[TopicPartition]:
         """The input partitions this worker reads (runtime.ownership): all of them with one worker;
         a share of them in a source stage's worker; the partitions of its own key groups in a
         channel stage's."""
@@ -272,14 +274,14 @@ class StageWorker:
         counts = defaultdict(int)
         for topic, _ in partitions:
             counts[topic] += 1
-        return [(topic, p) for topic in sorted(counts)
+        return [TopicPartition(topic, p) for topic in sorted(counts)
                 for p in channel_partitions_of(owned, self.spec.max_parallelism, counts[topic])]
 
     def _channels(self) -> set[Channel]:
         assert self.upstream is not None
         upstream = [a.task_id for a in plan_assignments((self.upstream.operator_id,), self.attempt.parallelism,
                                                         self.spec.max_parallelism)]
-        return {(topic, partition, task) for topic, partition in self.read_partitions for task in upstream}
+        return {Channel(topic, partition, task) for topic, partition in self.read_partitions for task in upstream}
 
     def read_selection(self) -> ReadSelection:
         """What the query reads and from where: the restored positions (partitions not named
@@ -298,7 +300,7 @@ class StageWorker:
             positions = self.positions
             handle = self._forward if self.stage.forwards_to is not None else self._process
             for record in records:
-                positions[(record.topic, record.partition)] = record.offset + 1
+                positions[(record.topic, record.partition)] = record.offset + 1  # type: ignore[index]  # hot: see types.TopicPartition
                 if record.header_error is not None:
                     self.failures.record_failed(record, MalformedHeaders(record.header_error))
                 elif record.barrier is None and record.watermark is None:  # copied into an input topic: nothing here
@@ -328,7 +330,7 @@ class StageWorker:
 
     def _feed(self, record: InputRecord) -> None:
         assert self.aligner is not None
-        self.positions[record.position] = record.offset + 1
+        self.positions[record.topic_partition] = record.offset + 1
         if record.header_error is not None or record.epoch is None or record.task is None:
             self.failures.record_failed(record, MalformedHeaders(
                 record.header_error or "a channel record without tidemark-epoch and tidemark-task headers"))
@@ -409,7 +411,7 @@ class StageWorker:
         log.info("first records processed", job=self.job, stage=self.stage.name, epoch=self.epoch)
         self.attempt.processing_file.touch()
 
-    def _unread(self) -> set[tuple[str, int]] | None:
+    def _unread(self) -> Unread | None:
         """The partitions with records not read yet; None when not known (runtime.consumer_lag)."""
         return self._lag.unread(self.positions)
 

@@ -25,13 +25,13 @@ from tidemark.spark.offsets import (
     StartingOffsets,
     StartKind,
 )
-from tidemark.types import TopicPartitionKey
+from tidemark.types import TopicPartition
 
 
 def source_partitions(
-    consumer: Consumer, topics: Iterable[str], assigned: Collection[TopicPartitionKey] | None = None,
+    consumer: Consumer, topics: Iterable[str], assigned: Collection[TopicPartition] | None = None,
     timeout_s: float = 10.0,
-) -> list[TopicPartitionKey]:
+) -> list[TopicPartition]:
     """The partitions the source reads, sorted: every partition of ``topics`` as the broker lists
     it now (``subscribe``), or exactly ``assigned`` (``assign``; ``topics`` are then its topics).
 
@@ -54,7 +54,7 @@ def source_partitions(
 
 def resolve_starting(
     consumer: Consumer, topics: Iterable[str], starting: StartingOffsets, timeout_s: float = 10.0,
-    *, assigned: Collection[TopicPartitionKey] | None = None,
+    *, assigned: Collection[TopicPartition] | None = None,
 ) -> PartitionOffsets:
     """Concrete offsets for every partition the source reads (earliest, latest or the JSON's);
     see :func:`source_partitions` for ``topics`` and ``assigned``."""
@@ -73,7 +73,7 @@ def resolve_starting(
     return PartitionOffsets.of(resolved.items())
 
 
-def fair_budget(backlog: Mapping[tuple[str, int], int], limit: int) -> dict[tuple[str, int], int]:
+def fair_budget(backlog: Mapping[TopicPartition, int], limit: int) -> dict[TopicPartition, int]:
     """Split ``limit`` offsets over partitions by water-filling: every partition gets an equal
     share, shares a partition cannot use go to the others; leftovers go in partition order.
     """
@@ -101,7 +101,7 @@ def plan_latest(
     cap: PartitionOffsets | None = None,
     timeout_s: float = 10.0,
     *,
-    assigned: Collection[TopicPartitionKey] | None = None,
+    assigned: Collection[TopicPartition] | None = None,
 ) -> PartitionOffsets:
     """End offsets of the next batch after ``start``, for the partitions of
     :func:`source_partitions` (``topics``, or only ``assigned``): only those are in the result.

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from tidemark.protocol.messages import SourceOffset
-from tidemark.types import TopicPartitionKey
+from tidemark.types import TopicPartition
 
 EARLIEST = -2
 LATEST = -1
@@ -41,13 +41,13 @@ class OffsetRange:
 class PartitionOffsets:
     """Immutable map (topic, partition) -> next offset to read."""
 
-    offsets: Mapping[TopicPartitionKey, int] = field(default_factory=dict)
+    offsets: Mapping[TopicPartition, int] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, items: Iterable[tuple[TopicPartitionKey, int]]) -> PartitionOffsets:
+    def of(cls, items: Iterable[tuple[TopicPartition, int]]) -> PartitionOffsets:
         return cls(dict(sorted(items)))
 
-    def __iter__(self) -> Iterator[TopicPartitionKey]:
+    def __iter__(self) -> Iterator[TopicPartition]:
         return iter(self.offsets)
 
     def __len__(self) -> int:
@@ -56,10 +56,10 @@ class PartitionOffsets:
     def __contains__(self, key: object) -> bool:
         return key in self.offsets
 
-    def get(self, key: TopicPartitionKey, default: int | None = None) -> int | None:
+    def get(self, key: TopicPartition, default: int | None = None) -> int | None:
         return self.offsets.get(key, default)
 
-    def __getitem__(self, key: TopicPartitionKey) -> int:
+    def __getitem__(self, key: TopicPartition) -> int:
         return self.offsets[key]
 
     def topics(self) -> set[str]:
@@ -85,7 +85,7 @@ class PartitionOffsets:
                 raise OffsetFormatError(f"not JSON: {exc}") from None
         if not isinstance(doc, dict):
             raise OffsetFormatError('expected {"topic": {"partition": offset}}')
-        items: list[tuple[TopicPartitionKey, int]] = []
+        items: list[tuple[TopicPartition, int]] = []
         for topic, partitions in doc.items():
             if not isinstance(partitions, dict):
                 raise OffsetFormatError(f"topic {topic!r}: expected an object of partition -> offset")
@@ -94,7 +94,7 @@ class PartitionOffsets:
                     raise OffsetFormatError(f"topic {topic!r}: bad partition {partition!r}")
                 if isinstance(offset, bool) or not isinstance(offset, int) or offset < EARLIEST:
                     raise OffsetFormatError(f"{topic}/{partition}: bad offset {offset!r}")
-                items.append(((str(topic), int(partition)), offset))
+                items.append((TopicPartition(str(topic), int(partition)), offset))
         return cls.of(items)
 
     def to_source_offsets(self) -> tuple[SourceOffset, ...]:

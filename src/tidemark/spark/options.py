@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tidemark.spark.offsets import OffsetFormatError, StartingOffsets, StartKind
-from tidemark.types import TopicPartitionKey
+from tidemark.types import TopicPartition
 
 BOOTSTRAP = "kafka.bootstrap.servers"
 _CONTROLLED = {
@@ -88,7 +88,7 @@ def _subscribed(options: dict[str, str]) -> tuple[str, ...]:
     return topics
 
 
-def _assigned(options: dict[str, str]) -> frozenset[TopicPartitionKey]:
+def _assigned(options: dict[str, str]) -> frozenset[TopicPartition]:
     """``{"topic": [partition, ...]}`` as (topic, partition) pairs: non-empty lists of partitions >= 0."""
     expected = 'expected JSON {"topic": [partition, ...]}'
     try:
@@ -106,12 +106,12 @@ def _assigned(options: dict[str, str]) -> frozenset[TopicPartitionKey]:
         for partition in partitions:
             if isinstance(partition, bool) or not isinstance(partition, int) or partition < 0:
                 raise InvalidOptionError("assign", f"topic {topic!r}: bad partition {partition!r}")
-            assigned.add((topic, partition))
+            assigned.add(TopicPartition(topic, partition))
     return frozenset(assigned)
 
 
 def _check_named_partitions(name: str, spec: StartingOffsets, topics: tuple[str, ...],
-                            assigned: frozenset[TopicPartitionKey] | None) -> None:
+                            assigned: frozenset[TopicPartition] | None) -> None:
     """``startingOffsets``/``endingOffsets`` JSON may name only partitions the source reads."""
     source = "subscribe" if assigned is None else "assign"
     unknown = spec.specific.topics() - set(topics)
@@ -136,7 +136,7 @@ class KafkaSourceOptions:
     topics: tuple[str, ...]
     starting: StartingOffsets
     ending: StartingOffsets  # batch reads only; never EARLIEST-only in practice
-    assigned: frozenset[TopicPartitionKey] | None = None
+    assigned: frozenset[TopicPartition] | None = None
     max_records_per_trigger: int | None = None
     isolation_level: str = "read_committed"
     arrow_batch_rows: int = 10_000

@@ -31,6 +31,7 @@ from typing import Any, Protocol
 from tidemark.config.settings import TidemarkSettings
 from tidemark.kafka.clients import base_config, java_security, kafka_security, resolve_bootstrap
 from tidemark.spark.offsets import PartitionOffsets
+from tidemark.types import TopicPartition
 
 EARLIEST = -2  # Spark's connector: "earliest" for one partition in a startingOffsets JSON
 OUTAGE_PATIENCE_MS = 300_000  # how long the connector's Kafka calls wait through a broker outage
@@ -51,9 +52,9 @@ class ReadSelection:
     """What one stage worker's query reads, and from where."""
 
     topics: tuple[str, ...]
-    partitions: tuple[tuple[str, int], ...] = ()  # every partition the worker reads, as known at the start
+    partitions: tuple[TopicPartition, ...] = ()  # every partition the worker reads, as known at the start
     assigned: bool = False  # False: subscribe to ``topics`` (partitions added later are read too)
-    positions: Mapping[tuple[str, int], int] = field(default_factory=dict)  # restored; others from earliest
+    positions: Mapping[TopicPartition, int] = field(default_factory=dict)  # restored; others from earliest
     max_records: int = 100_000  # records (or offsets) per micro-batch at most (Stage.max_records_per_batch's default)
 
     def partition_options(self) -> dict[str, str]:

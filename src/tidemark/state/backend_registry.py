@@ -1,11 +1,11 @@
 """Which keyed backends exist and how each kind of state handle is read back.
 
 Two tables, filled by the backend packages when they are imported (``tidemark.state`` imports
-heap and RocksDB; ``tidemark.state.changelog`` registers its wrapper):
+heap and RocksDB; ``tidemark.changelog.backend`` registers its wrapper):
 
 * backend name (``"heap"``, ``"rocksdb"``) -> factory of a fresh backend for a
   :class:`BackendContext`; wiring type -> wrapper (the changelog backend wraps any backend given
-  a :class:`~tidemark.state.changelog.backend.ChangelogWiring`). :func:`create_backend` builds
+  a :class:`~tidemark.changelog.backend.wrapper.ChangelogWiring`). :func:`create_backend` builds
   the named backend and wraps it with every wiring given, in order;
 * state-handle kind -> reader of the handle's entries, used by
   :func:`tidemark.state.restore.read_handle` so that any backend restores any handle.

@@ -23,11 +23,11 @@ from typing import Any, Iterable, Iterator, Sequence
 
 from tidemark.protocol.messages import StateHandle, StateHandleKind
 from tidemark.state.descriptors import ListStateDescriptor
-from tidemark.state.rescale import OperatorStateMode, redistribute_list
+from tidemark.state.rescale import redistribute_list
 from tidemark.state.serializers import DEFAULT_SERIALIZER, Serializer, describe
 from tidemark.state.snapshot import SnapshotFormatError
 from tidemark.storage.base import CheckpointStorage
-from tidemark.types import CheckpointId, KeyGroup, OperatorId
+from tidemark.types import CheckpointId, KeyGroup, OperatorId, OperatorStateMode
 
 MAGIC = b"TMOSNAP1"
 _U32 = struct.Struct(">I")

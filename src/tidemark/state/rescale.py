@@ -9,20 +9,14 @@ everything to everyone; ``BROADCAST`` copies one old instance (all are identical
 
 from __future__ import annotations
 
-import enum
 from typing import Sequence, TypeVar
 
 from tidemark.protocol.messages import StateHandle
 from tidemark.keygroups import KeyGroupRange, compute_key_group_range
 from tidemark.state.restore import overlapping
+from tidemark.types import OperatorStateMode
 
 T = TypeVar("T")
-
-
-class OperatorStateMode(str, enum.Enum):
-    SPLIT_DISTRIBUTE = "SPLIT_DISTRIBUTE"
-    UNION = "UNION"
-    BROADCAST = "BROADCAST"
 
 
 def keyed_handles_for_subtask(

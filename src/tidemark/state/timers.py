@@ -1,7 +1,7 @@
 """Timers of one task, kept in its keyed backend's timer queues (Flink's ``InternalTimerService``).
 
 A timer is a (key, timestamp) in one of two time domains, event time (fires when the watermark
-passes it) and processing time (fires when the wall clock does). :class:`TimerService` keeps the
+passes it) and processing time (fires when the wall clock does). :class:`InternalTimerService` keeps the
 timers of each domain in the backend's timer queue of that name
 (:class:`~tidemark.state.timer_queue.TimerQueue`, ``backend.timer_queue("event-time")``), so
 timers are state like any other:
@@ -17,7 +17,7 @@ them in a column family of their own, ordered by (key group, timestamp, key), wi
 few timers of each key group in memory (see :mod:`tidemark.state.rocksdb.timers`). Creating the
 service reads nothing: the queues already hold what the backend restored.
 
-Lifecycle: ``TimerService(backend)`` after the backend restored -> ``register``/``delete`` with
+Lifecycle: ``InternalTimerService(backend)`` after the backend restored -> ``register``/``delete`` with
 the timer's key current in the backend -> ``pop_due`` (each yielded timer has its key current
 and is already removed from the queue) -> the backend snapshots the timers with everything else.
 """
@@ -53,7 +53,7 @@ class Timer:
     key: Any
 
 
-class TimerService:
+class InternalTimerService:
     """See the module docstring."""
 
     def __init__(self, backend: KeyedStateBackend) -> None:

@@ -17,7 +17,7 @@ from tidemark.changelog.errors import ChangelogReadError
 from tidemark.changelog.reader import ChangelogReader, ReadStats, StateMetaCallback, _Cursor
 from tidemark.changelog.writer import ChangelogMark, StateChangelogWriter
 from tidemark.state.table import KeyedStateChange
-from tidemark.types import Epoch, JobId, TaskId
+from tidemark.types import Epoch, JobId, TaskId, TopicPartition
 
 
 @dataclass
@@ -92,7 +92,7 @@ class InMemoryChangelogReader(ChangelogReader):
         super().__init__({}, partitions=topic.partitions, max_parallelism=max_parallelism)
         self.log = topic
 
-    def _read_cursors(self, cursors: dict[tuple[str, int], _Cursor], stats: ReadStats,
+    def _read_cursors(self, cursors: dict[TopicPartition, _Cursor], stats: ReadStats,
                       on_state_meta: StateMetaCallback | None) -> Iterator[KeyedStateChange]:
         for (topic, partition), cursor in cursors.items():
             records = self.log.records.get(partition, []) if topic == self.log.name else []

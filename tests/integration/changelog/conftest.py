@@ -22,7 +22,7 @@ from tidemark.kafka.admin import ensure_topics
 from tidemark.kafka.topics import TopicNames
 from tidemark.state import HashMapStateBackend, KeyedStateBackend, KeyGroupRange, RocksDBOptions
 from tidemark.state import RocksDBStateBackend
-from tidemark.state.changelog import ChangelogStateBackend
+from tidemark.changelog.backend import ChangelogStateBackend
 from tidemark.storage.base import CheckpointStorage
 from tidemark.storage.filesystem import FilesystemCheckpointStorage
 from tidemark.types import Epoch, JobId, TaskId

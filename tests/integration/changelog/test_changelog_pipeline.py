@@ -46,7 +46,7 @@ from tidemark.protocol.messages import (
     TaskTimings,
 )
 from tidemark.state import HashMapStateBackend, KeyedSnapshot
-from tidemark.state.changelog import ChangelogStateBackend, restore_from_changelog
+from tidemark.changelog.backend import ChangelogStateBackend, restore_from_changelog
 from tidemark.storage import open_storage
 from tidemark.types import CheckpointType, Epoch, JobId
 

@@ -10,7 +10,7 @@ from confluent_kafka import Producer
 from changelog_helpers import MAX_P, keys_in, random_ops, restrict, visible
 from state_operations import DESCRIPTORS, apply_ops
 from tidemark.changelog import ChangelogReadError, ChangelogSource
-from tidemark.state.changelog import is_shareable, restore_from_changelog
+from tidemark.changelog.backend import is_shareable, restore_from_changelog
 from tidemark.materializer.storage import SharedFilesView
 from tidemark.changelog.partitioning import record_key
 from tidemark.protocol.messages import ChangelogRange, MaterializationRef

@@ -33,7 +33,7 @@ from tidemark.changelog import ChangelogWriter
 from tidemark.local.cluster import LocalCluster
 from tidemark.protocol.messages import MaterializationRef
 from tidemark.state import HashMapStateBackend
-from tidemark.state.changelog import ChangelogStateBackend
+from tidemark.changelog.backend import ChangelogStateBackend
 from tidemark.storage.filesystem import FilesystemCheckpointStorage
 from tidemark.types import CheckpointId, CheckpointType, Epoch, JobId, MaterializationId, OperatorId
 

@@ -10,7 +10,7 @@ import pytest
 from changelog_helpers import MAX_P, keys_in, random_ops, visible
 from state_operations import apply_ops
 from tidemark.changelog import ChangelogSource
-from tidemark.state.changelog import restore_from_changelog
+from tidemark.changelog.backend import restore_from_changelog
 from tidemark.materializer import (
     Current,
     Extend,

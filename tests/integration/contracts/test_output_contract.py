@@ -33,6 +33,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
+from tidemark.broker.engine import tansu_selected
 from tidemark.kafka.clients import producer_config
 from tidemark.kafka.commit_markers import CommitMarker
 from tidemark.kafka.transactions import fence_transactional_ids
@@ -105,7 +106,8 @@ def make_output(request: pytest.FixtureRequest, client: dict[str, Any], new_topi
             if kind == "channel":
                 output = ChannelOutput(client, topic, partitions, txid, Epoch(number))
             elif kind == "two-phase-commit":
-                output = TwoPhaseCommitOutput(client, topic, JOB, OperatorId("sink"), txid, markers)
+                output = TwoPhaseCommitOutput(client, topic, JOB, OperatorId("sink"), txid, markers,
+                                              hold_until_commit=tansu_selected())
             else:
                 output = AtLeastOnceOutput(client, topic)
             opened.append(output)
@@ -298,7 +300,7 @@ class SinkStage:
     def worker(self, index: int) -> TwoPhaseCommitOutput:
         """An attempt of worker ``index`` (its init_transactions fences the previous one)."""
         output = TwoPhaseCommitOutput(self.client, self.topic, JOB, OperatorId("sink"), self.txids[index],
-                                      self.markers)
+                                      self.markers, hold_until_commit=tansu_selected())
         self.opened.append(output)
         return output
 

@@ -17,6 +17,7 @@ from tidemark.admin import render
 from tidemark.admin.request_bodies import MAX_JOB_ARGS_BYTES, BadRequest, RunBody, parse_run_id
 from tidemark.services.coordinator.runs import LaunchRequest, LocalLauncher, child_env, coordinator_url, run_document
 from tidemark.services.coordinator.settings import EXAMPLE_JOBS, CoordinatorSettings
+from tidemark.start_request import StartRequest
 from tidemark.types import CheckpointId, JobId
 
 REF = "tidemark.examples.access_log:url_counts"
@@ -185,7 +186,7 @@ def test_launcher_starts_and_cancels_runs_in_their_own_session(monkeypatch: pyte
     settings = _settings(monkeypatch, TIDEMARK_HOME=str(tmp_path), TIDEMARK_SHUTDOWN_TIMEOUT_S="4")
     launcher = SleepingLauncher(settings, "127.0.0.1:9092", environ={})
     first = launcher.start(LaunchRequest(REF, {"job_id": "a"}, JobId("a"), 2))
-    second = launcher.start(LaunchRequest(REF, {}, JobId("b"), 1, None, "b/savepoints/sp-1"))
+    second = launcher.start(LaunchRequest(REF, {}, JobId("b"), 1, StartRequest(from_savepoint="b/savepoints/sp-1")))
     assert launcher.running_for(JobId("a")) is first and launcher.running_for(JobId("c")) is None
     document = run_document(first)
     assert (document["status"], document["exit_code"], document["job"], document["pid"], document["adopted"]) == \
@@ -212,7 +213,7 @@ def test_a_restarted_coordinator_re_adopts_its_runs(monkeypatch: pytest.MonkeyPa
     done = before.start(LaunchRequest(REF, {}, JobId("done"), 1))
     before.cancel(done)
     _wait(lambda: not before.get(done.run_id).running, "the first run's exit")
-    alive = before.start(LaunchRequest(REF, {"job_id": "b"}, JobId("b"), 3, CheckpointId(7), force=True))
+    alive = before.start(LaunchRequest(REF, {"job_id": "b"}, JobId("b"), 3, StartRequest(7, force=True)))
     _wait(lambda: "'b'" in (tmp_path / alive.log_path).read_text(), "the sleeper's first line")
 
     recycled = json.loads((tmp_path / "job-runs" / f"{alive.run_id}.json").read_text())
@@ -237,14 +238,14 @@ def test_a_restarted_coordinator_re_adopts_its_runs(monkeypatch: pytest.MonkeyPa
 
 def test_launch_command() -> None:
     launcher = LocalLauncher.__new__(LocalLauncher)
-    command = launcher.command(LaunchRequest(REF, {"job_id": "a"}, JobId("a"), 3, CheckpointId(7)))
+    command = launcher.command(LaunchRequest(REF, {"job_id": "a"}, JobId("a"), 3, StartRequest(7)))
     assert command[1:] == ["-m", "tidemark.cli", "jobs", "run", REF, "--job-args", '{"job_id": "a"}',
                            "--parallelism", "3", "--from-checkpoint", "7"]
-    command = launcher.command(LaunchRequest(REF, {}, JobId("a"), 1, None, "a/savepoints/sp-2"))
+    command = launcher.command(LaunchRequest(REF, {}, JobId("a"), 1, StartRequest(from_savepoint="a/savepoints/sp-2")))
     assert command[-2:] == ["--from-savepoint", "a/savepoints/sp-2"]
-    command = launcher.command(LaunchRequest(REF, {}, JobId("a"), 1, fresh=True, force=True))
+    command = launcher.command(LaunchRequest(REF, {}, JobId("a"), 1, StartRequest(fresh=True, force=True)))
     assert command[-2:] == ["--fresh", "--force"] and "--from-checkpoint" not in command
-    command = launcher.command(LaunchRequest(REF, {}, JobId("a"), 1, CheckpointId(3), force=True))
+    command = launcher.command(LaunchRequest(REF, {}, JobId("a"), 1, StartRequest(3, force=True)))
     assert command[-3:] == ["--from-checkpoint", "3", "--force"]
 
 

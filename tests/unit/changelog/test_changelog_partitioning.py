@@ -15,7 +15,7 @@ from tidemark.changelog import (
     partitions_of,
 )
 from tidemark.changelog.partitioning import check_partitions, key_group_of_record_key, record_key
-from tidemark.state.changelog.snapshot import plan_handles
+from tidemark.changelog.backend.restore import plan_handles
 from tidemark.kafka.topics import TopicNames
 from tidemark.protocol.messages import StateFile, StateHandle, StateHandleKind
 from tidemark.keygroups import KeyGroupRange, compute_key_group_range

@@ -94,7 +94,7 @@ def _metadata() -> CheckpointMetadata:
         tasks.append(TaskSnapshot(
             task_id(OperatorId("src"), i), OperatorId("src"), i, start, end,
             state_handles=(
-                _operator("src", i, "splits", OperatorStateMode.SPLIT),
+                _operator("src", i, "splits", OperatorStateMode.SPLIT_DISTRIBUTE),
                 _operator("src", i, "watermarks", OperatorStateMode.UNION),
                 _operator("src", i, "config", OperatorStateMode.BROADCAST),
             ),
@@ -136,7 +136,7 @@ def test_operator_state_is_split_unioned_or_broadcast_by_mode() -> None:
         {m: [h for h in s.operator_handles if operator_state_mode(h) is m] for m in OperatorStateMode}
         for s in src
     ]
-    split = [[h.files[0].path.split("/")[2] for h in d[OperatorStateMode.SPLIT]] for d in by_mode]
+    split = [[h.files[0].path.split("/")[2] for h in d[OperatorStateMode.SPLIT_DISTRIBUTE]] for d in by_mode]
     assert split == [["src-0", "src-3"], ["src-1"], ["src-2"]]
     assert all(len(d[OperatorStateMode.UNION]) == 4 for d in by_mode)
     assert all([h.files[0].path.split("/")[2] for h in d[OperatorStateMode.BROADCAST]] == ["src-0"]
@@ -159,7 +159,7 @@ def test_operator_state_mode_is_read_from_file_names() -> None:
     assert operator_state_file_name("offsets", OperatorStateMode.UNION, 2) == "offsets.2.opstate-union"
     plain = StateHandle(StateHandleKind.OPERATOR, OperatorId("o"), KeyGroup(-1), KeyGroup(-1),
                         (_file("x/legacy.bin"),), 1, 1)
-    assert operator_state_mode(plain) is OperatorStateMode.SPLIT
+    assert operator_state_mode(plain) is OperatorStateMode.SPLIT_DISTRIBUTE
     mixed = StateHandle(StateHandleKind.OPERATOR, OperatorId("o"), KeyGroup(-1), KeyGroup(-1),
                         (_file("x/a.0.opstate-union"), _file("x/b.0.opstate-broadcast")), 1, 1)
     with pytest.raises(ValueError):
@@ -167,4 +167,4 @@ def test_operator_state_mode_is_read_from_file_names() -> None:
     with pytest.raises(ValueError):
         operator_state_mode(_keyed("o", 0, 1, "k"))
     with pytest.raises(ValueError):
-        operator_state_file_name("a/b", OperatorStateMode.SPLIT)
+        operator_state_file_name("a/b", OperatorStateMode.SPLIT_DISTRIBUTE)

@@ -17,8 +17,8 @@ from tidemark.runtime.fresh_start import (
     read_fresh_start,
     record_fresh_start,
     record_path,
-    validate_start_id,
 )
+from tidemark.start_request import validate_start_id
 from tidemark.storage import open_storage
 from tidemark.types import JobId
 

@@ -24,7 +24,7 @@ from tidemark.state import (
     RocksDBStateBackend,
     create_backend,
 )
-from tidemark.state.changelog import ChangelogWiring
+from tidemark.changelog.backend import ChangelogWiring
 from tidemark.materializer.storage import SharedFilesView
 from tidemark.storage.base import CheckpointStorage
 from tidemark.storage.filesystem import FilesystemCheckpointStorage

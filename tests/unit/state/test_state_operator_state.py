@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from tidemark.state import BroadcastStateDescriptor, ListStateDescriptor, OperatorStateBackend
-from tidemark.state.rescale import OperatorStateMode, redistribute_list, split_evenly
+from tidemark.state.rescale import redistribute_list, split_evenly
+from tidemark.types import OperatorStateMode
 
 SPLIT, UNION = ListStateDescriptor("offsets"), ListStateDescriptor("seen")
 RULES = BroadcastStateDescriptor("rules")

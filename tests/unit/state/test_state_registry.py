@@ -12,7 +12,7 @@ from tidemark.state import (
     RocksDBStateBackend,
     create_backend,
 )
-from tidemark.state.changelog import ChangelogStateBackend, ChangelogWiring
+from tidemark.changelog.backend import ChangelogStateBackend, ChangelogWiring
 from tidemark.state.backend_registry import UnknownBackendError, backend_names, handle_reader
 from tidemark.state.restore import read_canonical
 from tidemark.state.rocksdb.snapshot import read_incremental

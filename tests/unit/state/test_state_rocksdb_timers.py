@@ -14,10 +14,10 @@ from contract.test_contract_timers import fire, ordered, random_operations
 from tidemark.keygroups import assign_to_key_group, encode_key
 from tidemark.state import KeyGroupRange, MapStateDescriptor, RocksDBOptions, compute_key_group_range
 from tidemark.state import local_backend
-from tidemark.state.changelog import ChangelogStateBackend, restore_from_changelog
+from tidemark.changelog.backend import ChangelogStateBackend, restore_from_changelog
 from tidemark.state.rocksdb.timers import RocksDBTimerQueue, split_time_key, time_key
 from tidemark.state.timer_queue import MAX_TIMESTAMP, MIN_TIMESTAMP
-from tidemark.state.timers import TimeDomain, TimerService
+from tidemark.state.timers import InternalTimerService, TimeDomain
 from tidemark.testing.changelog import InMemoryChangelogReader, InMemoryChangelogWriter
 from tidemark.types import CheckpointId
 
@@ -41,7 +41,7 @@ def test_a_restored_queue_holds_only_a_cache_per_key_group(new_backend, storage,
     """100k timers restored from an incremental snapshot: the new service knows the count and the
     first timer, having read one cache per key group (no scan, not every timer in memory)."""
     source = new_backend(kind="rocksdb", options=rocks_options(cache=32))
-    service = TimerService(source)
+    service = InternalTimerService(source)
     keys = [f"url-{i}" for i in range(25_000)]
     model = set()
     for i in range(100_000):
@@ -62,7 +62,7 @@ def test_a_restored_queue_holds_only_a_cache_per_key_group(new_backend, storage,
     monkeypatch.setattr(RocksDBTimerQueue, "_refill", counted_refill)
     restored = new_backend(kind="rocksdb", options=rocks_options(cache=32))
     restored.restore([snapshot], storage)
-    timers = TimerService(restored)
+    timers = InternalTimerService(restored)
     queue = restored.timer_queue(EVENT.value)
     assert timers.count(EVENT) == len(model)
     assert len(reads) <= MAX_P and sum(reads) <= MAX_P * 32
@@ -76,7 +76,7 @@ def test_a_restored_queue_holds_only_a_cache_per_key_group(new_backend, storage,
 def test_tiny_caches_match_the_model_across_snapshots(new_backend, storage, cache) -> None:
     rng = random.Random(cache)
     backend = new_backend(kind="rocksdb", options=rocks_options(cache))
-    service = TimerService(backend)
+    service = InternalTimerService(backend)
     model: set[tuple[int, object]] = set()
     keys = [f"k{i}" for i in range(40)] + list(range(-10, 10))
     for checkpoint in range(1, 4):
@@ -84,7 +84,7 @@ def test_tiny_caches_match_the_model_across_snapshots(new_backend, storage, cach
         snapshot = backend.snapshot(CheckpointId(checkpoint), storage)
         backend = new_backend(kind="rocksdb", options=rocks_options(cache))
         backend.restore([snapshot], storage)
-        service = TimerService(backend)
+        service = InternalTimerService(backend)
         assert service.count(EVENT) == len(model)
         assert backend.timer_queue(EVENT.value).cached_timers <= MAX_P * cache
     assert fire(backend, service, EVENT, MAX_TIMESTAMP) == ordered(model)
@@ -98,7 +98,7 @@ def test_incremental_snapshots_rescale_timers_2_to_3_to_2(new_backend, storage) 
     snapshots, checkpoint = [], 1
     for index in range(2):
         backend = new_backend(compute_key_group_range(MAX_P, 2, index), MAX_P, kind="rocksdb", operator_id="op")
-        service = TimerService(backend)
+        service = InternalTimerService(backend)
         for t, k in expected:
             if assign_to_key_group(k, MAX_P) in backend.key_group_range:
                 backend.set_current_key(k)
@@ -111,7 +111,7 @@ def test_incremental_snapshots_rescale_timers_2_to_3_to_2(new_backend, storage) 
             key_groups = compute_key_group_range(MAX_P, parallelism, index)
             backend = new_backend(key_groups, MAX_P, kind="rocksdb", operator_id="op")
             backend.restore([s for s in snapshots if len(s.key_groups.intersection(key_groups))], storage)
-            counted += TimerService(backend).count(EVENT)
+            counted += InternalTimerService(backend).count(EVENT)
             rescaled.append(backend.snapshot(CheckpointId(checkpoint), storage))
         assert counted == len(expected)
         snapshots = rescaled
@@ -119,7 +119,7 @@ def test_incremental_snapshots_rescale_timers_2_to_3_to_2(new_backend, storage) 
     for snapshot in snapshots:
         backend = new_backend(snapshot.key_groups, MAX_P, kind="rocksdb", operator_id="op")
         backend.restore([snapshot], storage)
-        fired.extend(fire(backend, TimerService(backend), EVENT, MAX_TIMESTAMP))
+        fired.extend(fire(backend, InternalTimerService(backend), EVENT, MAX_TIMESTAMP))
     assert ordered(set(fired)) == expected and len(fired) == len(expected)
 
 
@@ -138,14 +138,14 @@ def test_incremental_snapshots_written_before_timer_queues_restore(new_backend, 
     for kind in ("rocksdb", "heap"):
         target = new_backend(kind=kind)
         target.restore([snapshot], storage)
-        service = TimerService(target)
+        service = InternalTimerService(target)
         assert service.count(EVENT) == len(expected), kind
         assert fire(target, service, EVENT, MAX_TIMESTAMP) == expected, kind
 
 
 def test_an_incremental_snapshot_with_timers_restores_into_the_heap(new_backend, storage) -> None:
     source = new_backend(kind="rocksdb")
-    service = TimerService(source)
+    service = InternalTimerService(source)
     for k in range(100):
         source.set_current_key(k)
         service.register(EVENT, -k)
@@ -155,7 +155,7 @@ def test_an_incremental_snapshot_with_timers_restores_into_the_heap(new_backend,
     snapshot = source.snapshot(CheckpointId(1), storage)
     heap = new_backend(kind="heap")
     heap.restore([snapshot], storage)
-    restored = TimerService(heap)
+    restored = InternalTimerService(heap)
     assert fire(heap, restored, EVENT, 0) == ordered({(-k, k) for k in range(100) if k != 3})
     assert restored.count(TimeDomain.PROCESSING_TIME) == 100
 
@@ -171,7 +171,7 @@ def test_changelog_mode_over_rocksdb_logs_and_replays_timers(new_backend, change
 
     full = KeyGroupRange(0, MAX_P - 1)
     source = changelog_backend(1, new_backend(kind="rocksdb"))
-    service = TimerService(source)
+    service = InternalTimerService(source)
     rng = random.Random(3)
     model: set[tuple[int, object]] = set()
     random_operations(source, service, model, rng, [f"k{i}" for i in range(50)], 800, range(-200, 200, 4))
@@ -182,7 +182,7 @@ def test_changelog_mode_over_rocksdb_logs_and_replays_timers(new_backend, change
     for attempt, kind in ((2, "rocksdb"), (3, "heap")):
         restored = changelog_backend(attempt, new_backend(kind=kind))
         restored.restore([snapshot], storage)
-        timers = TimerService(restored)
+        timers = InternalTimerService(restored)
         assert timers.count(EVENT) == len(expected), kind
         assert fire(restored, timers, EVENT, MAX_TIMESTAMP) == expected, kind
         restored.close()
@@ -192,4 +192,4 @@ def test_changelog_mode_over_rocksdb_logs_and_replays_timers(new_backend, change
     materialized = replica.snapshot(CheckpointId(1), storage)
     heap = new_backend(kind="heap")
     heap.restore([materialized], storage)
-    assert fire(heap, TimerService(heap), EVENT, MAX_TIMESTAMP) == expected
+    assert fire(heap, InternalTimerService(heap), EVENT, MAX_TIMESTAMP) == expected

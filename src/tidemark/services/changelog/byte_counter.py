@@ -15,12 +15,12 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, KafkaError, TopicPartition as KafkaTopicPartition
 
 from tidemark.changelog.offset_sizes import PartitionSizes
 from tidemark.kafka.clients import consumer_config
 from tidemark.kafka.outage import broker_wait, unavailable
-from tidemark.types import TopicPartitionKey
+from tidemark.types import TopicPartition
 
 
 class ChangelogSizeReader:
@@ -31,18 +31,18 @@ class ChangelogSizeReader:
             "isolation.level": "read_uncommitted", "auto.offset.reset": "earliest"}))
         self._wait = broker_wait(config)
         self._lock = threading.Lock()
-        self._sizes: dict[TopicPartitionKey, PartitionSizes] = {}
-        self._to_assign: list[TopicPartition] = []
+        self._sizes: dict[TopicPartition, PartitionSizes] = {}
+        self._to_assign: list[KafkaTopicPartition] = []
 
-    def track(self, topic: str, partitions: int, start_of: Callable[[TopicPartitionKey], int]) -> None:
+    def track(self, topic: str, partitions: int, start_of: Callable[[TopicPartition], int]) -> None:
         """Start counting the partitions of ``topic`` not counted yet, each from ``start_of``."""
         with self._lock:
             for partition in range(partitions):
-                tp = (topic, partition)
+                tp = TopicPartition(topic, partition)
                 if tp not in self._sizes:
                     start = start_of(tp)
                     self._sizes[tp] = PartitionSizes(start)
-                    self._to_assign.append(TopicPartition(topic, partition, start))
+                    self._to_assign.append(KafkaTopicPartition(topic, partition, start))
 
     def poll(self, max_records: int = 5000, timeout_s: float = 0.2) -> int:
         """Read and count up to ``max_records`` records; how many were counted."""
@@ -61,13 +61,13 @@ class ChangelogSizeReader:
                     elif error.code() != KafkaError._PARTITION_EOF:
                         raise RuntimeError(f"changelog size reader: {error}")
                     continue
-                sizes = self._sizes.get((message.topic(), message.partition()))
+                sizes = self._sizes.get((message.topic(), message.partition()))  # type: ignore[call-overload]  # hot: see types.TopicPartition
                 if sizes is not None:
                     sizes.add(message.offset(), len(message.value() or b"") + len(message.key() or b""))
                     counted += 1
         return counted
 
-    def bytes_between(self, tp: TopicPartitionKey, low: int, high: int | None = None) -> int:
+    def bytes_between(self, tp: TopicPartition, low: int, high: int | None = None) -> int:
         """Bytes of the records of ``tp`` in ``[low, high)`` (``None``: up to the last counted)."""
         with self._lock:
             sizes = self._sizes.get(tp)
@@ -75,18 +75,18 @@ class ChangelogSizeReader:
                 return 0
             return sizes.bytes_between(low, sizes.end if high is None else high)
 
-    def counted_start(self, tp: TopicPartitionKey) -> int:
+    def counted_start(self, tp: TopicPartition) -> int:
         """Where counting of ``tp`` started (or was dropped to)."""
         with self._lock:
             sizes = self._sizes.get(tp)
             return 0 if sizes is None else sizes.start
 
-    def counted_end(self, tp: TopicPartitionKey) -> int:
+    def counted_end(self, tp: TopicPartition) -> int:
         with self._lock:
             sizes = self._sizes.get(tp)
             return 0 if sizes is None else sizes.end
 
-    def drop_before(self, tp: TopicPartitionKey, offset: int) -> None:
+    def drop_before(self, tp: TopicPartition, offset: int) -> None:
         with self._lock:
             sizes = self._sizes.get(tp)
             if sizes is not None:

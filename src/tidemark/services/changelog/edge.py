@@ -30,11 +30,11 @@ from tidemark.protocol.messages import CheckpointDiscarded, CheckpointMetadata, 
 from tidemark.chassis.app import ServiceApp
 from tidemark.chassis.dead_letter_publisher import RawRecord
 from tidemark.chassis.logs import get_logger
-from tidemark.types import TopicPartitionKey
 from tidemark.services.changelog import metrics
 from tidemark.services.changelog.settings import ChangelogOptions
 from tidemark.services.changelog.byte_counter import ChangelogSizeReader
 from tidemark.services.changelog.truncator import PhysicalTruncator
+from tidemark.types import TopicPartition
 
 log = get_logger(__name__)
 
@@ -46,16 +46,16 @@ class ChangelogEdge:
         self.config = base_config(app.settings, app.bootstrap)
         self.ledger = ChangelogLedger(app.topics)
         self.partitions: dict[str, int] = {}  # changelog topics that exist: partition counts
-        self.truncated: dict[TopicPartitionKey, int] = {}  # logical truncation points
-        self.physical: dict[TopicPartitionKey, int] = {}  # points DeleteRecords confirmed
+        self.truncated: dict[TopicPartition, int] = {}  # logical truncation points
+        self.physical: dict[TopicPartition, int] = {}  # points DeleteRecords confirmed
         self.plans: list[PartitionPlan] = []
         self.truncator = PhysicalTruncator(
             self.config, enabled=options.delete_records,
             retry_after_s=options.delete_records_retry_ms / 1000,
             timeout_s=options.delete_records_timeout_s)
         self.sizes = ChangelogSizeReader(self.config) if options.measure_bytes else None
-        self._bytes_counted: dict[TopicPartitionKey, int] = {}  # truncated bytes counted up to
-        self._logged_logical: set[TopicPartitionKey] = set()
+        self._bytes_counted: dict[TopicPartition, int] = {}  # truncated bytes counted up to
+        self._logged_logical: set[TopicPartition] = set()
         self._lock = asyncio.Lock()
         self.live = False
 
@@ -131,7 +131,7 @@ class ChangelogEdge:
             self.plans = plans  # GET /changelog never shows new plans beside old truncation points
             self._track_sizes()
 
-    def _record(self, tp: TopicPartitionKey, point: int, owner: Any, *, physical: bool) -> None:
+    def _record(self, tp: TopicPartition, point: int, owner: Any, *, physical: bool) -> None:
         before = self.truncated.get(tp, 0)
         self.truncated[tp] = point
         mode = "physical" if physical else "logical"
@@ -163,7 +163,7 @@ class ChangelogEdge:
         await asyncio.get_running_loop().run_in_executor(None, self.sizes.poll)
         pending: dict[tuple[str, str], int] = {}
         for plan in self.plans:
-            tp, topic = (plan.topic.name, plan.partition), plan.topic
+            tp, topic = TopicPartition(plan.topic.name, plan.partition), plan.topic
             truncated = self.truncated.get(tp, 0)
             counted = self._bytes_counted.setdefault(tp, self.sizes.counted_start(tp))
             reach = min(truncated, self.sizes.counted_end(tp))
@@ -184,7 +184,7 @@ class ChangelogEdge:
         """What ``GET /changelog`` answers: every partition's truncation and its bounds."""
         partitions = []
         for plan in self.plans:
-            tp = (plan.topic.name, plan.partition)
+            tp = TopicPartition(plan.topic.name, plan.partition)
             partitions.append({
                 "job": plan.topic.job_id, "operator": plan.topic.operator_id, "topic": tp[0],
                 "partition": tp[1], "truncated_before": self.truncated.get(tp, 0),

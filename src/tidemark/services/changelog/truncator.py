@@ -21,7 +21,7 @@ from confluent_kafka.admin import AdminClient
 from tidemark.kafka.admin import TruncationResult, delete_records_before
 from tidemark.chassis.logs import get_logger
 from tidemark.services.changelog.metrics import DELETE_RECORDS_UNSUPPORTED
-from tidemark.types import TopicPartitionKey
+from tidemark.types import TopicPartition
 
 log = get_logger(__name__)
 
@@ -42,7 +42,7 @@ class PhysicalTruncator:
         self.broker: str = "unknown"  # "supported" | "unsupported" | "unknown"
         self._errors_logged: set[str] = set()
 
-    def delete(self, offsets: Mapping[TopicPartitionKey, int]) -> set[TopicPartitionKey]:
+    def delete(self, offsets: Mapping[TopicPartition, int]) -> set[TopicPartition]:
         """Truncate ``offsets`` physically if the broker lets us; the partitions it did."""
         if not self.enabled or not offsets or self._clock() < self._paused_until:
             return set()

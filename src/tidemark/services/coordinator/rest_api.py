@@ -252,8 +252,7 @@ class OperatorApi:
         if running is not None:
             raise ApiError(409, f"job {job!r} already runs as run {running.run_id} (pid {running.pid}); "
                                 f"cancel it first")
-        run = launcher.start(LaunchRequest(body.job, body.args, job, parallelism,
-                                           body.from_checkpoint, body.from_savepoint, body.fresh, body.force))
+        run = launcher.start(LaunchRequest(body.job, body.args, job, parallelism, body.start))
         return run_document(run)
 
     def cancel_run(self, run_id: str) -> dict[str, Any]:

@@ -43,7 +43,8 @@ from tidemark.processes import process_start_time
 from tidemark.config.settings import CONFIG_FILE_ENV, TidemarkSettings
 from tidemark.chassis.logs import get_logger
 from tidemark.services.coordinator.settings import CoordinatorSettings
-from tidemark.types import CheckpointId, JobId
+from tidemark.start_request import StartRequest
+from tidemark.types import JobId
 
 log = get_logger(__name__)
 EXITED_RUNS_KEPT = 100
@@ -55,18 +56,14 @@ _COORDINATOR_ONLY = tuple(sorted(set(CoordinatorSettings.model_fields) - set(Tid
 @dataclass(frozen=True, slots=True)
 class LaunchRequest:
     """What to run: a catalog reference with its arguments, the job id it resolved to, the
-    parallelism (the job's default when the request gave none) and how it starts, as the
-    options of ``tidemark jobs run``: an optional restore source, ``fresh`` (empty state),
-    ``force`` (start as asked over committed output or newer state)."""
+    parallelism (the job's default when the request gave none) and how it starts
+    (:mod:`tidemark.start_request`)."""
 
     reference: str
     args: dict[str, Any]
     job_id: JobId
     parallelism: int
-    from_checkpoint: CheckpointId | None = None
-    from_savepoint: str | None = None
-    fresh: bool = False
-    force: bool = False
+    start: StartRequest = StartRequest()
 
 
 @dataclass
@@ -127,10 +124,10 @@ def run_document(run: JobRun) -> dict[str, Any]:
         "job": request.job_id,
         "args": request.args,
         "parallelism": request.parallelism,
-        "from_checkpoint": request.from_checkpoint,
-        "from_savepoint": request.from_savepoint,
-        "fresh": request.fresh,
-        "force": request.force,
+        "from_checkpoint": request.start.from_checkpoint,
+        "from_savepoint": request.start.from_savepoint,
+        "fresh": request.start.fresh,
+        "force": request.start.force,
         "pid": run.pid,
         "status": "RUNNING" if run.running else "EXITED",
         "adopted": run.process is None,
@@ -197,9 +194,10 @@ def run_record(run: JobRun) -> dict[str, Any]:
 
 def run_from_record(record: Mapping[str, Any]) -> JobRun:
     """The run a record describes, as a run of this coordinator re-adopted (no child process)."""
+    start = StartRequest(None if record["from_checkpoint"] is None else int(record["from_checkpoint"]),
+                         record["from_savepoint"], bool(record["fresh"]), bool(record["force"]))
     request = LaunchRequest(record["reference"], dict(record["args"]), JobId(record["job"]), int(record["parallelism"]),
-                            None if record["from_checkpoint"] is None else CheckpointId(record["from_checkpoint"]),
-                            record["from_savepoint"], bool(record["fresh"]), bool(record["force"]))
+                            start)
     return JobRun(record["run_id"], request, int(record["pid"]), record["pid_started"], int(record["started_at"]),
                   record["log_path"], record["run_dir"], None, record["exit_code"], record["ended_at"],
                   record["cancel_requested_at"])
@@ -241,13 +239,7 @@ class LocalLauncher:
     def command(self, request: LaunchRequest) -> list[str]:
         command = [sys.executable, "-m", "tidemark.cli", "jobs", "run", request.reference,
                    "--job-args", json.dumps(request.args), "--parallelism", str(request.parallelism)]
-        if request.from_checkpoint is not None:
-            command += ["--from-checkpoint", str(request.from_checkpoint)]
-        if request.from_savepoint is not None:
-            command += ["--from-savepoint", request.from_savepoint]
-        command += ["--fresh"] if request.fresh else []
-        command += ["--force"] if request.force else []
-        return command
+        return command + request.start.command_line()
 
     def start(self, request: LaunchRequest) -> JobRun:
         run_id = uuid.uuid4().hex

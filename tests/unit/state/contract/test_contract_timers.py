@@ -27,7 +27,7 @@ from tidemark.state import (
 from tidemark.state.serializers import DEFAULT_SERIALIZER
 from tidemark.state.snapshot import Entry, state_meta, write_snapshot
 from tidemark.state.timer_queue import MAX_TIMESTAMP, MIN_TIMESTAMP
-from tidemark.state.timers import TimeDomain, Timer, TimerService
+from tidemark.state.timers import InternalTimerService, TimeDomain, Timer
 from tidemark.types import CheckpointId
 
 EVENT, PROCESSING = TimeDomain.EVENT_TIME, TimeDomain.PROCESSING_TIME
@@ -42,7 +42,7 @@ def timers_of(key: object) -> dict[TimeDomain, list[int]]:
     return {EVENT: [60_000 * (n % 3 + 1), 60_000 * (n % 3 + 1) + 7, 1_000 * n], PROCESSING: [5_000 + n]}
 
 
-def register_all(backend, service: TimerService, keys=KEYS) -> None:
+def register_all(backend, service: InternalTimerService, keys=KEYS) -> None:
     for key in keys:
         try:
             backend.set_current_key(key)
@@ -59,7 +59,7 @@ def expected_order(keys=KEYS, domain: TimeDomain = EVENT, until: int = 10**12) -
     return [(t, k) for t, k in sorted(due, key=lambda tk: (tk[0], encode_key(tk[1])))]
 
 
-def fire(backend, service: TimerService, domain: TimeDomain, until: int) -> list[tuple[int, object]]:
+def fire(backend, service: InternalTimerService, domain: TimeDomain, until: int) -> list[tuple[int, object]]:
     fired = []
     for timer in service.pop_due(domain, until):
         assert isinstance(timer, Timer) and timer.domain is domain
@@ -69,7 +69,7 @@ def fire(backend, service: TimerService, domain: TimeDomain, until: int) -> list
 
 
 def test_timers_are_deduplicated_and_fire_in_time_then_key_order(backend) -> None:
-    service = TimerService(backend)
+    service = InternalTimerService(backend)
     register_all(backend, service)
     assert service.count(EVENT) == len({(t, k) for k in KEYS for t in timers_of(k)[EVENT]})
     assert service.next_timestamp(EVENT) == expected_order()[0][0]
@@ -83,7 +83,7 @@ def test_timers_are_deduplicated_and_fire_in_time_then_key_order(backend) -> Non
 
 
 def test_a_deleted_timer_never_fires_and_can_be_registered_again(backend) -> None:
-    service = TimerService(backend)
+    service = InternalTimerService(backend)
     backend.set_current_key("a")
     service.register(EVENT, 10)
     service.register(EVENT, 20)
@@ -100,7 +100,7 @@ def test_a_deleted_timer_never_fires_and_can_be_registered_again(backend) -> Non
 
 
 def test_a_timer_can_register_a_due_timer_while_timers_fire(backend) -> None:
-    service = TimerService(backend)
+    service = InternalTimerService(backend)
     backend.set_current_key("k")
     service.register(EVENT, 10)
     fired = []
@@ -113,7 +113,7 @@ def test_a_timer_can_register_a_due_timer_while_timers_fire(backend) -> None:
 
 def test_timers_are_in_the_backends_own_checkpoint_snapshots(new_backend, storage) -> None:
     source = new_backend()
-    service = TimerService(source)
+    service = InternalTimerService(source)
     register_all(source, service)
     first = source.snapshot(CheckpointId(1), storage)
     fired = fire(source, service, EVENT, 60_000)  # then some fire, and the next checkpoint follows
@@ -122,22 +122,22 @@ def test_timers_are_in_the_backends_own_checkpoint_snapshots(new_backend, storag
 
     at_first = new_backend()
     at_first.restore([first], storage)
-    assert fire(at_first, TimerService(at_first), EVENT, 10**12) == expected_order()
+    assert fire(at_first, InternalTimerService(at_first), EVENT, 10**12) == expected_order()
     at_second = new_backend()
     at_second.restore([second], storage)
-    restored = TimerService(at_second)
+    restored = InternalTimerService(at_second)
     assert fired + fire(at_second, restored, EVENT, 10**12) == expected_order()
     assert fire(at_second, restored, PROCESSING, 10**12) == expected_order(domain=PROCESSING)
 
 
 def test_timers_in_a_canonical_savepoint_restore_into_every_backend(new_backend, storage) -> None:
     source = new_backend()
-    register_all(source, TimerService(source))
+    register_all(source, InternalTimerService(source))
     snapshot = source.snapshot(CheckpointId(1), storage, canonical=True)
     for kind in ALL_KINDS:
         target = new_backend(kind=kind)
         target.restore([snapshot], storage)
-        service = TimerService(target)
+        service = InternalTimerService(target)
         assert fire(target, service, EVENT, 10**12) == expected_order(), kind
         assert fire(target, service, PROCESSING, 10**12) == expected_order(domain=PROCESSING), kind
 
@@ -149,7 +149,7 @@ def _rescale(new_backend, storage, snapshots, parallelism: int, checkpoint_id: i
         key_groups = compute_key_group_range(MAX_P, parallelism, index)
         backend = new_backend(key_groups, MAX_P, operator_id="op")
         backend.restore([s for s in snapshots if len(s.key_groups.intersection(key_groups))], storage)
-        service = TimerService(backend)
+        service = InternalTimerService(backend)
         fired.extend(fire(backend, service, EVENT, 60_000 * checkpoint_id))
         out.append(backend.snapshot(CheckpointId(checkpoint_id), storage, canonical=True))
     return out
@@ -159,7 +159,7 @@ def test_a_rescale_2_to_3_to_2_keeps_each_timer_once(new_backend, storage) -> No
     snapshots = []
     for index in range(2):
         backend = new_backend(compute_key_group_range(MAX_P, 2, index), MAX_P, operator_id="op")
-        register_all(backend, TimerService(backend))
+        register_all(backend, InternalTimerService(backend))
         snapshots.append(backend.snapshot(CheckpointId(1), storage, canonical=True))
     fired: list[tuple[int, object]] = []
     snapshots = _rescale(new_backend, storage, snapshots, 3, 1, fired)  # fires the first minute's
@@ -192,7 +192,7 @@ def ordered(timers: set[tuple[int, object]]) -> list[tuple[int, object]]:
     return sorted(timers, key=lambda tk: (tk[0], encode_key(tk[1])))
 
 
-def random_operations(backend, service: TimerService, model: set[tuple[int, object]], rng: random.Random,
+def random_operations(backend, service: InternalTimerService, model: set[tuple[int, object]], rng: random.Random,
                       keys: list[object], steps: int, timestamps: range) -> None:
     """Register, delete, fire and look up at random, checking every answer against ``model``
     (the set of (timestamp, key) timers of the event-time domain)."""
@@ -229,7 +229,7 @@ def random_operations(backend, service: TimerService, model: set[tuple[int, obje
 
 def test_a_random_mix_of_operations_matches_a_model(backend) -> None:
     rng = random.Random(15)
-    service = TimerService(backend)
+    service = InternalTimerService(backend)
     model: set[tuple[int, object]] = set()
     keys = [f"k{i}" for i in range(60)] + list(range(-20, 20))
     random_operations(backend, service, model, rng, keys, 3_000, range(-500, 500, 7))
@@ -238,7 +238,7 @@ def test_a_random_mix_of_operations_matches_a_model(backend) -> None:
 
 def test_negative_and_extreme_timestamps_fire_in_numeric_order_after_a_savepoint(new_backend, storage) -> None:
     source = new_backend()
-    service = TimerService(source)
+    service = InternalTimerService(source)
     stamps = [MIN_TIMESTAMP, -(2**40), -60_000, -1, 0, 1, 255, 256, 60_000, 2**40, MAX_TIMESTAMP]
     for key in ("a", "b", 7):
         source.set_current_key(key)
@@ -256,7 +256,7 @@ def test_negative_and_extreme_timestamps_fire_in_numeric_order_after_a_savepoint
     for kind in ALL_KINDS:
         target = new_backend(kind=kind)
         target.restore([snapshot], storage)
-        restored = TimerService(target)
+        restored = InternalTimerService(target)
         assert fire(target, restored, EVENT, -1) == [tk for tk in expected if tk[0] <= -1], kind
         assert fire(target, restored, EVENT, MAX_TIMESTAMP) == [tk for tk in expected if tk[0] > -1], kind
 
@@ -266,7 +266,7 @@ def test_timers_survive_repeated_checkpoints_with_deletions_and_firing(new_backe
     changelog mode), each taken after timers were deleted, fired and added, restore exactly."""
     rng = random.Random(7)
     source = new_backend()
-    service = TimerService(source)
+    service = InternalTimerService(source)
     model: set[tuple[int, object]] = set()
     keys = [f"user-{i}" for i in range(80)]
     checkpoints = []
@@ -278,7 +278,7 @@ def test_timers_survive_repeated_checkpoints_with_deletions_and_firing(new_backe
     for snapshot, expected in checkpoints:
         restored = new_backend()
         restored.restore([snapshot], storage)
-        timers = TimerService(restored)
+        timers = InternalTimerService(restored)
         assert timers.count(EVENT) == len(expected)
         assert fire(restored, timers, EVENT, MAX_TIMESTAMP) == expected
 
@@ -291,7 +291,7 @@ def test_timers_of_many_key_groups_fire_in_order_and_rescale(new_backend, storag
     snapshots = []
     for index in range(2):
         source = new_backend(compute_key_group_range(max_p, 2, index), max_p, operator_id="op")
-        service = TimerService(source)
+        service = InternalTimerService(source)
         for timestamp, key in expected:
             try:
                 source.set_current_key(key)
@@ -304,7 +304,7 @@ def test_timers_of_many_key_groups_fire_in_order_and_rescale(new_backend, storag
         key_groups = compute_key_group_range(max_p, 3, index)
         target = new_backend(key_groups, max_p, operator_id="op")
         target.restore([s for s in snapshots if len(s.key_groups.intersection(key_groups))], storage)
-        mine = fire(target, TimerService(target), EVENT, MAX_TIMESTAMP)
+        mine = fire(target, InternalTimerService(target), EVENT, MAX_TIMESTAMP)
         assert mine == ordered(set(mine))  # each instance fires its own in order
         fired.extend(mine)
     assert ordered(set(fired)) == expected and len(fired) == len(expected)
@@ -326,7 +326,7 @@ def test_snapshots_written_before_timer_queues_restore(new_backend, storage) -> 
                                                       (ref,), ref.size_bytes, ref.size_bytes),))
     target = new_backend()
     target.restore([snapshot], storage)
-    service = TimerService(target)
+    service = InternalTimerService(target)
     assert service.count(EVENT) == len(expected)
     assert fire(target, service, EVENT, MAX_TIMESTAMP) == expected
 
@@ -337,7 +337,7 @@ def test_timer_state_names_are_reserved(backend) -> None:
 
 
 def test_every_service_of_a_backend_sees_the_same_timers(backend) -> None:
-    first, second = TimerService(backend), TimerService(backend)
+    first, second = InternalTimerService(backend), InternalTimerService(backend)
     backend.set_current_key("k")
     first.register(PROCESSING, 5)
     assert second.timestamps(PROCESSING) == [5] and second.count(PROCESSING) == 1

@@ -15,7 +15,7 @@ restore from the changelog brings the timers back. The first ``get_state`` of a 
 ``timer_queue`` of a queue) in this attempt also logs the state's definition (``writer.append_state_meta``), so whoever rebuilds the state from the
 changelog alone (a restore, the materializer) knows its serializers. A checkpoint runs no state
 snapshot: it persists pending changes and returns ranges plus the handles of the latest
-materialization (see :mod:`tidemark.state.changelog.snapshot`).
+materialization (see :mod:`tidemark.changelog.backend.restore`).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from tidemark.protocol.messages import (
     StateHandle,
 )
 from tidemark.state.backend import KeyedSnapshot, KeyedStateBackend, StateRegistrationError
-from tidemark.state.changelog.snapshot import (
+from tidemark.changelog.backend.restore import (
     RestoreResult,
     is_shareable,
     plan_handles,

@@ -4,8 +4,8 @@ Importing this package registers the wrapper for :class:`ChangelogWiring` in
 :mod:`tidemark.state.backend_registry`; the writer and reader it uses are :mod:`tidemark.changelog`'s.
 """
 
-from tidemark.state.changelog.backend import ChangelogStateBackend, ChangelogWiring
-from tidemark.state.changelog.snapshot import RestoreResult, is_shareable, restore_from_changelog
+from tidemark.changelog.backend.wrapper import ChangelogStateBackend, ChangelogWiring
+from tidemark.changelog.backend.restore import RestoreResult, is_shareable, restore_from_changelog
 from tidemark.state.backend_registry import register_wrapper
 
 register_wrapper(ChangelogWiring, ChangelogStateBackend.wrap)
