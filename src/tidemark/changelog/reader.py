@@ -159,7 +159,8 @@ class ChangelogReader:
             while open_cursors:
                 for message in consumer.consume(self.options.batch_records, _POLL_S):
                     self._check_error(message)
-                    cursor = cursors.get((message.topic(), message.partition()))  # type: ignore[call-overload]  # hot: see types.TopicPartition
+                    # per record: the plain tuple, equal to its TopicPartition (see types.TopicPartition)
+                    cursor = cursors.get((message.topic(), message.partition()))  # type: ignore[call-overload]
                     if cursor is None or cursor.done:
                         continue
                     change = self._accept(cursor, message, stats, on_state_meta)

@@ -111,7 +111,8 @@ class EventLogReader:
                     self._wait.failed(f"read {', '.join(self.topics)}", error)
                     continue
                 raise RuntimeError(f"fetch failed: {error}")
-            tp = (message.topic(), message.partition())  # hot: see types.TopicPartition
+            # per record: the plain tuple, equal to its TopicPartition (see types.TopicPartition)
+            tp = (message.topic(), message.partition())
             replayed = message.offset() < self._boundary.get(tp, 0)
             self._position[tp] = message.offset() + 1
             timestamp = message.timestamp()[1]

@@ -31,8 +31,6 @@ from tidemark.protocol.messages import Barrier
 from tidemark.runtime.records import InputRecord
 from tidemark.types import Channel, CheckpointId, CheckpointingMode, Epoch, TopicPartition
 
-"""(topic, partition, upstream task)."""
-
 
 @dataclass(frozen=True, slots=True)
 class Process:
@@ -113,7 +111,8 @@ class BarrierAligner:
             raise AlignmentError(
                 f"{record.topic}/{record.partition}@{record.offset} has no channel headers; "
                 "a stage reading a channel cannot also read plain topics")
-        channel = record.channel
+        # per record: the plain tuple, equal to its Channel (see types.TopicPartition)
+        channel: Channel = (record.topic, record.partition, record.task)  # type: ignore[assignment]
         if record.epoch != self.epoch or record.offset <= self._skip.get(channel, -1):
             self.dropped_stale += 1
             return

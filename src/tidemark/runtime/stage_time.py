@@ -98,7 +98,8 @@ class StageClock:
     def observe(self, record: InputRecord, event_time_ms: int) -> None:
         """A source stage read ``record`` (its partition is active, and its time counts)."""
         if self.source is not None:
-            self.source.observe(record.topic_partition, event_time_ms, _monotonic_ms())
+            self.source.observe((record.topic, record.partition), event_time_ms,  # type: ignore[arg-type]
+                                _monotonic_ms())  # per record: the plain tuple (see types.TopicPartition)
 
     def late(self, record: InputRecord, event_time_ms: int) -> bool:
         """True when ``record`` is behind the watermark and must not be processed (the policy

@@ -300,7 +300,8 @@ class StageWorker:
             positions = self.positions
             handle = self._forward if self.stage.forwards_to is not None else self._process
             for record in records:
-                positions[(record.topic, record.partition)] = record.offset + 1  # type: ignore[index]  # hot: see types.TopicPartition
+                # per record: the plain tuple, equal to its TopicPartition (see types.TopicPartition)
+                positions[(record.topic, record.partition)] = record.offset + 1  # type: ignore[index]
                 if record.header_error is not None:
                     self.failures.record_failed(record, MalformedHeaders(record.header_error))
                 elif record.barrier is None and record.watermark is None:  # copied into an input topic: nothing here

@@ -61,7 +61,8 @@ class ChangelogSizeReader:
                     elif error.code() != KafkaError._PARTITION_EOF:
                         raise RuntimeError(f"changelog size reader: {error}")
                     continue
-                sizes = self._sizes.get((message.topic(), message.partition()))  # type: ignore[call-overload]  # hot: see types.TopicPartition
+                # per record: the plain tuple, equal to its TopicPartition (see types.TopicPartition)
+                sizes = self._sizes.get((message.topic(), message.partition()))  # type: ignore[call-overload]
                 if sizes is not None:
                     sizes.add(message.offset(), len(message.value() or b"") + len(message.key() or b""))
                     counted += 1
