@@ -8,9 +8,13 @@ to a Kafka topic; when a later stage of the same job reads that topic, the topic
 is the job's *output*, written by the two-phase-commit sink.
 
 Lifecycle of a function instance (one per task): constructed by the stage's factory ->
-``open(ctx)`` once, after any restore and before the first record (register state here) ->
-``process(value, ctx)`` per record, with the record's key current -> ``close()`` at the end of
-the attempt. Instances never outlive an attempt; everything that must survive lives in state.
+``initialize_state(ctx)`` once, after any restore (a :class:`CheckpointedFunction` only) ->
+``open(ctx)`` once, before the first record (register keyed state here) -> ``process(value,
+ctx)`` per record, with the record's key current, and ``on_timer`` per timer due ->
+``snapshot_state(ctx)`` at each checkpoint (a :class:`CheckpointedFunction`) ->
+``notify_checkpoint_complete(id)`` / ``notify_checkpoint_aborted(id)`` as checkpoints end (a
+:class:`CheckpointListener`) -> ``close()`` at the end of the attempt. Instances never outlive an
+attempt; everything that must survive lives in state.
 
 Example (the seed's access-log job)::
 
@@ -116,6 +120,81 @@ class KeyedProcessFunction(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources; state is not touched after this."""
+
+
+class FunctionInitializationContext(Protocol):
+    """What :meth:`CheckpointedFunction.initialize_state` gets (Flink:
+    ``FunctionInitializationContext``): whether the task was restored and from which checkpoint or
+    savepoint, the task's operator state (redistributed on rescale by its kind) and, the stage being
+    keyed, its keyed state. Operator state names starting with ``tidemark_`` are the runtime's."""
+
+    def is_restored(self) -> bool:
+        """True when the task's state came from a checkpoint or savepoint (also when it held none
+        of this function's)."""
+        ...
+
+    @property
+    def restored_checkpoint_id(self) -> int | None:
+        """The id of the checkpoint or savepoint restored; None on a fresh start."""
+        ...
+
+    def get_list_state(self, descriptor: Any) -> Any:
+        """Even-split list state (Flink: ``getListState``): on a restore at another parallelism
+        the old tasks' lists are concatenated and each new task gets a contiguous share, each item
+        once."""
+        ...
+
+    def get_union_list_state(self, descriptor: Any) -> Any:
+        """Union list state (Flink: ``getUnionListState``): after a restore every task has every
+        old task's items."""
+        ...
+
+    def get_broadcast_state(self, descriptor: Any) -> Any:
+        """Broadcast map state (Flink: ``getBroadcastState``): the same map on every task; a
+        restore gives each new task one old copy."""
+        ...
+
+    def get_state(self, descriptor: Any) -> Any:
+        """Keyed state, as ``open``'s ``ctx.get_state``."""
+        ...
+
+
+class FunctionSnapshotContext(Protocol):
+    """What :meth:`CheckpointedFunction.snapshot_state` gets (Flink: ``FunctionSnapshotContext``)."""
+
+    checkpoint_id: int
+    checkpoint_timestamp_ms: int  # when the task took the snapshot
+
+
+class CheckpointedFunction(ABC):
+    """A function with state of its own to checkpoint (Flink: ``CheckpointedFunction``), mixed
+    into a :class:`KeyedProcessFunction`. ``initialize_state`` runs once per attempt, after the
+    restore and before ``open``; ``snapshot_state`` at every checkpoint and savepoint of the task,
+    before its state is written: what it puts into the context's operator state by then is in
+    that checkpoint."""
+
+    @abstractmethod
+    def initialize_state(self, ctx: FunctionInitializationContext) -> None:
+        """Register operator (and keyed) state; read what was restored."""
+
+    @abstractmethod
+    def snapshot_state(self, ctx: FunctionSnapshotContext) -> None:
+        """Bring operator state up to date for checkpoint ``ctx.checkpoint_id``."""
+
+
+class CheckpointListener(ABC):
+    """A function told when its checkpoints complete or abort (Flink: ``CheckpointListener``):
+    commit to an external system on ``notify_checkpoint_complete`` (each task's function hears of
+    each completed checkpoint once in a run without failures; after a failover, what the
+    restored state holds is what is left to commit). A notification may be missed (a failover
+    between the completion and the notification): a later one covers every checkpoint before it."""
+
+    @abstractmethod
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        """Checkpoint ``checkpoint_id`` (or savepoint) completed: every task has its snapshot."""
+
+    def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:  # noqa: B027 - optional hook
+        """Checkpoint ``checkpoint_id`` was aborted: drop what was prepared for it."""
 
 
 class StateBackendKind(str, enum.Enum):

@@ -24,7 +24,7 @@ from tidemark.runtime.stage_tasks import key_group_range
 from tidemark.runtime.task import CUT_STATE, SINK_STATE, WATERMARK_STATE, StageTask
 from tidemark.state import KeyedSnapshot
 from tidemark.storage.base import CheckpointStorage
-from tidemark.types import Channel, OperatorId, TaskId, TopicPartition
+from tidemark.types import Channel, CheckpointId, OperatorId, TaskId, TopicPartition
 
 
 @dataclass
@@ -58,7 +58,8 @@ def restore_stage(metadata: CheckpointMetadata, operator_id: OperatorId, tasks: 
     restored = RestoredStage(metadata)
     sink_items: dict[bytes, None] = {}
     for task in tasks:
-        task.restore(keyed_snapshots(metadata, operator_id, task.key_groups), operator_handles, storage)
+        task.restore(keyed_snapshots(metadata, operator_id, task.key_groups), operator_handles, storage,
+                     CheckpointId(metadata.checkpoint_id))
         if task.backend.rebased:
             restored.rebased.append(task.task_id)
         sink_items.update(dict.fromkeys(task.restored_items(SINK_STATE)))

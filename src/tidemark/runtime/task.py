@@ -1,8 +1,11 @@
 """One parallel task of a stage: a key-group range, its keyed state and the user function.
 
-Lifecycle: ``StageTask(...)`` -> ``restore(...)`` at most once -> ``open()`` -> ``process(...)``
+Lifecycle: ``StageTask(...)`` -> ``restore(...)`` at most once -> ``open()`` (the function's
+``initialize_state`` when it is a ``CheckpointedFunction``, then its ``open``) -> ``process(...)``
 per record routed here, ``fire(domain, time)`` whenever the stage's watermark or the wall clock
-moves -> ``snapshot(...)`` at each checkpoint -> ``close()``. A task never sees a key outside its
+moves -> ``snapshot(...)`` at each checkpoint (the function's ``snapshot_state`` first) ->
+``notify_completed`` / ``notify_aborted`` as checkpoints end (the function's, when it is a
+``CheckpointListener``) -> ``close()``. A task never sees a key outside its
 key groups (the router guarantees it; the backend checks it).
 
 Timers (:class:`~tidemark.runtime.api.TimerService`) are the task's keyed state
@@ -21,10 +24,16 @@ from typing import Any
 from tidemark.keygroups import KeyGroupRange
 from tidemark.protocol.messages import MaterializationEvent, StateHandle, TaskAssignment
 from tidemark.clock import now_ms
-from tidemark.runtime.api import NO_WATERMARK, KeyedProcessFunction, Stage
+from tidemark.runtime.api import NO_WATERMARK, CheckpointedFunction, CheckpointListener, KeyedProcessFunction, Stage
 from tidemark.runtime.faults import FAULTS
 from tidemark.runtime.outputs import OutputRecord
-from tidemark.state import KeyedSnapshot, KeyedStateBackend, ListStateDescriptor, OperatorStateBackend
+from tidemark.state import (
+    BroadcastStateDescriptor,
+    KeyedSnapshot,
+    KeyedStateBackend,
+    ListStateDescriptor,
+    OperatorStateBackend,
+)
 from tidemark.state.timers import InternalTimerService, TimeDomain, Timer
 from tidemark.storage.base import CheckpointStorage
 from tidemark.types import CheckpointId, TaskId
@@ -107,6 +116,53 @@ class _Context:
         return self.timers
 
 
+RESERVED_PREFIX = "tidemark_"
+"""Operator state names of the runtime's own (above); a function's may not start with it."""
+
+
+class _InitializationContext:
+    """The ``FunctionInitializationContext`` a :class:`CheckpointedFunction` sees."""
+
+    def __init__(self, backend: KeyedStateBackend, operator_state: OperatorStateBackend,
+                 restored_checkpoint_id: CheckpointId | None) -> None:
+        self._backend, self._operator_state = backend, operator_state
+        self._restored = restored_checkpoint_id
+
+    def is_restored(self) -> bool:
+        return self._restored is not None
+
+    @property
+    def restored_checkpoint_id(self) -> int | None:
+        return self._restored
+
+    def get_list_state(self, descriptor: ListStateDescriptor) -> Any:
+        return self._operator_state.get_list_state(_users(descriptor))
+
+    def get_union_list_state(self, descriptor: ListStateDescriptor) -> Any:
+        return self._operator_state.get_union_list_state(_users(descriptor))
+
+    def get_broadcast_state(self, descriptor: BroadcastStateDescriptor) -> Any:
+        return self._operator_state.get_broadcast_state(_users(descriptor))
+
+    def get_state(self, descriptor: Any) -> Any:
+        return self._backend.get_state(descriptor)
+
+
+def _users(descriptor: Any) -> Any:
+    if descriptor.name.startswith(RESERVED_PREFIX):
+        raise ValueError(f"operator state {descriptor.name!r}: names starting with {RESERVED_PREFIX!r} are the "
+                         f"runtime's")
+    return descriptor
+
+
+@dataclass(frozen=True, slots=True)
+class _SnapshotContext:
+    """The ``FunctionSnapshotContext`` a :class:`CheckpointedFunction` sees."""
+
+    checkpoint_id: int
+    checkpoint_timestamp_ms: int
+
+
 class StageTask:
     def __init__(self, stage: Stage, assignment: TaskAssignment, parallelism: int,
                  backend: KeyedStateBackend, time: StageTime | None = None) -> None:
@@ -121,15 +177,18 @@ class StageTask:
         self.time = time or StageTime()
         self.timers: InternalTimerService | None = None  # from open(): after the restore
         self.records_in = 0  # records processed since the worker last counted them
+        self.restored_checkpoint_id: CheckpointId | None = None  # restore(): where the state came from
 
     @property
     def key_groups(self) -> KeyGroupRange:
         return self.backend.key_group_range
 
     def restore(self, keyed: Sequence[KeyedSnapshot], operator: Sequence[StateHandle],
-                storage: CheckpointStorage) -> None:
+                storage: CheckpointStorage, checkpoint_id: CheckpointId) -> None:
         """Keyed state from the old tasks' keyed snapshots overlapping this task's key groups
-        (the backend keeps only its own), then operator state from ``operator``."""
+        (the backend keeps only its own), then operator state from ``operator``, all of checkpoint
+        (or savepoint) ``checkpoint_id``."""
+        self.restored_checkpoint_id = checkpoint_id
         if keyed:
             self.backend.restore(keyed, storage)
         if operator:
@@ -139,7 +198,11 @@ class StageTask:
         return list(self.operator_state.get_union_list_state(descriptor).get())
 
     def open(self) -> None:
+        """``initialize_state`` (a :class:`CheckpointedFunction`), then ``open``."""
         self.timers = InternalTimerService(self.backend)
+        if isinstance(self.function, CheckpointedFunction):
+            self.function.initialize_state(
+                _InitializationContext(self.backend, self.operator_state, self.restored_checkpoint_id))
         self.function.open(self._ctx)
         self._ctx.timers = _Timers(self.timers, self.time)
 
@@ -183,8 +246,11 @@ class StageTask:
     def snapshot(self, checkpoint_id: CheckpointId, storage: CheckpointStorage, *, canonical: bool,
                  operator_items: dict[ListStateDescriptor, list[bytes]]
                  ) -> tuple[KeyedSnapshot, tuple[StateHandle, ...]]:
-        """Keyed state, then operator state holding ``operator_items`` (union list states).
+        """The function's ``snapshot_state`` (a :class:`CheckpointedFunction`), then keyed state,
+        then operator state holding ``operator_items`` (union list states) and the function's.
         ``canonical`` (savepoints): a self-contained full snapshot in the canonical format."""
+        if isinstance(self.function, CheckpointedFunction):
+            self.function.snapshot_state(_SnapshotContext(int(checkpoint_id), now_ms()))
         for descriptor, items in operator_items.items():
             self.operator_state.get_union_list_state(descriptor).update(items)
         keyed = self.backend.snapshot(checkpoint_id, storage, canonical=canonical)
@@ -192,9 +258,13 @@ class StageTask:
 
     def notify_completed(self, checkpoint_id: CheckpointId) -> None:
         self.backend.notify_checkpoint_complete(checkpoint_id)
+        if isinstance(self.function, CheckpointListener):
+            self.function.notify_checkpoint_complete(int(checkpoint_id))
 
     def notify_aborted(self, checkpoint_id: CheckpointId) -> None:
         self.backend.notify_checkpoint_aborted(checkpoint_id)
+        if isinstance(self.function, CheckpointListener):
+            self.function.notify_checkpoint_aborted(int(checkpoint_id))
 
     def on_materialization(self, event: MaterializationEvent) -> None:
         self.backend.notify_materialization(event)

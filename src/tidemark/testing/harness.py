@@ -9,7 +9,9 @@ for a stage of a job) -> ``restore(snapshot)`` at most once -> ``open()`` -> ``p
 ``process_record(key, value)`` any number of times, reading :attr:`output` and :meth:`state` in
 between, moving event time with :meth:`advance_watermark` and processing time with
 :meth:`advance_processing_time` (both fire the timers they pass, as the worker does), taking
-:meth:`snapshot` s -> ``close()``. It is a context
+:meth:`snapshot` s and telling the tasks of their end (:meth:`notify_checkpoint_complete`,
+:meth:`notify_checkpoint_aborted`) -> ``close()``. A :class:`~tidemark.runtime.api.CheckpointedFunction`
+gets ``initialize_state`` in ``open()`` (restored or not) and ``snapshot_state`` in each snapshot. It is a context
 manager: ``with harness:`` opens it and closes it.
 
 A snapshot is what a savepoint of the stage holds: every task's canonical keyed state files and
@@ -160,7 +162,8 @@ class KeyedProcessFunctionHarness:
         operator_handles = [h for t in metadata.tasks if t.operator_id == operator
                             for h in t.state_handles if h.kind is StateHandleKind.OPERATOR]
         for task in self.tasks:
-            task.restore(keyed_snapshots(metadata, operator, task.key_groups), operator_handles, storage)
+            task.restore(keyed_snapshots(metadata, operator, task.key_groups), operator_handles, storage,
+                         CheckpointId(metadata.checkpoint_id))
         self.restored_from = metadata
         return self
 
@@ -302,3 +305,16 @@ class KeyedProcessFunctionHarness:
         path = metadata_path(self.job_id, cid, kind)
         self.storage.write_bytes(path, encode_metadata(metadata))
         return HarnessSnapshot(self.storage, path, metadata, self._storage_dir)
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        """Tell every task that checkpoint ``checkpoint_id`` completed (as the worker does on the
+        coordinator's notification): its backend, and a :class:`CheckpointListener` function."""
+        self._check_open()
+        for task in self.tasks:
+            task.notify_completed(CheckpointId(checkpoint_id))
+
+    def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
+        """Tell every task that checkpoint ``checkpoint_id`` was aborted."""
+        self._check_open()
+        for task in self.tasks:
+            task.notify_aborted(CheckpointId(checkpoint_id))
