@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 _START_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
 
@@ -69,13 +69,12 @@ class StartRequest:
     def command_line(self) -> list[str]:
         """The options of ``tidemark jobs run`` that make this start."""
         options: list[str] = []
-        if self.from_checkpoint is not None:
-            options += ["--from-checkpoint", str(self.from_checkpoint)]
-        if self.from_savepoint is not None:
-            options += ["--from-savepoint", self.from_savepoint]
-        options += ["--fresh"] if self.fresh else []
-        options += ["--force"] if self.force else []
-        options += ["--start-id", self.start_id] if self.start_id is not None else []
+        for option in fields(self):
+            value = getattr(self, option.name)
+            if isinstance(value, bool):
+                options += [command_line_option(option.name)] if value else []
+            elif value is not None:
+                options += [command_line_option(option.name), str(value)]
         return options
 
 
