@@ -4,7 +4,10 @@
 A start resumes the job's newest retained checkpoint or savepoint unless it names one
 (``from_checkpoint`` by id, ``from_savepoint`` by path relative to checkpoint storage) or asks for
 empty state (``fresh``, which ``start_id`` may name so that a restart of that deployment resumes
-what it retained since); ``force`` starts as asked even over newer state or committed output.
+what it retained since); ``force`` starts as asked even over newer state or committed output;
+``allow_non_restored_state`` restores a checkpoint or savepoint holding state that no stage of
+the job claims (a stage renamed or removed), dropping that state, where a start would otherwise
+be refused (:mod:`tidemark.runtime.state_claims`).
 
 The rules: at most one of ``from_checkpoint`` and ``from_savepoint``; neither with ``fresh``;
 ``start_id`` only with ``fresh`` and of the start-id form. :class:`StartRequest` is frozen and
@@ -49,6 +52,7 @@ class StartRequest:
     fresh: bool = False
     force: bool = False
     start_id: str | None = None
+    allow_non_restored_state: bool = False
 
     def __post_init__(self) -> None:
         _check(str, self.from_checkpoint, self.from_savepoint, self.fresh, self.start_id)
@@ -56,10 +60,10 @@ class StartRequest:
     @classmethod
     def of(cls, *, spell: Callable[[str], str] = str, from_checkpoint: int | None = None,
            from_savepoint: str | None = None, fresh: bool = False, force: bool = False,
-           start_id: str | None = None) -> StartRequest:
+           start_id: str | None = None, allow_non_restored_state: bool = False) -> StartRequest:
         """The start, or StartRuleError naming the broken rule's options as ``spell`` spells them."""
         _check(spell, from_checkpoint, from_savepoint, fresh, start_id)
-        return cls(from_checkpoint, from_savepoint, fresh, force, start_id)
+        return cls(from_checkpoint, from_savepoint, fresh, force, start_id, allow_non_restored_state)
 
     @property
     def names_source(self) -> bool:

@@ -224,7 +224,10 @@ SAVEPOINT = "access-log-top-urls/savepoints/sp-12/_metadata"
     ({"upgradeMode": "savepoint", "initialSavepointPath": SAVEPOINT}, ["--from-savepoint", SAVEPOINT]),
     ({"upgradeMode": "stateless"}, ["--fresh", "--start-id", DEFAULT_START_ID]),
     ({"upgradeMode": "stateless", "startId": "rev-7"}, ["--fresh", "--start-id", "rev-7"]),
-], ids=["last-state", "last-state-initial-savepoint", "savepoint", "stateless", "stateless-start-id"])
+    ({"upgradeMode": "savepoint", "initialSavepointPath": SAVEPOINT, "allowNonRestoredState": True},
+     ["--from-savepoint", SAVEPOINT, "--allow-non-restored-state"]),
+], ids=["last-state", "last-state-initial-savepoint", "savepoint", "stateless", "stateless-start-id",
+        "savepoint-allow-non-restored-state"])
 def test_job_upgrade_modes_render_the_start_arguments(job: dict[str, Any], start: list[str]) -> None:
     """The rendered arguments are the same for the first start and every restart of the pod;
     ``tidemark jobs run`` makes a restart resume the job's newest state in each mode (an initial

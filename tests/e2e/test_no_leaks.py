@@ -1,5 +1,5 @@
-"""No leaks over a run of at least 100 checkpoints: a single-stage job checkpoints every 0.4 s for
-2.5 minutes with retention 3.
+"""No leaks over a run of 100 checkpoints: a single-stage job checkpoints every 0.4 s with retention
+3 until 100 checkpoints completed.
 While it runs, the job's checkpoint directories stay bounded (the retained ones plus the few in
 flight or being discarded) and its workers' Spark temp folders do not multiply; once it stopped,
 its checkpoint storage holds exactly the retained checkpoints' directories (discarded and aborted
@@ -20,7 +20,8 @@ from tidemark.spark.session import QUERY_DIR_PREFIX
 
 pytestmark = pytest.mark.timeout(1200)
 
-RUN_S = 150
+CHECKPOINTS = 100
+MAX_S = 400  # for the 100 checkpoints, on a loaded machine
 RETAINED = 3
 IN_FLIGHT_ALLOWANCE = 3  # a checkpoint being written, one completing, one whose discard is under way
 SAMPLE_EVERY_S = 5
@@ -48,13 +49,14 @@ def test_many_checkpoints_leave_only_the_retained_directories_and_no_temp_folder
         job = pipe.start_job(URL_COUNTS, topics.single_stage_args())
         wait_for(lambda: pipe.completed_checkpoints(topics.job_id) >= 1, 240, "the first checkpoint")
         started = time.monotonic()
-        feeder = InputFeeder(kafka_bootstrap, topics.input, total=1, chunk=20, pause_s=1.0,
-                             until=lambda: time.monotonic() - started > RUN_S).start()
+        done = lambda: (pipe.completed_checkpoints(topics.job_id) >= CHECKPOINTS  # noqa: E731
+                        or time.monotonic() - started > MAX_S)
+        feeder = InputFeeder(kafka_bootstrap, topics.input, total=1, chunk=20, pause_s=1.0, until=done).start()
         storage_root = tmp_path / "home" / "checkpoints" / topics.job_id
         first_temp = _query_dirs_of(tmp_path / "home")
         assert first_temp, "the running worker's Spark checkpoint folder was not found"
         most_dirs, samples = 0, 0
-        while time.monotonic() - started < RUN_S:
+        while not done():
             time.sleep(SAMPLE_EVERY_S)
             checkpoint_dirs = [p for p in storage_root.glob("chk-*") if p.is_dir()]
             most_dirs, samples = max(most_dirs, len(checkpoint_dirs)), samples + 1
@@ -62,8 +64,8 @@ def test_many_checkpoints_leave_only_the_retained_directories_and_no_temp_folder
             assert len(_query_dirs_of(tmp_path / "home")) <= len(first_temp), "worker temp folders multiply"
         feeder.join(120)
         completed = pipe.completed_checkpoints(topics.job_id)
-        assert completed >= 100, f"only {completed} checkpoints completed in {RUN_S}s"
-        assert samples >= RUN_S // SAMPLE_EVERY_S - 1 and most_dirs >= RETAINED
+        assert completed >= CHECKPOINTS, f"only {completed} checkpoints completed in {MAX_S}s"
+        assert samples >= 5 and most_dirs >= RETAINED
         assert job.stop() is not None
         wait_for(lambda: not retention_problems(tmp_path / "home", topics.job_id, RETAINED), 60, "retention")
         retained = sorted(p.parent.name for p in storage_root.glob("chk-*/_metadata"))

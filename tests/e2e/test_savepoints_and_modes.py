@@ -19,16 +19,19 @@ from pipeline_support import (
 )
 from tidemark.local.pipeline import wait_for
 from tidemark.examples.generator import expected_top_urls, generate, produce
-from tidemark.examples.verify import read_committed
+from tidemark.examples.access_log import minute_of
+from tidemark.examples.verify import read_committed, verify_top_urls
 from tidemark.kafka.metadata import records_in
 from tidemark.local.pipeline import InputFeeder, acked_checkpoints, stage_logs
+from upgraded_jobs import RENAMED_TOP_URLS, UPGRADED_ENV
 
 pytestmark = pytest.mark.timeout(900)
 
 
 def test_stop_with_savepoint_then_restore_at_another_parallelism(tmp_path, kafka_bootstrap, unique_name):
     """Parallelism 2 with ``top_urls`` on 2 workers, stopped with a savepoint, restored at
-    parallelism 3 on 3 workers."""
+    parallelism 3 on 3 workers; stopped with a savepoint again, which a job with the second stage
+    renamed may restore only with ``--allow-non-restored-state``."""
     topics = topics_for(unique_name)
     first, second = list(generate(3000, seed=11, per_minute=500)), list(generate(3000, seed=12, per_minute=500,
                                                                                  first=3000))
@@ -48,10 +51,48 @@ def test_stop_with_savepoint_then_restore_at_another_parallelism(tmp_path, kafka
                                   from_savepoint=savepoint["metadata_path"])
         verdict = verify_two_stage(kafka_bootstrap, topics, first + second, timeout_s=300)
         attempts = rescaled.events("starting attempt")
-        rescaled.stop()
+        request = client.trigger_savepoint(topics.job_id, stop=True)
+        again = client.wait_for_savepoint(topics.job_id, request["request_id"], timeout_s=120)
+        assert again["status"] == "COMPLETED" and rescaled.wait(timeout_s=120) == 0, again
+        _a_renamed_stage_is_refused_unless_its_state_may_be_dropped(pipe, topics, again, first + second, unique_name)
     assert attempts[0]["parallelism"] == 3 and attempts[0]["restore"] == savepoint["metadata_path"]
     assert attempts[0]["workers"] == {"minute_counts": 1, "top_urls": 3}
     assert verdict.exactly_once, verdict
+
+
+def _a_renamed_stage_is_refused_unless_its_state_may_be_dropped(pipe, topics, savepoint, records,  # noqa: ANN001
+                                                                unique_name) -> None:
+    """Issue #33: the second stage renamed (``top_urls`` -> ``top_urls_v2``), so no stage claims the
+    savepoint's ``top_urls`` state. The start exits 3 with one line naming that stage and its
+    state. With ``--allow-non-restored-state`` it starts and says what it dropped; the renamed
+    stage starts empty and reads its channel from the restore on (``minute_counts`` is restored),
+    so the output topic gets each minute of the new input once and nothing again: only the minute
+    still open at the savepoint, whose counts were ``top_urls`` state, is lost with that state."""
+    refused = pipe.start_job(RENAMED_TOP_URLS, topics.args(), from_savepoint=savepoint["metadata_path"],
+                             env=UPGRADED_ENV)
+    code = refused.wait(timeout_s=120)
+    log_text = refused.log_path.read_text(errors="replace")
+    assert code == 3, log_text[-3000:]
+    [line] = [line for line in log_text.splitlines() if line.startswith("tidemark jobs run: ")]
+    assert line.startswith(f"tidemark jobs run: savepoint {savepoint['savepoint_id']} of job {topics.job_id} "
+                           "holds state no stage of the job claims: stage 'top_urls' (keyed state and timers, "), line
+    assert line.endswith("start with --allow-non-restored-state to drop that state"), line
+    assert refused.events("starting attempt") == []
+    renamed = pipe.start_job(RENAMED_TOP_URLS, topics.args(), from_savepoint=savepoint["metadata_path"],
+                             allow_non_restored_state=True, env=UPGRADED_ENV)
+    more = list(generate(2000, seed=14, per_minute=500, first=len(records)))
+    produce(pipe.bootstrap, topics.input, more, 4)
+    open_at_savepoint = {minute_of(int(json.loads(r)["ts"])) for r in records} - set(expected_top_urls(records))
+    expected = {m: tops for m, tops in expected_top_urls(records + more).items() if m not in open_at_savepoint}
+    output = read_committed(pipe.bootstrap, topics.output, expect=len(expected), timeout_s=240)
+    dropped = renamed.events("restoring without the state no stage claims: it is dropped")
+    attempts = renamed.events("starting attempt")
+    renamed.stop()
+    assert len(dropped) == 1 and dropped[0]["dropped"].startswith("stage 'top_urls' ("), dropped
+    assert attempts[0]["restore"] == savepoint["metadata_path"]
+    assert open_at_savepoint, "the savepoint was expected to hold an open minute"
+    verdict = verify_top_urls(output, expected)
+    assert verdict.exactly_once and verdict.records == verdict.expected_records, verdict
 
 
 def _a_target_refused_at_write_time_fails_the_savepoint_not_a_worker(pipe, job, job_id: str) -> None:

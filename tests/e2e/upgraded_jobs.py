@@ -1,9 +1,12 @@
-"""A new version of the example's two-stage job whose state is compatible with the old one.
+"""New versions of the example's two-stage job, started from a savepoint of
+``tidemark.examples.access_log:top_urls`` by the e2e upgrade tests. Loaded by the job's processes
+with this folder on ``PYTHONPATH`` (see ``UPGRADED_ENV``).
 
-The e2e upgrade tests start it from a savepoint of ``tidemark.examples.access_log:top_urls``:
-the same stages (operator ids), keys and state descriptors, new code (the top-URLs function is
-rewritten, and the first stage reads smaller micro-batches). Loaded by the job's processes with
-this folder on ``PYTHONPATH`` (see ``UPGRADED_ENV``).
+* ``top_urls_v2``: state compatible with the old job: the same stages (operator ids), keys and
+  state descriptors, new code (the top-URLs function is rewritten, and the first stage reads
+  smaller micro-batches);
+* ``top_urls_renamed``: the second stage renamed (``top_urls`` -> ``top_urls_v2``), so the
+  savepoint's state of ``top_urls`` is claimed by no stage.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from tidemark.examples.access_log import TopUrls, top_urls, window_end
 from tidemark.runtime.api import JobSpec
 
 UPGRADED_TOP_URLS = "upgraded_jobs:top_urls_v2"
+RENAMED_TOP_URLS = "upgraded_jobs:top_urls_renamed"
 UPGRADED_ENV = {"PYTHONPATH": str(Path(__file__).resolve().parent)}
 
 
@@ -34,3 +38,10 @@ def top_urls_v2(job_id: str, input_topic: str, channel_topic: str, output_topic:
     counts, tops = spec.stages
     return dataclasses.replace(spec, stages=(dataclasses.replace(counts, max_records_per_batch=500),
                                              dataclasses.replace(tops, function=TopUrlsV2)))
+
+
+def top_urls_renamed(job_id: str, input_topic: str, channel_topic: str, output_topic: str,
+                     parallelism: int = 2) -> JobSpec:
+    spec = top_urls(job_id, input_topic, channel_topic, output_topic, parallelism)
+    counts, tops = spec.stages
+    return dataclasses.replace(spec, stages=(counts, dataclasses.replace(tops, name="top_urls_v2")))

@@ -34,6 +34,8 @@ def test_a_broken_rule_is_named_in_the_spelling_of_the_surface(fields, api, comm
     (StartRequest(7, force=True), ["--from-checkpoint", "7", "--force"]),
     (StartRequest(from_savepoint="j/savepoints/sp-2"), ["--from-savepoint", "j/savepoints/sp-2"]),
     (StartRequest(fresh=True, start_id="rev-1"), ["--fresh", "--start-id", "rev-1"]),
+    (StartRequest(from_savepoint="j/sp", allow_non_restored_state=True),
+     ["--from-savepoint", "j/sp", "--allow-non-restored-state"]),
 ])
 def test_a_start_becomes_the_options_of_jobs_run(start: StartRequest, options: list[str]) -> None:
     assert start.command_line() == options

@@ -20,6 +20,7 @@ import httpx2
 
 from tidemark.admin import DEFAULT_URL
 from tidemark.chassis.logs import get_logger
+from tidemark.start_request import StartRequest
 
 log = get_logger(__name__)
 TERMINAL_SAVEPOINT_STATES = frozenset({"COMPLETED", "FAILED", "UNKNOWN"})
@@ -185,13 +186,13 @@ class CoordinatorClient:
         return self.request("POST", f"/jobs/{_segment(job)}/restore", body)
 
     def submit_run(self, reference: str, *, args: dict[str, Any] | None = None,
-                   parallelism: int | None = None, from_checkpoint: int | None = None,
-                   from_savepoint: str | None = None, fresh: bool = False, force: bool = False) -> Any:
+                   parallelism: int | None = None, start: StartRequest = StartRequest()) -> Any:
         """Start a run of the catalog job ``reference`` (``POST /runs``) with the start options of
         ``tidemark jobs run``; its run document."""
         body = {"job": reference, "args": args or {}, "parallelism": parallelism,
-                "from_checkpoint": from_checkpoint, "from_savepoint": from_savepoint,
-                "fresh": fresh, "force": force}
+                "from_checkpoint": start.from_checkpoint, "from_savepoint": start.from_savepoint,
+                "fresh": start.fresh, "force": start.force,
+                "allow_non_restored_state": start.allow_non_restored_state}
         return self.request("POST", "/runs", body)
 
     def runs(self) -> Any:

@@ -101,18 +101,21 @@ def jobs_submit(
                                "default: resume the job's newest retained checkpoint or savepoint)."),
     force: bool = typer.Option(False, "--force", help="Start as asked even over committed output or newer state "
                                "(as 'tidemark jobs run --force')."),
+    allow_non_restored_state: bool = typer.Option(
+        False, "--allow-non-restored-state", help="Restore state some of which no stage of the job claims, "
+        "dropping that part (as 'tidemark jobs run --allow-non-restored-state')."),
     url: str = UrlOption, token: Optional[str] = TokenOption, as_json: bool = JsonOption,
 ) -> None:
     """Run a job on the coordinator's machine (as 'tidemark jobs run' there); prints the run."""
     try:
-        StartRequest.of(spell=command_line_option, from_checkpoint=from_checkpoint, from_savepoint=from_savepoint,
-                        fresh=fresh, force=force)
+        start = StartRequest.of(spell=command_line_option, from_checkpoint=from_checkpoint,
+                                from_savepoint=from_savepoint, fresh=fresh, force=force,
+                                allow_non_restored_state=allow_non_restored_state)
     except StartRuleError as exc:
         raise typer.BadParameter(str(exc)) from None
     args = _job_args_object(job_args)
-    document = _call(lambda: _client(url, token).submit_run(
-        reference, args=args, parallelism=parallelism, from_checkpoint=from_checkpoint,
-        from_savepoint=from_savepoint, fresh=fresh, force=force))
+    document = _call(lambda: _client(url, token).submit_run(reference, args=args, parallelism=parallelism,
+                                                            start=start))
     _emit(document, as_json, render.run_text)
 
 

@@ -217,7 +217,7 @@ class RestoreBody(_Body):
 class RunBody(_Body):
     """``POST /runs``: ``{"job": "<package.module:attribute>", "args": {...}, "parallelism":
     int | null, "from_checkpoint": int | null, "from_savepoint": relative path | null, "fresh":
-    bool, "force": bool}``, the start options of ``tidemark jobs run`` under the same rules
+    bool, "force": bool, "allow_non_restored_state": bool}``, the start options of ``tidemark jobs run`` under the same rules
     (:mod:`tidemark.start_request`). Whether ``job`` is in
     the coordinator's catalog is checked by the API (403), not here."""
 
@@ -228,6 +228,7 @@ class RunBody(_Body):
     from_savepoint: str | None = None
     fresh: bool = False
     force: bool = False
+    allow_non_restored_state: bool = False
 
     @field_validator("args", mode="before")
     @classmethod
@@ -254,7 +255,8 @@ class RunBody(_Body):
     @property
     def start(self) -> StartRequest:
         """How the run starts (:mod:`tidemark.start_request`)."""
-        return StartRequest(self.from_checkpoint, self.from_savepoint, self.fresh, self.force)
+        return StartRequest(self.from_checkpoint, self.from_savepoint, self.fresh, self.force,
+                            allow_non_restored_state=self.allow_non_restored_state)
 
     @property
     def metadata_path(self) -> str | None:

@@ -32,6 +32,7 @@ from tidemark.kafka.admin import ensure_topics
 from tidemark.kafka.topics import TopicSpec
 from tidemark.local.cluster import LocalCluster
 from tidemark.admin.client import ApiError, CoordinatorClient
+from tidemark.start_request import StartRequest
 
 DEFAULT_SERVICES = ("coordinator", "checkpoint-store")
 JOB_STOP_S = 60.0  # how long a job gets to stop after SIGTERM, then SIGKILL
@@ -232,8 +233,8 @@ class LocalPipeline:
     def start_job(self, reference: str, job_args: dict[str, Any] | None = None, *,
                   faults: tuple[str, ...] = (), parallelism: int | None = None,
                   from_savepoint: str | None = None, from_checkpoint: int | None = None,
-                  fresh: bool = False, force: bool = False, standby: bool | None = None,
-                  max_restarts: int = 10, env: dict[str, str] | None = None) -> JobRun:
+                  fresh: bool = False, force: bool = False, allow_non_restored_state: bool = False,
+                  standby: bool | None = None, max_restarts: int = 10, env: dict[str, str] | None = None) -> JobRun:
         """Start ``tidemark jobs run``; ``env`` is applied last (e.g. ``TIDEMARK_HTTP_PORT`` to serve the
         supervisor's and the stages' metrics on fixed ports, which the job does not get otherwise)."""
         command = [sys.executable, "-m", "tidemark.cli", "jobs", "run", reference,
@@ -242,12 +243,8 @@ class LocalPipeline:
             command += ["--fault", fault]
         if parallelism is not None:
             command += ["--parallelism", str(parallelism)]
-        if from_savepoint is not None:
-            command += ["--from-savepoint", from_savepoint]
-        if from_checkpoint is not None:
-            command += ["--from-checkpoint", str(from_checkpoint)]
-        command += ["--fresh"] if fresh else []
-        command += ["--force"] if force else []
+        command += StartRequest(from_checkpoint, from_savepoint, fresh, force,
+                                allow_non_restored_state=allow_non_restored_state).command_line()
         command += [] if (self.standby if standby is None else standby) else ["--no-standby"]
         child_env = {**os.environ, **self.cluster.services["coordinator"].env, **self.env,
                      "TIDEMARK_COORDINATOR_URL": self.coordinator_url}

@@ -11,6 +11,9 @@
 * :meth:`AttemptPlanner.failover`: the newest retained checkpoint or savepoint *of this run*,
   else where the run started (a corrupted one stops the job or falls back;
   :mod:`tidemark.runtime.restore_source`);
+* a first attempt restores no checkpoint or savepoint holding state that no stage of the job
+  claims (a stage renamed or removed) unless the start allows non-restored state
+  (:mod:`tidemark.runtime.state_claims`);
 * :meth:`AttemptPlanner.operator_restore`: what a ``RestoreCommand`` issued through the restore
   API names (its epoch, source and parallelism); later failovers fall back to it.
 
@@ -48,7 +51,7 @@ from tidemark.config.settings import TidemarkSettings
 from tidemark.kafka.clients import base_config
 from tidemark.kafka.topics import TopicNames
 from tidemark.admin.client import ApiError, CoordinatorClient
-from tidemark.protocol.messages import RestoreCommand
+from tidemark.protocol.messages import RestoreCommand, StateHandle
 from tidemark.runtime.api import JobSpec
 from tidemark.runtime.committed_output import committed_output, newest_committed_checkpoint
 from tidemark.runtime.fresh_start import FreshStart, UnreadableFreshStart, is_restart, read_fresh_start, record_fresh_start
@@ -59,8 +62,10 @@ from tidemark.runtime.restore_source import (
     refuse_below_committed_output,
     restore_candidates,
 )
+from tidemark.runtime.state_claims import refusal, unclaimed_state
 from tidemark.chassis.logs import get_logger
 from tidemark.start_request import StartRequest
+from tidemark.state.operator import snapshot_state_names
 from tidemark.storage.base import CheckpointStorage
 from tidemark.types import CheckpointId, Epoch
 
@@ -337,6 +342,8 @@ class AttemptPlanner:
     def _restore(self, index: int, checkpoint_id: int | None, path: str | None,
                  newest_seen: int | None) -> AttemptState:
         """Issue the restore; ``newest_seen`` (None: unguarded) as the restore API takes it."""
+        if index == 0:
+            self._check_claims(checkpoint_id, path)
         try:
             doc = self.coordinator.restore(self.spec.job_id, parallelism=self.parallelism,
                                            checkpoint_id=checkpoint_id, savepoint_path=path, newest_seen=newest_seen)
@@ -347,6 +354,32 @@ class AttemptPlanner:
         log.info("restore issued", job=self.spec.job_id, checkpoint=doc["checkpoint_id"], epoch=doc["epoch"],
                  path=doc["metadata_path"])
         return AttemptState(index, Epoch(doc["epoch"]), doc["metadata_path"], CheckpointId(doc["checkpoint_id"]))
+
+    def _check_claims(self, checkpoint_id: int | None, path: str | None) -> None:
+        """Refuse restoring state no stage of the job claims, unless the start allows it; then
+        say what is dropped (:mod:`tidemark.runtime.state_claims`)."""
+        job = self.spec.job_id
+        try:
+            stored = resolve_restore_source(self.storage, job, CheckpointId(checkpoint_id) if checkpoint_id else None,
+                                            path)
+        except (RestoreSourceNotFound, UnusableRestoreSource) as exc:
+            raise StartRefused(str(exc)) from None
+        unclaimed = unclaimed_state(stored.metadata, self.spec, self._operator_state_names)
+        if not unclaimed:
+            return
+        if not self.options.start.allow_non_restored_state:
+            raise StartRefused(refusal(stored.metadata, unclaimed))
+        log.warning("restoring without the state no stage claims: it is dropped", job=job,
+                    checkpoint=stored.metadata.checkpoint_id, dropped="; ".join(u.describe() for u in unclaimed))
+
+    def _operator_state_names(self, handle: StateHandle) -> list[str]:
+        """The operator states of ``handle`` by name, for the refusal (none when unreadable: the
+        restore itself then says why)."""
+        try:
+            return [name for ref in handle.files
+                    for name in snapshot_state_names(self.storage.read_verified(ref), ref.path)]
+        except Exception:  # noqa: BLE001 - naming the states is best effort
+            return []
 
     def newest_retained_id(self) -> int:
         """Counting checkpoints whose ``_metadata`` does not decode: never skip one silently."""

@@ -86,6 +86,10 @@ def run(
                                            "hash of the job's definition). The first start with a start id starts "
                                            "empty and records it in checkpoint storage; a start with the recorded "
                                            "start id (a restart) resumes the state retained since."),
+    allow_non_restored_state: bool = typer.Option(
+        False, "--allow-non-restored-state", help="Restore a checkpoint or savepoint that holds state no stage of "
+        "the job claims (a stage renamed or removed since), dropping that state; without it such a start is "
+        "refused (exit 3), naming the state."),
     max_restarts: int = typer.Option(10, "--max-restarts", min=0, help="Failovers before giving up."),
     standby: bool = typer.Option(True, "--standby/--no-standby", help="Keep one warm worker per stage (its Spark "
                                  "session started) to take over the next attempt: recovery in seconds, for one "
@@ -107,7 +111,8 @@ def run(
 
     try:
         start = StartRequest.of(spell=command_line_option, from_checkpoint=from_checkpoint,
-                                from_savepoint=from_savepoint, fresh=fresh, force=force, start_id=start_id)
+                                from_savepoint=from_savepoint, fresh=fresh, force=force, start_id=start_id,
+                                allow_non_restored_state=allow_non_restored_state)
     except StartRuleError as exc:
         _usage_error("jobs run", str(exc))
     args = _job_args(job_args, "jobs run")

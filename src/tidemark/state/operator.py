@@ -239,6 +239,12 @@ def _encode_raw(mode: str, items: list[Any]) -> bytes:
     return out.getvalue()
 
 
+def snapshot_state_names(data: bytes, name: str) -> list[str]:
+    """The names of the operator states in one subtask's snapshot file ``data`` (at ``name``)."""
+    header, _ = _decode(data, name)
+    return [meta["name"] for meta in header["states"]]
+
+
 def _decode(data: bytes, name: str) -> tuple[dict[str, Any], dict[str, list[Any]]]:
     if len(data) < len(MAGIC) + 36 or not data.startswith(MAGIC):
         raise SnapshotFormatError(f"{name}: not an operator state snapshot")

@@ -44,6 +44,8 @@ def test_run_body_fields_and_defaults() -> None:
     assert (fresh.fresh, fresh.force, fresh.from_checkpoint, fresh.from_savepoint) == (True, True, None, None)
     forced = RunBody.parse(json.dumps({"job": REF, "from_checkpoint": 4, "fresh": False, "force": True}).encode())
     assert (forced.fresh, forced.force, forced.from_checkpoint) == (False, True, 4)
+    dropping = RunBody.parse(json.dumps({"job": REF, "from_savepoint": "a/sp-3", "allow_non_restored_state": True}).encode())
+    assert dropping.start.allow_non_restored_state and dropping.start.command_line()[-1] == "--allow-non-restored-state"
 
 
 @pytest.mark.parametrize("raw, fragment", [
@@ -53,7 +55,7 @@ def test_run_body_fields_and_defaults() -> None:
     (b"{}", "job must be a job reference"),
     (b'{"job": ""}', "job must be a job reference"),
     (b'{"job": ["a:b"]}', "job must be a job reference"),
-    (b'{"job": "a:b", "argz": {}}', "unknown field(s): argz; allowed: args, force, fresh, from_checkpoint, from_savepoint, job, parallelism"),
+    (b'{"job": "a:b", "argz": {}}', "unknown field(s): argz; allowed: allow_non_restored_state, args, force, fresh, from_checkpoint, from_savepoint, job, parallelism"),
     (b'{"job": "a:b", "args": "x=1"}', "args must be a JSON object or null"),
     (b'{"job": "a:b", "args": [1]}', "args must be a JSON object or null"),
     (b'{"job": "a:b", "parallelism": 0}', "parallelism must be null or an integer in 1..32768"),
@@ -254,7 +256,8 @@ def test_launch_command() -> None:
 
 def _doc(**changes: object) -> dict[str, object]:
     base = {"run_id": "abc123", "reference": REF, "job": "counts", "args": {}, "parallelism": 2,
-            "from_checkpoint": None, "from_savepoint": None, "fresh": False, "force": False, "pid": 4242, "status": "RUNNING",
+            "from_checkpoint": None, "from_savepoint": None, "fresh": False, "force": False,
+            "allow_non_restored_state": False, "pid": 4242, "status": "RUNNING",
             "adopted": False, "exit_code": None,
             "started_at": 1_700_000_000_000, "ended_at": None, "cancel_requested_at": None,
             "log_path": "logs/runs/abc123.log", "run_dir": "runs/counts-4242"}

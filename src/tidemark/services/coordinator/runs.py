@@ -128,6 +128,7 @@ def run_document(run: JobRun) -> dict[str, Any]:
         "from_savepoint": request.start.from_savepoint,
         "fresh": request.start.fresh,
         "force": request.start.force,
+        "allow_non_restored_state": request.start.allow_non_restored_state,
         "pid": run.pid,
         "status": "RUNNING" if run.running else "EXITED",
         "adopted": run.process is None,
@@ -195,7 +196,8 @@ def run_record(run: JobRun) -> dict[str, Any]:
 def run_from_record(record: Mapping[str, Any]) -> JobRun:
     """The run a record describes, as a run of this coordinator re-adopted (no child process)."""
     start = StartRequest(None if record["from_checkpoint"] is None else int(record["from_checkpoint"]),
-                         record["from_savepoint"], bool(record["fresh"]), bool(record["force"]))
+                         record["from_savepoint"], bool(record["fresh"]), bool(record["force"]),
+                         allow_non_restored_state=bool(record.get("allow_non_restored_state", False)))
     request = LaunchRequest(record["reference"], dict(record["args"]), JobId(record["job"]), int(record["parallelism"]),
                             start)
     return JobRun(record["run_id"], request, int(record["pid"]), record["pid_started"], int(record["started_at"]),
