@@ -30,27 +30,27 @@ _FOLDER_TIERS = {"e2e": "e2e", "integration": "integration", "deploy": "integrat
 _INTEGRATION_FIXTURES = {"kafka_bootstrap", "spark", "topic_names"}
 # the longest files of their tier first (about the seconds of the whole file under ``make test``
 # on a 2-core machine, from ``--durations``); a file missing here runs after them, in its tier.
-# ``make test`` runs three lanes: the first three files start together, and the leak run, which
-# waits most of its 5 minutes, takes one lane while the two most CPU-heavy files take the others
+# ``make test`` runs three lanes: the first three files start together, and the short ones fill
+# in at the end
 _LONGEST_FIRST = {name: rank for rank, name in enumerate((  # seconds in a whole run on the 2-core machine
-    "test_scale_out.py",  # ~600: 7 SIGKILLs of one of 3 workers (each successor a warm standby), a rescale 1 -> 2 -> 1
-    "test_production_continuity.py",  # ~400
-    "test_no_leaks.py",  # ~375: a 5-minute run by definition, little CPU
-    "test_demo.py",  # ~360: a demo interrupted by Ctrl-C, then a whole one (6 workers, 3 warm standbys)
-    "test_changelog_exactly_once.py",  # ~355
-    "test_savepoints_and_modes.py",  # ~300
-    "test_exactly_once.py",  # ~270
-    "test_corrupted_checkpoint.py",  # ~260
-    "test_chart_started_worker.py",  # ~200 (the pods with the image's cache and C1, chart_pods)
-    "test_chaos.py",  # ~220: each process kind SIGKILLed once, a broker pause
-    "test_chart_worker_hosts.py",  # ~210: 4 worker-host pods, a host pod's and the supervisor's restarts
+    "test_scale_out.py",  # ~540: 5 SIGKILLs of one of 3 workers (each successor a warm standby), a rescale 2 -> 3 -> 2
+    "test_production_continuity.py",  # ~470
+    "test_changelog_exactly_once.py",  # ~420
+    "test_demo.py",  # ~320: a demo interrupted by Ctrl-C, then a whole one (6 workers, 3 warm standbys)
+    "test_corrupted_checkpoint.py",  # ~300
+    "test_chart_started_worker.py",  # ~300 (the pods with the image's cache and C1, chart_pods)
+    "test_chaos.py",  # ~270: each process kind SIGKILLed once, a broker pause
+    "test_chart_worker_hosts.py",  # ~200: 4 worker-host pods, a host pod's and the supervisor's restarts
     "test_readme_commands.py",  # ~200
-    "test_event_time.py",  # ~115
-    "test_broker_faults.py",  # ~110
-    "test_monitoring_live_pipeline.py",  # ~60 (tests/monitoring, e2e by its fixtures)
-    "test_job_states.py",  # ~50
+    "test_exactly_once.py",  # ~180
+    "test_event_time.py",  # ~160
+    "test_broker_faults.py",  # ~120
+    "test_savepoints_and_modes.py",  # ~115
+    "test_no_leaks.py",  # ~100: 100 checkpoints by definition, little CPU
+    "test_monitoring_live_pipeline.py",  # ~65 (tests/monitoring, e2e by its fixtures)
+    "test_job_states.py",  # ~60
     "test_checkpoints_page.py",  # ~50
-    "test_poison_records.py",  # ~50
+    "test_poison_records.py",  # ~40
 ))}
 
 

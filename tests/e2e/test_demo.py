@@ -38,13 +38,13 @@ def _gone(marker: str, timeout_s: float = 10.0) -> bool:
     return not processes_mentioning(marker)
 
 
-def _interrupted_once_its_workers_run(home: Path) -> None:
-    """A demo stopped with Ctrl-C once the job's Spark workers are up: exit 130, nothing left running."""
+def _interrupted_while_its_workers_start(home: Path) -> None:
+    """A demo stopped with Ctrl-C while the job's Spark workers start: exit 130, nothing left running."""
     process = _demo(home)
     lines = []
     for line in process.stdout:
         lines.append(line)
-        if "both stages running on" in line:
+        if "PySpark worker processes (" in line:
             break
     process.send_signal(signal.SIGINT)
     output, _ = process.communicate(timeout=60)
@@ -54,11 +54,12 @@ def _interrupted_once_its_workers_run(home: Path) -> None:
 
 
 def test_demo_twice_in_a_row_the_first_interrupted_the_second_through_a_sigkill_exactly_once(tmp_path):
-    """`make demo` twice in a row in the same home. The first run is interrupted with Ctrl-C once its
-    workers are up (the harder start for the next run: a broker, services and a job stopped
-    mid-run rather than at their end) and leaves nothing running; the second starts clean and
-    goes through the whole demo: a worker's SIGKILL, the restore, an exactly-once verdict."""
-    _interrupted_once_its_workers_run(tmp_path)
+    """`make demo` twice in a row in the same home. The first run is interrupted with Ctrl-C while
+    its workers start (the harder start for the next run: a broker, services and a job stopped
+    mid-run rather than at their end, JVMs half started) and leaves nothing running; the second
+    starts clean and goes through the whole demo: a worker's SIGKILL, the restore, an exactly-once
+    verdict."""
+    _interrupted_while_its_workers_start(tmp_path)
     process = _demo(tmp_path)
     output, _ = process.communicate(timeout=700)
     assert process.returncode == 0, output

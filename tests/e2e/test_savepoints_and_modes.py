@@ -1,5 +1,6 @@
-"""Stop-with-savepoint and restore at another parallelism; at-least-once mode. (Killed services: the
-fault campaign in ``test_chaos.py``, which also checks retention afterwards.)"""
+"""At-least-once mode: no alignment, and duplicates only of what came after the last checkpoint.
+(Stop-with-savepoint and restore at other parallelisms and worker counts: ``test_scale_out.py``;
+killed services: the fault campaign in ``test_chaos.py``, which also checks retention afterwards.)"""
 
 from __future__ import annotations
 
@@ -14,111 +15,14 @@ from pipeline_support import (
     stage_pids,
     stopped,
     topics_for,
-    verify_two_stage,
-    worker_deaths,
 )
 from tidemark.local.pipeline import wait_for
-from tidemark.examples.generator import expected_top_urls, generate, produce
-from tidemark.examples.access_log import minute_of
-from tidemark.examples.verify import read_committed, verify_top_urls
+from tidemark.examples.generator import expected_top_urls
+from tidemark.examples.verify import read_committed
 from tidemark.kafka.metadata import records_in
 from tidemark.local.pipeline import InputFeeder, acked_checkpoints, stage_logs
-from upgraded_jobs import RENAMED_TOP_URLS, UPGRADED_ENV
 
 pytestmark = pytest.mark.timeout(900)
-
-
-def test_stop_with_savepoint_then_restore_at_another_parallelism(tmp_path, kafka_bootstrap, unique_name):
-    """Parallelism 2 with ``top_urls`` on 2 workers, stopped with a savepoint, restored at
-    parallelism 3 on 3 workers; stopped with a savepoint again, which a job with the second stage
-    renamed may restore only with ``--allow-non-restored-state``."""
-    topics = topics_for(unique_name)
-    first, second = list(generate(3000, seed=11, per_minute=500)), list(generate(3000, seed=12, per_minute=500,
-                                                                                 first=3000))
-    with pipeline(tmp_path, kafka_bootstrap, unique_name) as pipe:
-        pipe.create_topic(topics.input, 4)
-        produce(kafka_bootstrap, topics.input, first, 4)
-        job = pipe.start_job(TOP_URLS, topics.args(parallelism=2, top_urls_workers=2))
-        read_committed(kafka_bootstrap, topics.output, expect=len(expected_top_urls(first)), timeout_s=240, settle_s=0)
-        _a_target_refused_at_write_time_fails_the_savepoint_not_a_worker(pipe, job, topics.job_id)
-        client = pipe.client()
-        request = client.trigger_savepoint(topics.job_id, stop=True)
-        savepoint = client.wait_for_savepoint(topics.job_id, request["request_id"], timeout_s=120)
-        assert savepoint["status"] == "COMPLETED", savepoint
-        assert job.wait(timeout_s=120) == 0  # every stage finished after the savepoint completed
-        produce(kafka_bootstrap, topics.input, second, 4)
-        rescaled = pipe.start_job(TOP_URLS, topics.args(parallelism=2, top_urls_workers=3), parallelism=3,
-                                  from_savepoint=savepoint["metadata_path"])
-        verdict = verify_two_stage(kafka_bootstrap, topics, first + second, timeout_s=300)
-        attempts = rescaled.events("starting attempt")
-        request = client.trigger_savepoint(topics.job_id, stop=True)
-        again = client.wait_for_savepoint(topics.job_id, request["request_id"], timeout_s=120)
-        assert again["status"] == "COMPLETED" and rescaled.wait(timeout_s=120) == 0, again
-        _a_renamed_stage_is_refused_unless_its_state_may_be_dropped(pipe, topics, again, first + second, unique_name)
-    assert attempts[0]["parallelism"] == 3 and attempts[0]["restore"] == savepoint["metadata_path"]
-    assert attempts[0]["workers"] == {"minute_counts": 1, "top_urls": 3}
-    assert verdict.exactly_once, verdict
-
-
-def _a_renamed_stage_is_refused_unless_its_state_may_be_dropped(pipe, topics, savepoint, records,  # noqa: ANN001
-                                                                unique_name) -> None:
-    """Issue #33: the second stage renamed (``top_urls`` -> ``top_urls_v2``), so no stage claims the
-    savepoint's ``top_urls`` state. The start exits 3 with one line naming that stage and its
-    state. With ``--allow-non-restored-state`` it starts and says what it dropped; the renamed
-    stage starts empty and reads its channel from the restore on (``minute_counts`` is restored),
-    so the output topic gets each minute of the new input once and nothing again: only the minute
-    still open at the savepoint, whose counts were ``top_urls`` state, is lost with that state."""
-    refused = pipe.start_job(RENAMED_TOP_URLS, topics.args(), from_savepoint=savepoint["metadata_path"],
-                             env=UPGRADED_ENV)
-    code = refused.wait(timeout_s=120)
-    log_text = refused.log_path.read_text(errors="replace")
-    assert code == 3, log_text[-3000:]
-    [line] = [line for line in log_text.splitlines() if line.startswith("tidemark jobs run: ")]
-    assert line.startswith(f"tidemark jobs run: savepoint {savepoint['savepoint_id']} of job {topics.job_id} "
-                           "holds state no stage of the job claims: stage 'top_urls' (keyed state and timers, "), line
-    assert line.endswith("start with --allow-non-restored-state to drop that state"), line
-    assert refused.events("starting attempt") == []
-    renamed = pipe.start_job(RENAMED_TOP_URLS, topics.args(), from_savepoint=savepoint["metadata_path"],
-                             allow_non_restored_state=True, env=UPGRADED_ENV)
-    more = list(generate(2000, seed=14, per_minute=500, first=len(records)))
-    produce(pipe.bootstrap, topics.input, more, 4)
-    open_at_savepoint = {minute_of(int(json.loads(r)["ts"])) for r in records} - set(expected_top_urls(records))
-    expected = {m: tops for m, tops in expected_top_urls(records + more).items() if m not in open_at_savepoint}
-    output = read_committed(pipe.bootstrap, topics.output, expect=len(expected), timeout_s=240)
-    dropped = renamed.events("restoring without the state no stage claims: it is dropped")
-    attempts = renamed.events("starting attempt")
-    renamed.stop()
-    assert len(dropped) == 1 and dropped[0]["dropped"].startswith("stage 'top_urls' ("), dropped
-    assert attempts[0]["restore"] == savepoint["metadata_path"]
-    assert open_at_savepoint, "the savepoint was expected to hold an open minute"
-    verdict = verify_top_urls(output, expected)
-    assert verdict.exactly_once and verdict.records == verdict.expected_records, verdict
-
-
-def _a_target_refused_at_write_time_fails_the_savepoint_not_a_worker(pipe, job, job_id: str) -> None:
-    """Issue #32: a target the API accepted but storage refused when the source worker wrote the
-    savepoint killed that worker and failed the job over, the request ending as JOB_FINISHED.
-    Now the worker declines the savepoint, which fails with the reason, and no worker dies: a
-    target that became a file after the 202 (while the workers were held), which the worker's
-    check refuses, and a target holding a file where the stage's folder goes, which the write
-    itself fails on."""
-    client, storage = pipe.client(), pipe.home / "checkpoints"
-    became_a_file, holds_a_file = f"{job_id}/savepoints/before-upgrade", f"{job_id}/savepoints/cluttered"
-    (storage / holds_a_file).mkdir(parents=True)
-    (storage / holds_a_file / "minute_counts").write_bytes(b"a file where the source stage's folder goes")
-    with stopped(*stage_pids(pipe.home).values()):
-        request = client.trigger_savepoint(job_id, target=became_a_file)
-        (storage / became_a_file).write_bytes(b"a file where the savepoint's directory goes")
-    refused = client.wait_for_savepoint(job_id, request["request_id"], timeout_s=120)
-    request = client.trigger_savepoint(job_id, target=holds_a_file)
-    not_written = client.wait_for_savepoint(job_id, request["request_id"], timeout_s=120)
-    for failed in (refused, not_written):
-        assert failed["status"] == "FAILED" and failed["savepoint_id"] is not None, failed
-        assert failed["failure_reason"].startswith("DECLINED: minute_counts#"), failed
-    assert refused["failure_reason"].endswith(
-        f": savepoint target refused: '{became_a_file}' is an existing file, not a directory"), refused
-    assert f": savepoint not written to target '{holds_a_file}': NotADirectoryError: " in not_written["failure_reason"]
-    assert worker_deaths(job) == [] and job.events("restore issued") == []
 
 
 def test_at_least_once_skips_alignment_and_duplicates_only_after_the_last_checkpoint(

@@ -5,28 +5,35 @@ across the workers as it does in one.
 * the two-stage job with its second stage on 3 workers, SIGKILLed at every fault point, one
   worker at a time, input arriving all the time: the read_committed output is exact record by
   record;
-* the same job rescaled through savepoints from one worker per stage to two (its source stage then
-  reads through an exchange, ``runtime.physical_plan``) and back to one.
+* the same job rescaled through savepoints from parallelism 2 on one worker per stage to 3 on two
+  (its source stage then reads through an exchange, ``runtime.physical_plan``) and back; on the
+  way, a savepoint target refused at write time, and a restore into a job with a stage renamed.
 """
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from pipeline_support import TOP_URLS, pipeline, topics_for, verify_two_stage, worker_deaths
+from pipeline_support import TOP_URLS, pipeline, stage_pids, stopped, topics_for, verify_two_stage, worker_deaths
+from tidemark.examples.access_log import minute_of
 from tidemark.examples.generator import expected_top_urls, generate, produce
-from tidemark.examples.verify import read_committed
+from tidemark.examples.verify import read_committed, verify_top_urls
 from tidemark.local.pipeline import InputFeeder, stage_logs
+from tidemark.processes import pid_alive
+from upgraded_jobs import RENAMED_TOP_URLS, UPGRADED_ENV
 
 pytestmark = pytest.mark.timeout(900)
 
-KILLS = (  # a worker's state written, not acked: test_exactly_once.py and test_changelog_exactly_once.py
+# a worker's state written, not acked: test_exactly_once.py and test_changelog_exactly_once.py; a
+# worker killed mid-stream, no checkpoint in progress: test_chaos.py and the demo (test_demo.py)
+KILLS = (
     "0@top_urls.w1@during-alignment:2",  # one worker of three has a channel's barrier n, not all
     "1@top_urls.w2@after-ack:1",  # pre-committed, not committed, by one worker of three
     "2@top_urls.w0@during-commit:1",  # one worker's sink transaction written, not committed
     "3@top_urls.w1@after-commit:1",  # one worker committed; the others may not have
     "4@minute_counts@after-channel-write:2",  # a batch of the key-group-partitioned channel written
-    "5@top_urls.w2@after-batch:2",  # mid-stream, no checkpoint in progress
 )
 
 
@@ -63,6 +70,11 @@ def test_a_stage_over_three_workers_is_exactly_once_across_sigkills_of_one_worke
 
 
 def test_savepoints_rescale_between_one_worker_per_stage_and_several(tmp_path, kafka_bootstrap, unique_name):
+    """Parallelism 2 on one worker per stage, stopped with a savepoint, restored at parallelism 3 on
+    two workers per stage (the source stage reading through an exchange), stopped with a savepoint
+    again and restored at parallelism 2 on one worker each: the output exactly once record by
+    record. A savepoint target refused at write time fails that savepoint, not a worker; and the
+    last savepoint restores into a job with a stage renamed only with --allow-non-restored-state."""
     topics = topics_for(unique_name)
     parts = [list(generate(1500, seed=seed, per_minute=500, first=1500 * i)) for i, seed in enumerate((21, 22, 23))]
     sent: list[bytes] = []
@@ -70,18 +82,85 @@ def test_savepoints_rescale_between_one_worker_per_stage_and_several(tmp_path, k
     with pipeline(tmp_path, kafka_bootstrap, unique_name) as pipe:
         pipe.create_topic(topics.input, 4)
         client = pipe.client()
-        for part, workers in zip(parts, (1, 2, 1)):  # one worker each -> two (exchange) -> one again
+        for part, parallelism, workers in zip(parts, (2, 3, 2), (1, 2, 1)):
             produce(kafka_bootstrap, topics.input, part, 4)
             sent += part
-            job = pipe.start_job(TOP_URLS, topics.args(parallelism=2, workers=workers), from_savepoint=savepoint)
+            job = pipe.start_job(TOP_URLS, topics.args(parallelism=2, workers=workers), parallelism=parallelism,
+                                 from_savepoint=savepoint)
             read_committed(kafka_bootstrap, topics.output, expect=len(expected_top_urls(sent)), timeout_s=240,
                            settle_s=0)
+            if savepoint is None:  # the source stage writes the savepoint's first state files
+                _a_target_refused_at_write_time_fails_the_savepoint_not_a_worker(pipe, job, topics.job_id)
             request = client.trigger_savepoint(topics.job_id, stop=True)
             done = client.wait_for_savepoint(topics.job_id, request["request_id"], timeout_s=120)
             assert done["status"] == "COMPLETED", done
             assert job.wait(timeout_s=120) == 0, "every worker finishes after the savepoint"
-            assert job.events("starting attempt")[0]["workers"]["top_urls"] == workers
+            [attempt, *_] = job.events("starting attempt")
+            assert (attempt["parallelism"], attempt["workers"]["top_urls"]) == (parallelism, workers)
+            assert attempt["restore"] == savepoint
             savepoint = done["metadata_path"]
         verdict = verify_two_stage(kafka_bootstrap, topics, sent, timeout_s=120)
+        _a_renamed_stage_is_refused_unless_its_state_may_be_dropped(pipe, topics, done, sent)
     assert verdict.exactly_once, verdict
     assert verdict.records == verdict.expected_records
+
+
+def _a_renamed_stage_is_refused_unless_its_state_may_be_dropped(pipe, topics, savepoint, records) -> None:  # noqa: ANN001
+    """Issue #33: the second stage renamed (``top_urls`` -> ``top_urls_v2``), so no stage claims the
+    savepoint's ``top_urls`` state. The start exits 3 with one line naming that stage and its
+    state. With ``--allow-non-restored-state`` it starts and says what it dropped; the renamed
+    stage starts empty and reads its channel from the restore on (``minute_counts`` is restored),
+    so the output topic gets each minute of the new input once and nothing again: only the minute
+    still open at the savepoint, whose counts were ``top_urls`` state, is lost with that state."""
+    refused = pipe.start_job(RENAMED_TOP_URLS, topics.args(), from_savepoint=savepoint["metadata_path"],
+                             env=UPGRADED_ENV)
+    code = refused.wait(timeout_s=120)
+    log_text = refused.log_path.read_text(errors="replace")
+    assert code == 3, log_text[-3000:]
+    [line] = [line for line in log_text.splitlines() if line.startswith("tidemark jobs run: ")]
+    assert line.startswith(f"tidemark jobs run: savepoint {savepoint['savepoint_id']} of job {topics.job_id} "
+                           "holds state no stage of the job claims: stage 'top_urls' (keyed state and timers, "), line
+    assert line.endswith("start with --allow-non-restored-state to drop that state"), line
+    assert refused.events("starting attempt") == []
+    renamed = pipe.start_job(RENAMED_TOP_URLS, topics.args(), from_savepoint=savepoint["metadata_path"],
+                             allow_non_restored_state=True, env=UPGRADED_ENV)
+    more = list(generate(2000, seed=14, per_minute=500, first=len(records)))
+    produce(pipe.bootstrap, topics.input, more, 4)
+    open_at_savepoint = {minute_of(int(json.loads(r)["ts"])) for r in records} - set(expected_top_urls(records))
+    expected = {m: tops for m, tops in expected_top_urls(records + more).items() if m not in open_at_savepoint}
+    output = read_committed(pipe.bootstrap, topics.output, expect=len(expected), timeout_s=240)
+    dropped = renamed.events("restoring without the state no stage claims: it is dropped")
+    attempts = renamed.events("starting attempt")
+    renamed.stop()
+    assert len(dropped) == 1 and dropped[0]["dropped"].startswith("stage 'top_urls' ("), dropped
+    assert attempts[0]["restore"] == savepoint["metadata_path"]
+    assert open_at_savepoint, "the savepoint was expected to hold an open minute"
+    verdict = verify_top_urls(output, expected)
+    assert verdict.exactly_once and verdict.records == verdict.expected_records, verdict
+
+
+def _a_target_refused_at_write_time_fails_the_savepoint_not_a_worker(pipe, job, job_id: str) -> None:
+    """Issue #32: a target the API accepted but storage refused when the source worker wrote the
+    savepoint killed that worker and failed the job over, the request ending as JOB_FINISHED.
+    Now the worker declines the savepoint, which fails with the reason, and no worker dies: a
+    target that became a file after the 202 (while the workers were held), which the worker's
+    check refuses, and a target holding a file where the stage's folder goes, which the write
+    itself fails on."""
+    client, storage = pipe.client(), pipe.home / "checkpoints"
+    became_a_file, holds_a_file = f"{job_id}/savepoints/before-upgrade", f"{job_id}/savepoints/cluttered"
+    (storage / holds_a_file).mkdir(parents=True)
+    (storage / holds_a_file / "minute_counts").write_bytes(b"a file where the source stage's folder goes")
+    running = [pid for pid in stage_pids(pipe.home).values() if pid_alive(pid)]  # not the runs before
+    with stopped(*running):
+        request = client.trigger_savepoint(job_id, target=became_a_file)
+        (storage / became_a_file).write_bytes(b"a file where the savepoint's directory goes")
+    refused = client.wait_for_savepoint(job_id, request["request_id"], timeout_s=120)
+    request = client.trigger_savepoint(job_id, target=holds_a_file)
+    not_written = client.wait_for_savepoint(job_id, request["request_id"], timeout_s=120)
+    for failed in (refused, not_written):
+        assert failed["status"] == "FAILED" and failed["savepoint_id"] is not None, failed
+        assert failed["failure_reason"].startswith("DECLINED: minute_counts#"), failed
+    assert refused["failure_reason"].endswith(
+        f": savepoint target refused: '{became_a_file}' is an existing file, not a directory"), refused
+    assert f": savepoint not written to target '{holds_a_file}': NotADirectoryError: " in not_written["failure_reason"]
+    assert worker_deaths(job) == [] and job.events("restore issued") == []

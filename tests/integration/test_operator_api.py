@@ -6,6 +6,7 @@ One deployment serves the whole module (token configured); every test uses its o
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -508,8 +509,10 @@ def test_a_supervisor_resuming_beside_a_running_attempt_restores_no_older_checkp
     storage = _CheckpointCompletingWhileChosen(participant)
     settings = TidemarkSettings(bootstrap_servers=deployment.bootstrap, topic_prefix=deployment.topics.prefix,
                                 checkpoint_storage_url=deployment.storage_url)
+    spec = url_counts(job_id=participant.job)
+    spec = dataclasses.replace(spec, stages=(dataclasses.replace(spec.stages[0], name=OPERATOR),))  # the participant's
     planner = AttemptPlanner(settings, RunOptions(ACCESS_LOG_COUNTS), CoordinatorClient(deployment.url, TOKEN),
-                             url_counts(job_id=participant.job), storage)
+                             spec, storage)
     attempt = planner.first()
     assert storage.completed_meanwhile is not None  # while checkpoint N was verified
     assert attempt.restored_id is not None and attempt.restored_id >= storage.completed_meanwhile, attempt
