@@ -6,8 +6,9 @@ removed since) would otherwise be dropped without a word: its keyed state and ti
 state, the positions it had read its inputs to, and output it had written but not yet committed.
 :func:`unclaimed_state` lists that state; a start refuses it in one line (:func:`refusal`) unless
 it allows non-restored state (``--allow-non-restored-state``), and then drops it and says so.
-A stage with no state in the checkpoint (a new one, or a renamed one) starts empty and reads its
-inputs from the start.
+A stage with no state in the checkpoint (a new one, or a renamed one) starts empty: a source stage
+reads its topics from the beginning, a stage fed by a channel reads what its upstream writes from
+the restore on (:mod:`tidemark.runtime.alignment` drops other attempts' records).
 
 An exchange reader (``<stage>.read``, :mod:`tidemark.runtime.physical_plan`) is claimed by its
 stage: a source stage rescaled to one worker reads from the positions its reader held.
@@ -22,9 +23,10 @@ from tidemark.protocol.messages import CheckpointMetadata, StateHandle, StateHan
 from tidemark.runtime.api import JobSpec
 from tidemark.runtime.physical_plan import READER_SUFFIX
 from tidemark.runtime.task import CUT_STATE, SINK_STATE, WATERMARK_STATE
+from tidemark.start_request import command_line_option
 from tidemark.types import OperatorId
 
-ALLOW_OPTION = "--allow-non-restored-state"
+ALLOW_OPTION = command_line_option("allow_non_restored_state")
 
 _RUNTIME_STATES = {SINK_STATE.name: "output not yet committed", CUT_STATE.name: "channel positions",
                    WATERMARK_STATE.name: "watermarks"}  # the runtime's own operator state, as an operator knows it
