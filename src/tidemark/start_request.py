@@ -19,10 +19,12 @@ its own way (``--from-checkpoint`` on the command line, ``from_checkpoint`` in t
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
+from typing import Any
 
 _START_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
+API_FIELDS = ("from_checkpoint", "from_savepoint", "fresh", "force", "allow_non_restored_state")
 
 
 class StartRuleError(ValueError):
@@ -70,6 +72,20 @@ class StartRequest:
         """True when the start names a checkpoint or savepoint to restore."""
         return self.from_checkpoint is not None or self.from_savepoint is not None
 
+    def api_fields(self) -> dict[str, Any]:
+        """The start as the API's run body and run document spell it (``start_id`` is the command
+        line's only)."""
+        return {name: getattr(self, name) for name in API_FIELDS}
+
+    @classmethod
+    def from_api_fields(cls, document: Mapping[str, Any]) -> StartRequest:
+        """The start a run document holds (a field it lacks, e.g. in a record an older coordinator
+        wrote, takes its default)."""
+        checkpoint = document.get("from_checkpoint")
+        return cls(None if checkpoint is None else int(checkpoint), document.get("from_savepoint"),
+                   bool(document.get("fresh", False)), bool(document.get("force", False)),
+                   allow_non_restored_state=bool(document.get("allow_non_restored_state", False)))
+
     def command_line(self) -> list[str]:
         """The options of ``tidemark jobs run`` that make this start."""
         options: list[str] = []
@@ -97,4 +113,4 @@ def _check(spell: Callable[[str], str], from_checkpoint: int | None, from_savepo
         validate_start_id(start_id, spell)
 
 
-__all__ = ["StartRequest", "StartRuleError", "command_line_option", "validate_start_id"]
+__all__ = ["API_FIELDS", "StartRequest", "StartRuleError", "command_line_option", "validate_start_id"]

@@ -45,3 +45,17 @@ def test_a_start_becomes_the_options_of_jobs_run(start: StartRequest, options: l
 def test_a_start_is_frozen() -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):
         StartRequest().fresh = True  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("start", [StartRequest(), StartRequest(7, force=True), StartRequest(from_savepoint="j/sp"),
+                                   StartRequest(fresh=True, force=True),
+                                   StartRequest(from_savepoint="j/sp", allow_non_restored_state=True)])
+def test_a_start_goes_through_its_api_fields_and_back(start: StartRequest) -> None:
+    fields = start.api_fields()
+    assert set(fields) == {"from_checkpoint", "from_savepoint", "fresh", "force", "allow_non_restored_state"}
+    assert StartRequest.from_api_fields(fields) == start
+
+
+def test_a_run_record_written_before_a_field_existed_takes_its_default() -> None:
+    old = {"from_checkpoint": "4", "from_savepoint": None, "fresh": False, "force": True}
+    assert StartRequest.from_api_fields(old) == StartRequest(4, force=True)

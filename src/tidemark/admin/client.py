@@ -189,10 +189,7 @@ class CoordinatorClient:
                    parallelism: int | None = None, start: StartRequest = StartRequest()) -> Any:
         """Start a run of the catalog job ``reference`` (``POST /runs``) with the start options of
         ``tidemark jobs run``; its run document."""
-        body = {"job": reference, "args": args or {}, "parallelism": parallelism,
-                "from_checkpoint": start.from_checkpoint, "from_savepoint": start.from_savepoint,
-                "fresh": start.fresh, "force": start.force,
-                "allow_non_restored_state": start.allow_non_restored_state}
+        body = {"job": reference, "args": args or {}, "parallelism": parallelism, **start.api_fields()}
         return self.request("POST", "/runs", body)
 
     def runs(self) -> Any:

@@ -22,7 +22,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails
 
 from tidemark.checkpoint_store.layout import METADATA_FILE, validate_job_id
-from tidemark.start_request import StartRequest
+from tidemark.start_request import API_FIELDS, StartRequest
 from tidemark.types import CheckpointId, JobId
 
 MAX_PATH_LENGTH = 1024
@@ -255,8 +255,7 @@ class RunBody(_Body):
     @property
     def start(self) -> StartRequest:
         """How the run starts (:mod:`tidemark.start_request`)."""
-        return StartRequest(self.from_checkpoint, self.from_savepoint, self.fresh, self.force,
-                            allow_non_restored_state=self.allow_non_restored_state)
+        return StartRequest.from_api_fields(self.model_dump(include=set(API_FIELDS)))
 
     @property
     def metadata_path(self) -> str | None:

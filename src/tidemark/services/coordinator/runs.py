@@ -124,11 +124,7 @@ def run_document(run: JobRun) -> dict[str, Any]:
         "job": request.job_id,
         "args": request.args,
         "parallelism": request.parallelism,
-        "from_checkpoint": request.start.from_checkpoint,
-        "from_savepoint": request.start.from_savepoint,
-        "fresh": request.start.fresh,
-        "force": request.start.force,
-        "allow_non_restored_state": request.start.allow_non_restored_state,
+        **request.start.api_fields(),
         "pid": run.pid,
         "status": "RUNNING" if run.running else "EXITED",
         "adopted": run.process is None,
@@ -195,11 +191,8 @@ def run_record(run: JobRun) -> dict[str, Any]:
 
 def run_from_record(record: Mapping[str, Any]) -> JobRun:
     """The run a record describes, as a run of this coordinator re-adopted (no child process)."""
-    start = StartRequest(None if record["from_checkpoint"] is None else int(record["from_checkpoint"]),
-                         record["from_savepoint"], bool(record["fresh"]), bool(record["force"]),
-                         allow_non_restored_state=bool(record.get("allow_non_restored_state", False)))
     request = LaunchRequest(record["reference"], dict(record["args"]), JobId(record["job"]), int(record["parallelism"]),
-                            start)
+                            StartRequest.from_api_fields(record))
     return JobRun(record["run_id"], request, int(record["pid"]), record["pid_started"], int(record["started_at"]),
                   record["log_path"], record["run_dir"], None, record["exit_code"], record["ended_at"],
                   record["cancel_requested_at"])
