@@ -240,20 +240,25 @@ def _encode_raw(mode: str, items: list[Any]) -> bytes:
 
 
 def snapshot_state_names(data: bytes, name: str) -> list[str]:
-    """The names of the operator states in one subtask's snapshot file ``data`` (at ``name``)."""
-    header, _ = _decode(data, name)
+    """The names of the operator states in one subtask's snapshot file ``data`` (at ``name``),
+    from its header alone."""
+    header, _ = _header(data, name)
     return [meta["name"] for meta in header["states"]]
 
 
-def _decode(data: bytes, name: str) -> tuple[dict[str, Any], dict[str, list[Any]]]:
+def _header(data: bytes, name: str) -> tuple[dict[str, Any], int]:
+    """The checked snapshot's header and the offset of the states after it."""
     if len(data) < len(MAGIC) + 36 or not data.startswith(MAGIC):
         raise SnapshotFormatError(f"{name}: not an operator state snapshot")
     if hashlib.sha256(data[:-32]).digest() != data[-32:]:
         raise SnapshotFormatError(f"{name}: snapshot checksum mismatch (corrupted file)")
     (size,) = _U32.unpack_from(data, len(MAGIC))
     pos = len(MAGIC) + 4
-    header = json.loads(data[pos : pos + size])
-    pos += size
+    return json.loads(data[pos : pos + size]), pos + size
+
+
+def _decode(data: bytes, name: str) -> tuple[dict[str, Any], dict[str, list[Any]]]:
+    header, pos = _header(data, name)
     states: dict[str, list[Any]] = {}
 
     def take() -> bytes:
