@@ -3,7 +3,7 @@
 #   make test   run the whole test suite
 # Each creates .venv and installs what it needs, one line per step: the demo the project and
 # Java 17 + Maven (the embedded Apache Kafka broker is fetched with Maven on its first start);
-# the tests also the test extras, Prometheus and docker-compose. Then it runs.
+# the tests also the test extras, Prometheus, docker-compose, Chromium and PostgreSQL. Then it runs.
 
 PYTHON ?= python3
 VENV := .venv

@@ -13,7 +13,7 @@ the timeline of the recovery from the supervisor's and the stages' logs:
 
 Each round is done with warm standby workers (the default) and without (``--no-standby``: a new
 process for the killed worker), interleaved, on the same broker; either way the other stage's
-worker ends its attempt and restores in place (``tidemark.runtime.stage_process``). The table
+worker ends its attempt and restores in place (``tidemark.runtime.worker.process``). The table
 gives min / median / max per part and the ratio of the medians.
 
     .venv/bin/python bench/bench_recovery.py --rounds 3

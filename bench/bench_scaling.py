@@ -3,7 +3,7 @@
 Runs ``url_counts`` (count per URL, exactly-once, one output record per input record) at
 parallelism 4 with ``--workers W`` on the local pipeline, rounds interleaved over W on the same
 broker. With W > 1 the source stage runs as an exchange reader and the keyed stage
-(``runtime.physical_plan``), so the job has 2 W worker processes. Throughput is measured from the
+(``runtime.job.physical_plan``), so the job has 2 W worker processes. Throughput is measured from the
 moment every worker process has started its query until every result is committed
 (read_committed); the table gives min / median / max per W over the rounds, the ratio of the
 medians to W = 1, the share of the machine's CPU time that was busy meanwhile (all processes,

@@ -32,8 +32,8 @@ from tidemark.broker.embedded import kafka_or_embedded
 from tidemark.config.settings import TidemarkSettings
 from tidemark.kafka.admin import ensure_topics
 from tidemark.kafka.topics import TopicSpec
-from tidemark.runtime.query import session_options
-from tidemark.runtime.records import records_of
+from tidemark.runtime.worker.query import session_options
+from tidemark.runtime.job.records import records_of
 from tidemark.spark.session import local_session, query_checkpoint_location
 from tidemark.spark.stage_source import ReadSelection, StageSource, stage_source
 

@@ -149,14 +149,16 @@ class Run:
 
 
 def watch_output(bootstrap: str, topic: str, records: int, launched: float, alive: Callable[[], bool],
-                 label: str, timeout_s: float) -> tuple[Clocks, list[dict[str, Any]]]:
+                 label: str, timeout_s: float, stall_s: float | None = None) -> tuple[Clocks, list[dict[str, Any]]]:
     """Read ``topic`` (read_committed, from offset 0) until ``records`` results are committed;
     the clocks and the results. BenchError when the process dies (``alive()`` false) or
-    ``timeout_s`` passes first."""
+    ``timeout_s`` passes first. ``stall_s``: stop waiting once no result came for that long after
+    the first one and return what came (a short output, which the caller's verification reports)."""
     deadline = launched + timeout_s
     reported = time.monotonic()
     values: list[bytes] = []  # decoded after the clock stops: the watcher shares the machine
     first: float | None = None
+    newest = 0.0  # when the last batch of results came
     at_first = 0
     with CommittedReader({"bootstrap.servers": bootstrap}, topic) as reader:
         while not reader.open(1.0):
@@ -168,6 +170,8 @@ def watch_output(bootstrap: str, topic: str, records: int, launched: float, aliv
             batch = reader.poll(0.2)
             now = time.monotonic()
             values.extend(r.value for r in batch if r.value is not None)
+            if batch:
+                newest = now
             if batch and first is None:
                 first = now
                 drain_until = now + 5.0  # the rest of what was committed by then: not steady-state work
@@ -178,8 +182,12 @@ def watch_output(bootstrap: str, topic: str, records: int, launched: float, aliv
                 reported = now
                 print(f"  [{label}] {now - launched:6.1f} s: {len(values)}/{records} results committed", flush=True)
             if len(values) < records:
+                if stall_s is not None and first is not None and now - newest > stall_s:
+                    print(f"  [{label}] no result for {stall_s:g} s: stopped waiting at {len(values)}/{records}",
+                          flush=True)
+                    break
                 _check(alive, deadline, label, f"{len(values)}/{records} results committed")
-        last = time.monotonic() if at_first < records else first  # else: all visible at the first result
+        last = newest if at_first < len(values) else first  # else: all visible at the first result
         # a short look past the end, so that duplicates committed right after show up in the check
         settle_until = time.monotonic() + 2.0
         while time.monotonic() < settle_until:

@@ -9,13 +9,15 @@
 #   prometheus               the Prometheus server and promtool (monitoring tests, rule tests)
 #   docker-compose           validates docker-compose.yml (`docker-compose config`)
 #   chromium                 headless browser for the coordinator's checkpoints page test
+#   postgresql               the PostgreSQL server the exactly-once PostgreSQL sink example's tests start
+#                            (initdb and pg_ctl in a temporary directory, as a non-root user)
 #
 # Idempotent: when every package is installed it only runs `dpkg-query` and exits 0.
 # `apt-get update` runs only when something is missing. Exits non-zero with a message
 # naming the packages when they cannot be installed (not root, no apt-get, apt failure).
 set -euo pipefail
 
-PACKAGES=(openjdk-17-jre-headless maven prometheus docker-compose chromium)
+PACKAGES=(openjdk-17-jre-headless maven prometheus docker-compose chromium postgresql)
 if [ "${1:-test}" = "demo" ]; then
     PACKAGES=(openjdk-17-jre-headless maven)
 fi

@@ -27,7 +27,7 @@ from tidemark.kafka.topics import TopicNames
 
 TIERS = ("unit", "integration", "e2e")
 _FOLDER_TIERS = {"e2e": "e2e", "integration": "integration", "deploy": "integration", "monitoring": "integration"}
-_INTEGRATION_FIXTURES = {"kafka_bootstrap", "spark", "topic_names"}
+_INTEGRATION_FIXTURES = {"kafka_bootstrap", "spark", "topic_names", "postgres_dsn"}
 # the longest files of their tier first (about the seconds of the whole file under ``make test``
 # on a 2-core machine, from ``--durations``); a file missing here runs after them, in its tier.
 # ``make test`` runs three lanes: the first three files start together, and the short ones fill
@@ -42,7 +42,10 @@ _LONGEST_FIRST = {name: rank for rank, name in enumerate((  # seconds in a whole
     "test_chaos.py",  # ~270: each process kind SIGKILLed once, a broker pause
     "test_chart_worker_hosts.py",  # ~200: 4 worker-host pods, a host pod's and the supervisor's restarts
     "test_readme_commands.py",  # ~200
+    "test_job_graph.py",  # ~170: a five-worker graph, 4 SIGKILLs
+    "test_windows.py",  # ~110 alone: two windowed jobs, 8 SIGKILLs, late records, a savepoint rescale
     "test_exactly_once.py",  # ~180
+    "test_postgres_sink.py",  # ~110 alone: 5 SIGKILLs of the PostgreSQL sink, a rescale 2 -> 3 -> 2
     "test_event_time.py",  # ~160
     "test_broker_faults.py",  # ~120
     "test_savepoints_and_modes.py",  # ~115
@@ -83,6 +86,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     with kafka_or_embedded(tmp_path_factory.mktemp("embedded-broker")) as (bootstrap, _):
         yield bootstrap
+
+
+@pytest.fixture(scope="session")
+def postgres_dsn() -> Iterator[str]:
+    """A PostgreSQL server allowing prepared transactions (``tests/postgres_server.py``)."""
+    from postgres_server import postgres_server
+
+    with postgres_server() as dsn:
+        yield dsn
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """A job's side of the checkpoint protocol, spoken over a real broker by a test, as a worker speaks
 it: the job's registration on the control topic, its supervisor's heartbeats (the real
-:class:`~tidemark.runtime.heartbeat.SupervisorHeartbeats`, so the coordinator sees the job alive),
+:class:`~tidemark.runtime.supervisor.heartbeat.SupervisorHeartbeats`, so the coordinator sees the job alive),
 the control messages read back, and acks that write each task's state file into checkpoint
 storage first.
 
@@ -29,7 +29,7 @@ from tidemark.protocol.messages import (
     TaskSnapshot,
     TaskTimings,
 )
-from tidemark.runtime.heartbeat import SupervisorHeartbeats
+from tidemark.runtime.supervisor.heartbeat import SupervisorHeartbeats
 from tidemark.storage import open_storage
 from tidemark.types import CheckpointingMode, Epoch, JobId
 

@@ -6,10 +6,10 @@ Steps (each printed with the time since start): the embedded broker (unless
 (per-URL counts per minute -> per-minute top URLs, an event-time tumbling window: two PySpark
 queries connected by a Kafka topic, each minute's top URLs emitted once, by an event-time timer,
 when the watermark passes the minute's end) with checkpoints every 2 s -> a generator writing access-log records until the kill -> once
-checkpoints complete and every stage has its warm standby (``tidemark.runtime.standby``),
+checkpoints complete and every stage has its warm standby (``tidemark.runtime.worker.standby``),
 a ``top_urls`` worker is killed with SIGKILL -> the supervisor restores every stage from the newest
 checkpoint: the killed worker's share in its stage's standby, the others in place, in their
-running processes (``tidemark.runtime.stage_process``) -> the output is read read_committed and compared with what the input
+running processes (``tidemark.runtime.worker.process``) -> the output is read read_committed and compared with what the input
 topic implies (the check ``tidemark verify --example top_urls`` runs) -> stop-with-savepoint ->
 everything stops. Exit 0 only when the output is exactly once.
 Ctrl-C at any point stops everything (exit 130).

@@ -7,7 +7,7 @@ empty state (``fresh``, which ``start_id`` may name so that a restart of that de
 what it retained since); ``force`` starts as asked even over newer state or committed output;
 ``allow_non_restored_state`` restores a checkpoint or savepoint holding state that no stage of
 the job claims (a stage renamed or removed), dropping that state, where a start would otherwise
-be refused (:mod:`tidemark.runtime.state_claims`).
+be refused (:mod:`tidemark.runtime.supervisor.state_claims`).
 
 The rules: at most one of ``from_checkpoint`` and ``from_savepoint``; neither with ``fresh``;
 ``start_id`` only with ``fresh`` and of the start-id form. :class:`StartRequest` is frozen and

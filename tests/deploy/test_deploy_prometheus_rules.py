@@ -84,4 +84,5 @@ def test_install_script_fails_clearly_when_it_cannot_install(tmp_path: Path) -> 
     result = subprocess.run(["/bin/bash", str(script)], capture_output=True, text=True, timeout=10,
                             env={"PATH": str(tmp_path)})
     assert result.returncode == 1
-    assert "cannot install openjdk-17-jre-headless maven prometheus docker-compose chromium: apt-get not found" in result.stderr
+    assert ("cannot install openjdk-17-jre-headless maven prometheus docker-compose chromium postgresql: "
+            "apt-get not found") in result.stderr

@@ -89,7 +89,9 @@ def test_chart_worker_hosts_run_each_stage_on_two_pods_and_pod_restarts_keep_the
     assert len(job["workers"]) == 3 and all([len(tasks) for tasks in workers] == [1, 1]
                                             for workers in job["workers"].values()), job["workers"]
     assert len(killed) >= 2  # the host and its worker (and its JVM)
-    assert failures and "worker host top_urls/1 restarted" in failures[0]["reason"], failures[:1]
+    # the restarted pod says so, unless it came up after the supervisor's 15 s without a report (a busy machine)
+    assert failures and failures[0]["reason"].startswith(("worker host top_urls/1 restarted",
+                                                          "worker host top_urls/1 lost: no report for")), failures[:1]
     assert attempts[0]["restore"] is None and all("/chk-" in (a["restore"] or "") for a in attempts[1:]), attempts
     assert resumed, "the restarted supervisor resumed the job's last state"
     assert {e["epoch"] for e in replaced} >= {attempts[0]["epoch"], attempts[-1]["epoch"]}

@@ -2,7 +2,7 @@
 killed with SIGKILL at many points.
 
 Every attempt of the job is killed once at a different point of the checkpoint protocol or while
-its timers fire (the worker SIGKILLs itself there, see ``tidemark.runtime.faults``); the
+its timers fire (the worker SIGKILLs itself there, see ``tidemark.runtime.job.faults``); the
 supervisor restores all stages from the newest completed checkpoint each time. Input keeps
 arriving throughout. At the end, read_committed output must hold each closed minute's top URLs
 exactly once, equal to those computed from the input.

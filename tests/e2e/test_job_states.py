@@ -78,6 +78,7 @@ def test_cancel_makes_a_running_job_cancelled_not_failed(kafka_bootstrap: str, t
         assert running["state_reason"] is None
         assert row_of(url, job)[1] == "RUNNING"
 
+        failures_before = job_of(url, job)["consecutive_failures"]  # a busy machine may time one out while running
         cancelled = cli(url, "jobs", "cancel", run["run_id"])
         assert cancelled.returncode == 0, cancelled.stderr
         exited = wait_for(lambda: (r := json.loads(cli(url, "jobs", "runs", run["run_id"], "--json").stdout))
@@ -91,7 +92,7 @@ def test_cancel_makes_a_running_job_cancelled_not_failed(kafka_bootstrap: str, t
         time.sleep(TIMEOUT_MS / 1000 * 2)  # any checkpoint left pending would have timed out by now
         later = job_of(url, job)
         assert later is not None and later["state"] == "CANCELLED", later
-        assert later["consecutive_failures"] == 0 and later["pending_checkpoints"] == []
+        assert later["consecutive_failures"] == failures_before and later["pending_checkpoints"] == []
         history = json.loads(cli(url, "checkpoints", "history", job, "--json").stdout)["checkpoints"]
         assert not [e for e in history if (e["failure_reason"] or "").startswith("TIMEOUT")], history
         row = row_of(url, job)

@@ -6,7 +6,7 @@ across the workers as it does in one.
   worker at a time, input arriving all the time: the read_committed output is exact record by
   record;
 * the same job rescaled through savepoints from parallelism 2 on one worker per stage to 3 on two
-  (its source stage then reads through an exchange, ``runtime.physical_plan``) and back; on the
+  (its source stage then reads through an exchange, ``runtime.job.physical_plan``) and back; on the
   way, a savepoint target refused at write time, and a restore into a job with a stage renamed.
 """
 

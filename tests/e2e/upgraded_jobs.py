@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from tidemark.examples.access_log import TopUrls, top_urls, window_end
-from tidemark.runtime.api import JobSpec
+from tidemark.api import JobSpec
 
 UPGRADED_TOP_URLS = "upgraded_jobs:top_urls_v2"
 RENAMED_TOP_URLS = "upgraded_jobs:top_urls_renamed"

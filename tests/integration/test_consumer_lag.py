@@ -20,10 +20,10 @@ from tidemark.kafka.metadata import metadata_consumer, watermarks
 from tidemark.kafka.outage import broker_wait
 from tidemark.kafka.topics import TopicSpec
 from tidemark.local.pipeline import wait_for
-from tidemark.runtime.api import EventTime
-from tidemark.runtime.consumer_lag import REPORT_EVERY_S, STALE_AFTER_S, ConsumerLag, unread_partitions
-from tidemark.runtime.metrics import CONSUMER_LAG
-from tidemark.runtime.watermarks import SourceWatermarks, Unread
+from tidemark.api import EventTime
+from tidemark.runtime.worker.consumer_lag import REPORT_EVERY_S, STALE_AFTER_S, ConsumerLag, unread_partitions
+from tidemark.runtime.job.metrics import CONSUMER_LAG
+from tidemark.runtime.worker.watermarks import SourceWatermarks, Unread
 
 pytestmark = pytest.mark.integration
 

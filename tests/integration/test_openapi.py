@@ -32,7 +32,7 @@ from tidemark.protocol import codec
 from tidemark.protocol.messages import CheckpointMetadata, JobRegistration, TaskSnapshot
 from tidemark.services.coordinator import SETTINGS, build
 from tidemark.services.coordinator.rest_api import openapi_document
-from tidemark.runtime.heartbeat import SupervisorHeartbeats
+from tidemark.runtime.supervisor.heartbeat import SupervisorHeartbeats
 from tidemark.storage import open_storage
 from tidemark.types import CheckpointId, CheckpointingMode, CheckpointType, Epoch, JobId, OperatorId
 

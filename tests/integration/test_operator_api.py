@@ -31,7 +31,7 @@ from tidemark.config.settings import TidemarkSettings
 from tidemark.examples.access_log import url_counts
 from tidemark.kafka.topics import TopicNames
 from tidemark.local.cluster import LocalCluster
-from tidemark.runtime.attempt_planner import AttemptPlanner, RunOptions
+from tidemark.runtime.supervisor.attempt_planner import AttemptPlanner, RunOptions
 from tidemark.protocol.messages import (
     CheckpointCompleted,
     CheckpointMetadata,

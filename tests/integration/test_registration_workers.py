@@ -19,7 +19,7 @@ from tidemark.local.cluster import LocalCluster, LocalService
 from tidemark.protocol import codec
 from tidemark.protocol.dead_letters import DeadLetter
 from tidemark.protocol.messages import JobRegistration
-from tidemark.runtime.heartbeat import SupervisorHeartbeats
+from tidemark.runtime.supervisor.heartbeat import SupervisorHeartbeats
 from tidemark.types import CheckpointingMode, Epoch, JobId, OperatorId
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]

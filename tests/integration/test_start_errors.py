@@ -67,7 +67,8 @@ def test_an_unreachable_broker_is_one_line_with_exit_69(command: tuple[str, ...]
     assert done.returncode == 69, done.stdout + done.stderr
     component = "coordinator" if command[0] == "run" else "jobs run"
     line = assert_one_line(done, f"tidemark {component}: cannot reach Kafka at 127.0.0.1:{port} {HINT}: ")
-    assert "Connection refused" in line
+    # librdkafka's words for it depend on which of its errors comes first (a busy machine changes that)
+    assert "Connection refused" in line or "brokers are down" in line, line
     assert took < 45, f"took {took:.0f}s"
 
 

@@ -37,7 +37,7 @@ from prom_harness import PanelQuery, PrometheusProcess, assert_every_panel_has_d
 from tidemark.examples.generator import generate, produce
 from tidemark.local.pipeline import LocalPipeline, stage_logs
 from tidemark.processes import free_port_block
-from tidemark.runtime.api import JobSpec, load_job
+from tidemark.api import JobSpec, load_job
 
 pytestmark = [pytest.mark.e2e, pytest.mark.spark, pytest.mark.timeout(600)]
 

@@ -3,7 +3,7 @@
 A stage (operator) of parallelism P runs as W worker processes. ``JobRegistration.workers``
 (v4) holds, for each entry of ``tasks`` in the same order, the index (0 .. W-1) of the worker of
 that task's stage that runs it; the supervisor fills it with
-:func:`tidemark.runtime.ownership.worker_of`. Empty means every task runs in worker 0: a
+:func:`tidemark.runtime.job.ownership.worker_of`. Empty means every task runs in worker 0: a
 registration written before v4, or by a job whose stages each run in one process.
 
 The coordinator checks a registration with :func:`registration_problem` before folding it (a

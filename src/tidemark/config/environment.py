@@ -31,7 +31,7 @@ NOT_SETTINGS: frozenset[str] = frozenset({
     "TIDEMARK_CONFIG_FILE",  # tidemark.config.settings: the YAML file itself
     "TIDEMARK_SCHEMAS_DIR",  # tidemark.protocol.schemas: the Avro schema catalog
     "TIDEMARK_CACHE_DIR",  # tidemark.maven: the jar cache (the embedded broker, Spark's Kafka connector)
-    "TIDEMARK_FAULT",  # tidemark.runtime.faults: fault injection in a stage worker
+    "TIDEMARK_FAULT",  # tidemark.runtime.job.faults: fault injection in a stage worker
     "TIDEMARK_COORDINATOR_URL",  # CLI option --url of the job and operator commands
     "TIDEMARK_WORKER_INDEX",  # CLI option --worker of `tidemark jobs host` (a StatefulSet pod's index)
     "TIDEMARK_S3__ENDPOINT_URL",  # tidemark.storage.s3

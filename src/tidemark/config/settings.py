@@ -77,6 +77,12 @@ class SparkSettings(BaseModel):
                     "tidemark.spark.class_archive; the image, the demo and the tests build it): the driver "
                     "starts about a third faster; false: the JVM loads every class from the jars",
     )
+    trigger_ms: int = Field(
+        200, ge=10, le=60_000,
+        description="the micro-batch interval of each stage's query (Spark's processingTime trigger): a "
+                    "batch costs Spark about 100 ms of CPU whatever its size, so a longer interval costs less "
+                    "CPU on a steady trickle of input and adds up to its length to every stage's latency",
+    )
     source: Literal["auto", "kafka", "tidemark-kafka"] = Field(
         "auto",
         description="how a stage's query reads Kafka: 'kafka' is Spark's own Kafka connector (fetched from Maven "
@@ -153,7 +159,7 @@ class TidemarkSettings(BaseSettings):
         30.0, ge=0, le=600,
         description="How long a job's worker processes whose supervisor died run on, waiting for a "
                     "restarted supervisor to adopt them, before they end their attempt and exit "
-                    "(tidemark.runtime.adoption)",
+                    "(tidemark.runtime.supervisor.adoption)",
     )
     api_token: str | None = Field(None, repr=False)
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from tidemark.runtime.api import (
+from tidemark.api import (
     ErrorPolicy,
     EventTime,
     JobSpec,

@@ -100,6 +100,10 @@ def expected_url_counts(records: Iterable[bytes]) -> dict[str, int]:
     return dict(Counter(r["url"] for r in _valid(records)))
 
 
+def expected_ip_counts(records: Iterable[bytes]) -> dict[str, int]:
+    return dict(Counter(r["ip"] for r in _valid(records)))
+
+
 def expected_top_urls(records: Iterable[bytes], max_out_of_orderness_ms: int = OUT_OF_ORDERNESS_MS
                       ) -> dict[int, list[list[Any]]]:
     """The top URLs of each minute ``top_urls`` closes once the input went idle
@@ -115,3 +119,55 @@ def expected_top_urls(records: Iterable[bytes], max_out_of_orderness_ms: int = O
         return {}
     end = closed_minutes(largest, max_out_of_orderness_ms)
     return {minute: top_of(c.items()) for minute, c in sorted(per_minute.items()) if minute < end}
+
+
+def final_watermark(records: Iterable[bytes], max_out_of_orderness_ms: int = OUT_OF_ORDERNESS_MS) -> int | None:
+    """The watermark a job reaches once every input partition went idle after ``records``: the
+    largest event time minus the out-of-orderness bound, minus one (None without records)."""
+    stamps = [int(r["ts"]) for r in _valid(records)]
+    return max(stamps) - max_out_of_orderness_ms - 1 if stamps else None
+
+
+def expected_sessions(records: Iterable[bytes], gap_ms: int, max_out_of_orderness_ms: int = OUT_OF_ORDERNESS_MS
+                      ) -> dict[tuple[str, int], dict[str, Any]]:
+    """The sessions ``sessions`` closes, by (IP, start), computed without the window code: per IP,
+    requests in time order, a new session after a silence longer than the gap (a request exactly
+    ``gap_ms`` after the previous one joins its session: their windows touch)."""
+    valid = list(_valid(records))
+    watermark = final_watermark((json.dumps(r).encode() for r in valid), max_out_of_orderness_ms)
+    per_ip: dict[str, list[tuple[int, str]]] = defaultdict(list)
+    for record in valid:
+        per_ip[record["ip"]].append((int(record["ts"]), record["url"]))
+    closed: dict[tuple[str, int], dict[str, Any]] = {}
+    for ip, requests in per_ip.items():
+        requests.sort()
+        sessions: list[list[Any]] = []  # [start, end, requests, urls]
+        for ts, url in requests:
+            if sessions and ts <= sessions[-1][1]:
+                session = sessions[-1]
+                session[1], session[2] = max(session[1], ts + gap_ms), session[2] + 1
+                session[3].add(url)
+            else:
+                sessions.append([ts, ts + gap_ms, 1, {url}])
+        for start, end, count, urls in sessions:
+            if watermark is not None and end - 1 <= watermark:
+                closed[(ip, start)] = {"ip": ip, "start": start, "end": end, "requests": count,
+                                       "distinct_urls": len(urls)}
+    return closed
+
+
+def expected_sliding_counts(records: Iterable[bytes], size_ms: int, slide_ms: int,
+                            max_out_of_orderness_ms: int = OUT_OF_ORDERNESS_MS) -> dict[tuple[str, int], int]:
+    """Hits per (URL, window start) of the sliding windows ``sliding_url_counts`` closes, computed
+    without the window code: a record at ``t`` counts in every window ``[s, s + size)`` with ``s``
+    a multiple of the slide and ``t - size < s <= t``."""
+    valid = list(_valid(records))
+    watermark = final_watermark((json.dumps(r).encode() for r in valid), max_out_of_orderness_ms)
+    counts: Counter[tuple[str, int]] = Counter()
+    for record in valid:
+        ts = int(record["ts"])
+        first = (ts - size_ms) // slide_ms + 1
+        for start in range(first * slide_ms, ts + 1, slide_ms):
+            counts[(record["url"], start)] += 1
+    return {window: hits for window, hits in counts.items()
+            if watermark is not None and window[1] + size_ms - 1 <= watermark}

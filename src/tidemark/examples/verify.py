@@ -3,9 +3,16 @@
 
 * ``url_counts``: each URL's outputs are ``{"url", "hits": i}`` for i = 1..n, n its number of
   valid input records; identity ``(url, hits)``, every value checked.
-* ``top_urls``: one output per minute the job closes, ``{"minute", "top"}`` with the minute's
-  final top URLs (:func:`tidemark.examples.generator.expected_top_urls`); identity ``(minute,)``,
-  every value checked.
+* ``top_urls`` (and ``windowed_top_urls``, the same job on windows): one output per minute the
+  job closes, ``{"minute", "top"}`` with the minute's final top URLs
+  (:func:`tidemark.examples.generator.expected_top_urls`); identity ``(minute,)``, every value checked.
+* ``sessions`` (:mod:`tidemark.examples.access_log_windows`, its default gap): one output per
+  closed session, identity ``(ip, start)`` (:func:`tidemark.examples.generator.expected_sessions`).
+* ``sliding_url_counts`` (its default windows): one output per closed (URL, window), identity
+  ``(url, start)`` (:func:`tidemark.examples.generator.expected_sliding_counts`).
+* ``hit_graph`` (:mod:`tidemark.examples.access_log_graph`, its URL totals output): per URL and
+  side (``hits``, ``raw``) the outputs ``{"url", "side", "n": i}`` for i = 1..n; identity
+  ``(url, side, n)``. ``hit_graph_ips`` (its IP output): ``{"ip", "n": i}``, identity ``(ip, n)``.
 
 :func:`example_expectation` reads the input topic to compute them; :func:`read_committed`,
 :func:`verify_url_counts` and :func:`verify_top_urls` serve tests that hold the input records
@@ -24,7 +31,7 @@ from tidemark.verification.comparison import Verdict, compare
 from tidemark.verification.output_check import Identify
 
 __all__ = ["EXAMPLES", "ExampleCheck", "Verdict", "example_expectation", "read_committed", "verify_top_urls",
-           "verify_url_counts"]
+           "verify_url_counts", "verify_example"]
 
 
 def _field_identity(*fields: str) -> Callable[[Any], Hashable]:
@@ -55,6 +62,21 @@ def _top_urls_from(per_minute: dict[int, list[list[Any]]]) -> dict[Hashable, Any
     return {(minute,): {"minute": minute, "top": top} for minute, top in per_minute.items()}
 
 
+def sessions_expectation(records: Iterable[bytes], gap_ms: int | None = None) -> dict[Hashable, Any]:
+    from tidemark.examples.access_log_windows import SESSION_GAP_MS
+    from tidemark.examples.generator import expected_sessions
+
+    return dict(expected_sessions(records, SESSION_GAP_MS if gap_ms is None else gap_ms))
+
+
+def sliding_url_counts_expectation(records: Iterable[bytes], size_ms: int = 5 * 60_000,
+                                   slide_ms: int = 60_000) -> dict[Hashable, Any]:
+    from tidemark.examples.generator import expected_sliding_counts
+
+    return {(url, start): {"url": url, "start": start, "end": start + size_ms, "hits": hits}
+            for (url, start), hits in expected_sliding_counts(records, size_ms, slide_ms).items()}
+
+
 @dataclass(frozen=True)
 class ExampleCheck:
     """How to check one example job: its expectation from input records, and the identity of an
@@ -68,11 +90,30 @@ class ExampleCheck:
         return lambda key, value: self.identity(value)
 
 
+def hit_graph_expectation(records: Iterable[bytes]) -> dict[Hashable, Any]:
+    from tidemark.examples.generator import expected_url_counts
+
+    return {(url, side, i): {"url": url, "side": side, "n": i} for url, n in expected_url_counts(records).items()
+            for side in ("hits", "raw") for i in range(1, n + 1)}
+
+
+def hit_graph_ips_expectation(records: Iterable[bytes]) -> dict[Hashable, Any]:
+    from tidemark.examples.generator import expected_ip_counts
+
+    return {(ip, i): {"ip": ip, "n": i} for ip, n in expected_ip_counts(records).items() for i in range(1, n + 1)}
+
+
 EXAMPLES: dict[str, ExampleCheck] = {
     "url_counts": ExampleCheck(url_counts_expectation, _field_identity("url", "hits")),
     "top_urls": ExampleCheck(top_urls_expectation, _field_identity("minute")),
+    "windowed_top_urls": ExampleCheck(top_urls_expectation, _field_identity("minute")),
+    "sessions": ExampleCheck(sessions_expectation, _field_identity("ip", "start")),
+    "sliding_url_counts": ExampleCheck(sliding_url_counts_expectation, _field_identity("url", "start")),
+    "hit_graph": ExampleCheck(hit_graph_expectation, _field_identity("url", "side", "n")),
+    "hit_graph_ips": ExampleCheck(hit_graph_ips_expectation, _field_identity("ip", "n")),
 }
-"""The example jobs of :mod:`tidemark.examples.access_log`, by function name."""
+"""The example jobs of :mod:`tidemark.examples.access_log`, :mod:`tidemark.examples.access_log_windows`
+and :mod:`tidemark.examples.access_log_graph`, by function name (a job's second output by a suffix)."""
 
 
 def example_expectation(client: dict[str, Any], example: str, input_topic: str) -> tuple[int, dict[Hashable, Any]]:
@@ -107,3 +148,9 @@ def verify_url_counts(output: list[dict[str, Any]], expected: dict[str, int]) ->
 def verify_top_urls(output: list[dict[str, Any]], expected: dict[int, list[list[Any]]]) -> Verdict:
     """``output`` values against the closed minutes' final tops (:func:`expected_top_urls`)."""
     return _verify("top_urls", output, _top_urls_from(expected))
+
+
+def verify_example(example: str, output: list[dict[str, Any]], expected: dict[Hashable, Any]) -> Verdict:
+    """``output`` values of an example of :data:`EXAMPLES` against an expectation by its identity
+    (e.g. :func:`sessions_expectation` with the job's gap)."""
+    return _verify(example, output, expected)

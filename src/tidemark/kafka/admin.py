@@ -20,11 +20,16 @@ class TruncationResult(str, enum.Enum):
 
 
 def ensure_topics(
-    admin: AdminClient, specs: Iterable[TopicSpec], replication_factor: int = 1, timeout_s: float = 15.0
+    admin: AdminClient, specs: Iterable[TopicSpec], replication_factor: int = 1, timeout_s: float = 15.0,
+    listed_within_s: float = 60.0,
 ) -> list[str]:
     """Create the topics that do not exist yet; return the names created. Returns once every topic
     of ``specs`` shows in the broker's metadata: Apache Kafka lists a new topic a moment after
-    CreateTopics answers, and a worker that looks it up at once must find it."""
+    CreateTopics answers, and a worker that looks it up at once must find it. That moment is the
+    controller's metadata reaching the broker, which a busy machine stretches to many seconds, so
+    the wait for it (``listed_within_s``) is longer than one request's ``timeout_s``. A creation
+    the broker refuses for a passing state (fenced, not available, timed out) is tried again
+    within the same ``listed_within_s``."""
     specs = list(specs)
     existing = set(admin.list_topics(timeout=timeout_s).topics)
     wanted = [
@@ -35,27 +40,52 @@ def ensure_topics(
     ]
     if not wanted:
         return []
-    created = []
-    for name, future in admin.create_topics(wanted, operation_timeout=timeout_s).items():
-        try:
-            future.result(timeout=timeout_s)
-            created.append(name)
-        except KafkaException as exc:
-            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                raise
-    _wait_until_listed(admin, [topic.topic for topic in wanted], timeout_s)
+    created = _create(admin, wanted, timeout_s, time.monotonic() + listed_within_s)
+    _wait_until_listed(admin, [topic.topic for topic in wanted], timeout_s, listed_within_s)
     return created
 
 
-def _wait_until_listed(admin: AdminClient, topics: list[str], timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
+def _create(admin: AdminClient, wanted: list[NewTopic], timeout_s: float, deadline: float) -> list[str]:
+    """CreateTopics, again for the topics a passing state of the broker refused until ``deadline``:
+    a single-node KRaft broker that missed its heartbeats under load is fenced for a moment, and
+    then refuses every new topic ("All brokers are currently fenced")."""
+    created: list[str] = []
+    while wanted:
+        refused = []
+        for name, future in admin.create_topics(wanted, operation_timeout=timeout_s).items():
+            try:
+                future.result(timeout=timeout_s)
+                created.append(name)
+            except KafkaException as exc:
+                error = exc.args[0]
+                if error.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                    continue
+                if not _passing(error) or time.monotonic() > deadline:
+                    raise
+                refused.append(name)
+        wanted = [topic for topic in wanted if topic.topic in refused]
+        if wanted:
+            time.sleep(0.5)
+    return created
+
+
+def _passing(error: KafkaError) -> bool:
+    """Whether CreateTopics failed for a state of the broker that passes by itself."""
+    if error.code() == KafkaError.INVALID_REPLICATION_FACTOR:  # also "only N brokers", which stays
+        return "fenced" in error.str()
+    return error.code() in (KafkaError.BROKER_NOT_AVAILABLE, KafkaError.NOT_CONTROLLER,
+                            KafkaError.REQUEST_TIMED_OUT, KafkaError._TIMED_OUT, KafkaError._TRANSPORT)
+
+
+def _wait_until_listed(admin: AdminClient, topics: list[str], timeout_s: float, listed_within_s: float) -> None:
+    deadline = time.monotonic() + listed_within_s
     for topic in topics:  # named one by one: each was just created, so naming it creates nothing
         while True:
             meta = admin.list_topics(topic, timeout=timeout_s).topics.get(topic)
             if meta is not None and meta.error is None and meta.partitions:
                 break
             if time.monotonic() > deadline:
-                raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"topic {topic} not listed {timeout_s:g}s "
+                raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"topic {topic} not listed {listed_within_s:g}s "
                                                 "after it was created"))
             time.sleep(0.1)
 

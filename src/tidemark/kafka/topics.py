@@ -48,12 +48,12 @@ class TopicNames:
 
     @property
     def worker_hosts(self) -> str:
-        """Supervisors' assignments to worker hosts and the hosts' reports (:mod:`tidemark.runtime.host_channel`)."""
+        """Supervisors' assignments to worker hosts and the hosts' reports (:mod:`tidemark.runtime.placement.host_channel`)."""
         return f"{self.prefix}.worker-hosts"
 
     @property
     def heartbeats(self) -> str:
-        """Supervisors' evidence of life (:mod:`tidemark.runtime.heartbeat`): kept minutes, not
+        """Supervisors' evidence of life (:mod:`tidemark.runtime.supervisor.heartbeat`): kept minutes, not
         forever, so the control topic that services replay at every start does not grow with them."""
         return f"{self.prefix}.heartbeats"
 
@@ -61,7 +61,7 @@ class TopicNames:
         return f"{self.prefix}.changelog.{_UNSAFE.sub('_', job_id)}.{_UNSAFE.sub('_', operator_id)}"
 
     def exchange(self, job_id: str, stage: str) -> str:
-        """The keyed exchange of a source stage spread over several workers (runtime.physical_plan)."""
+        """The keyed exchange of a source stage spread over several workers (runtime.job.physical_plan)."""
         return f"{self.prefix}.exchange.{_UNSAFE.sub('_', job_id)}.{_UNSAFE.sub('_', stage)}"
 
     def control_plane(self) -> list[TopicSpec]:

@@ -13,7 +13,7 @@ A fault, and what brings the killed process back (what Kubernetes or the supervi
   supervisor fails the attempt over (the killed share to a warm standby);
 - ``supervisor``: SIGKILL of the job's supervisor; the same command line starts again at once
   (as a service manager restarts it) and adopts the attempt the killed one left running
-  (:mod:`tidemark.runtime.adoption`);
+  (:mod:`tidemark.runtime.supervisor.adoption`);
 - ``coordinator``, ``checkpoint-store``, ``changelog``, ``materializer``: SIGKILL, then the
   service starts again on its port;
 - ``broker``: SIGKILL of the broker, then a start on the same log directory and port;

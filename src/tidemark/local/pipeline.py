@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 from confluent_kafka.admin import AdminClient
 
 from tidemark.processes import die_with_parent, stop_process, stop_processes
-from tidemark.runtime.adoption import read_record, stop_left_processes
+from tidemark.runtime.supervisor.adoption import read_record, stop_left_processes
 from tidemark.examples.generator import generate, produce
 from tidemark.jvm import QUICK_START_JVM_OPTIONS
 from tidemark.kafka.admin import ensure_topics
@@ -156,7 +156,7 @@ class LocalPipeline:
                  services: tuple[str, ...] = DEFAULT_SERVICES, env: dict[str, str] | None = None,
                  api_token: str | None = None, standby: bool = True) -> None:
         """``standby``: whether jobs keep warm standby workers (``jobs run --no-standby`` when
-        not; :mod:`tidemark.runtime.standby`), unless ``start_job`` says otherwise."""
+        not; :mod:`tidemark.runtime.worker.standby`), unless ``start_job`` says otherwise."""
         self.home = Path(home)
         self.standby = standby
         self.bootstrap = bootstrap

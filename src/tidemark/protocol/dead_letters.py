@@ -2,7 +2,7 @@
 
 A top-level protocol message like those of :mod:`tidemark.protocol.messages` (its own schema in
 ``schemas/DeadLetter/``), written to a dead-letter topic by :mod:`tidemark.chassis.dead_letter_publisher`
-and :mod:`tidemark.runtime.record_errors`; it never takes part in the checkpoint protocol.
+and :mod:`tidemark.runtime.worker.record_errors`; it never takes part in the checkpoint protocol.
 """
 
 from __future__ import annotations

@@ -342,7 +342,7 @@ class CheckpointDiscarded:
 class HostAction(str, enum.Enum):
     RUN = "RUN"  # start the launches of the epoch, after killing an older epoch's processes
     STOP = "STOP"  # SIGTERM the epoch's processes (the supervisor was stopped)
-    KILL = "KILL"  # the attempt failed over: the host releases its processes for the next RUN (runtime.stage_process)
+    KILL = "KILL"  # the attempt failed over: the host releases its processes for the next RUN (runtime.worker.process)
     HEARTBEAT = "HEARTBEAT"  # the supervisor is alive (host ""; every host reads it)
 
 
@@ -352,7 +352,7 @@ class HostLaunch:
 
     stage: str
     worker: int
-    fault: str | None = None  # testing: TIDEMARK_FAULT of the process (runtime.faults)
+    fault: str | None = None  # testing: TIDEMARK_FAULT of the process (runtime.job.faults)
 
 
 @dataclass(frozen=True, slots=True)
@@ -388,7 +388,7 @@ class HostedProcess:
     name: str
     phase: ProcessPhase
     exit_code: int | None = None
-    reason: str = ""  # why it cannot run (exit status 3, runtime.start_errors), one line
+    reason: str = ""  # why it cannot run (exit status 3, runtime.job.start_errors), one line
     log: str = ""  # its log on the host
 
 

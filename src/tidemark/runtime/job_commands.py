@@ -15,14 +15,14 @@ from tidemark.config.settings import ConfigurationError, TidemarkSettings, load_
 from tidemark.kafka.clients import base_config
 from tidemark.kafka.reachability import BrokerUnreachable, require_broker
 from tidemark.admin import DEFAULT_URL
-from tidemark.runtime.faults import POINTS
+from tidemark.runtime.job.faults import POINTS
 from tidemark.chassis.logs import configure_logging
 from tidemark.types import Epoch
 
 # Each command imports what only it needs (the supervisor, Spark, the HTTP client) when it runs:
 # every Tidemark process starts through this CLI, and a service or a worker need not load the rest.
 
-# missing input topic, a stage that cannot run (runtime.start_errors); the job's state is FAILED
+# missing input topic, a stage that cannot run (runtime.job.start_errors); the job's state is FAILED
 JobRef = typer.Argument(..., help="The job: 'package.module:attribute' naming a JobSpec or a function returning one.")
 ArgsOption = typer.Option("{}", "--job-args", help="JSON object of keyword arguments for a job function.")
 
@@ -104,9 +104,9 @@ def run(
 ) -> None:
     """Run a job: PySpark workers for each stage, checkpointed by the coordinator, restored on failure."""
     from tidemark.admin.client import CoordinatorClient
-    from tidemark.runtime.api import JobSpecError, load_job
-    from tidemark.runtime.attempt_planner import FaultPlan, RunOptions, StartRefused
-    from tidemark.runtime.supervisor import JobSupervisor
+    from tidemark.api import JobSpecError, load_job
+    from tidemark.runtime.supervisor.attempt_planner import FaultPlan, RunOptions, StartRefused
+    from tidemark.runtime.supervisor.supervisor import JobSupervisor
     from tidemark.start_request import StartRequest, StartRuleError, command_line_option
 
     try:
@@ -140,7 +140,7 @@ def run(
 
 
 ControlDirOption = typer.Option(None, "--control-dir", help="Where the process's control FIFO goes, for a "
-                                "restarted supervisor to adopt it (tidemark.runtime.adoption); unset: it is not adopted.")
+                                "restarted supervisor to adopt it (tidemark.runtime.supervisor.adoption); unset: it is not adopted.")
 
 
 def worker(
@@ -157,8 +157,8 @@ def worker(
 ) -> None:
     """Run one stage of a job, or one worker's share of it, then each attempt the supervisor hands
     it after releasing it (the supervisor starts these)."""
-    from tidemark.runtime.stage_attempt import Attempt
-    from tidemark.runtime.stage_process import StageProcess, SupervisorLines
+    from tidemark.runtime.job.attempt import Attempt
+    from tidemark.runtime.worker.process import StageProcess, SupervisorLines
 
     settings = _settings("worker")
     attempt = Attempt(job, stage, Epoch(epoch), parallelism, run_dir, _job_args(job_args, "jobs worker"), restore,
@@ -173,7 +173,7 @@ def standby(
     control_dir: Optional[Path] = ControlDirOption,
 ) -> None:
     """Wait, warm, to take over a stage's next attempt (the supervisor starts these)."""
-    from tidemark.runtime.standby import run_standby
+    from tidemark.runtime.worker.standby import run_standby
 
     raise typer.Exit(run_standby(_settings("worker"), stage, control_dir))
 
@@ -188,8 +188,8 @@ def host(
                                      help="Which of the stage's workers this host runs (a StatefulSet pod's index)."),
 ) -> None:
     """Run the worker processes a job's supervisor (`jobs run --worker-hosts`) places on worker host <stage>/<worker>."""
-    from tidemark.runtime.api import JobSpecError, load_job
-    from tidemark.runtime.worker_host import WorkerHost
+    from tidemark.api import JobSpecError, load_job
+    from tidemark.runtime.placement.worker_host import WorkerHost
 
     if (stage is None) == (stage_index is None):
         _usage_error("jobs host", "give --stage or --stage-index, one of them")

@@ -4,7 +4,7 @@ A stage worker says *what* it reads (:class:`ReadSelection`: its partitions, sub
 assigned, the restored positions, the batch size); a :class:`StageSource` says *how*: the Spark
 format, its options, and what the session needs for it. Both produce the same rows (``key``,
 ``value``, ``topic``, ``partition``, ``offset``, ``timestamp``, ``headers``), read_committed,
-so :func:`tidemark.runtime.records.records_of` reads either.
+so :func:`tidemark.runtime.job.records.records_of` reads either.
 
 * :class:`SparkKafkaSource` (``format("kafka")``, Spark's own connector,
   :mod:`tidemark.spark.kafka_connector`): offsets are planned in the driver's JVM and partitions

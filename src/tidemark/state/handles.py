@@ -1,8 +1,13 @@
 """User-facing state handles (Flink's ValueState, ListState...), written once over StateTable.
 
 A handle is returned by ``backend.get_state(descriptor)`` and lives as long as the backend. It
-reads and writes the state of the backend's current key in the handle's current namespace
-(``None`` until ``set_current_namespace`` is called). TTL rules live here, in one place.
+reads and writes the state of the backend's current key in the handle's current namespace:
+``None`` (the default namespace) until ``set_current_namespace`` scopes it to another, a window
+for instance (:mod:`tidemark.windows`). A namespace is any value the default serializer encodes
+(``None``, numbers, strings, bytes, tuples...) and is hashable; the same key has independent
+state in each namespace. List, reducing and aggregating state can merge namespaces
+(:meth:`MergingState.merge_namespaces`, Flink's ``InternalMergingState``), which is how session
+windows merge. TTL rules live here, in one place; so does merging, for every backend.
 """
 
 from __future__ import annotations
@@ -84,10 +89,67 @@ class ValueState(State):
             self._table.put(self._ns, (value, self._clock.now_ms()))
 
 
-class ListState(State):
+class MergingState(State):
+    """A state whose values of several namespaces merge into one (list, reducing, aggregating)."""
+
+    __slots__ = ()
+
+    def merge_namespaces(self, target: Any, sources: Iterable[Any]) -> None:
+        """Merge the current key's state in each namespace of ``sources`` into ``target`` and
+        clear it in the sources (``target`` among them is left out). A list appends the sources'
+        elements after the target's; a reducing state reduces ``(target, sources)``; an
+        aggregating state merges the accumulators (``aggregate_function.merge``). Expired TTL
+        values take no part; a merged reducing or aggregating value gets a new TTL timestamp,
+        list elements keep theirs. The current namespace is unchanged."""
+        current = self._ns
+        try:
+            merged = MISSING
+            for namespace in sources:
+                if namespace == target:
+                    continue
+                self._ns = self._table.namespace_token(namespace)
+                value = self._mergeable()
+                if value is MISSING:
+                    continue
+                self._table.delete(self._ns)
+                merged = value if merged is MISSING else self._merge(merged, value)
+            if merged is not MISSING:
+                self._ns = self._table.namespace_token(target)
+                value = self._mergeable()
+                self._write_merged(merged if value is MISSING else self._merge(value, merged))
+        finally:
+            self._ns = current
+
+    def _mergeable(self) -> Any:
+        """The live value of the current namespace in the form ``_merge`` takes, or ``MISSING``."""
+        return self._current()
+
+    def _merge(self, first: Any, second: Any) -> Any:
+        raise NotImplementedError
+
+    def _write_merged(self, value: Any) -> None:
+        self._table.put(self._ns, self._wrap(value))
+
+
+class ListState(MergingState):
     """A list; ``get()`` of an empty list state is ``[]``."""
 
     __slots__ = ()
+
+    def _mergeable(self) -> Any:
+        """The stored elements (with their TTL timestamps), the expired ones left out."""
+        stored = self._table.get(self._ns)
+        if stored is MISSING or self._ttl is None:
+            return stored
+        now = self._clock.now_ms()
+        live = [e for e in stored if not is_expired(e[1], self._ttl_ms, now)]
+        return live if live else MISSING
+
+    def _merge(self, first: Any, second: Any) -> Any:
+        return [*first, *second]
+
+    def _write_merged(self, value: Any) -> None:
+        self._table.put(self._ns, value)
 
     def get(self) -> list[Any]:
         stored = self._table.get(self._ns)
@@ -199,10 +261,13 @@ class MapState(State):
         return next(self.items(), None) is None
 
 
-class ReducingState(State):
+class ReducingState(MergingState):
     """Folds added values with the descriptor's ``reduce_function``; empty reads ``None``."""
 
     __slots__ = ()
+
+    def _merge(self, first: Any, second: Any) -> Any:
+        return self.descriptor.reduce_function(first, second)  # type: ignore[union-attr]
 
     def get(self) -> Any:
         value = self._current()
@@ -215,10 +280,13 @@ class ReducingState(State):
         self._table.put(self._ns, self._wrap(value))
 
 
-class AggregatingState(State):
+class AggregatingState(MergingState):
     """Keeps an accumulator of the descriptor's ``aggregate_function``; empty reads ``None``."""
 
     __slots__ = ()
+
+    def _merge(self, first: Any, second: Any) -> Any:
+        return self.descriptor.aggregate_function.merge(first, second)  # type: ignore[union-attr]
 
     def get(self) -> Any:
         accumulator = self._current()

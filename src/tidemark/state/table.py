@@ -66,8 +66,13 @@ ChangeListener = Callable[[KeyedStateChange], None]
 
 
 def encode_namespace(namespace: Any) -> bytes:
-    """``None`` (the default namespace) is ``b""``; anything else uses the default codec."""
-    return b"" if namespace is None else DEFAULT_SERIALIZER.serialize(namespace)
+    """``None`` (the default namespace) is ``b""``; anything else uses the default codec, a named
+    tuple (a window, :mod:`tidemark.windows.window`) as the plain tuple it is."""
+    if namespace is None:
+        return b""
+    if isinstance(namespace, tuple) and type(namespace) is not tuple:
+        namespace = tuple(namespace)
+    return DEFAULT_SERIALIZER.serialize(namespace)
 
 
 def decode_namespace(data: bytes) -> Any:

@@ -2,19 +2,22 @@
 
 A keyed backend holds one :class:`TimerQueue` per queue name (the timer service asks for one per
 time domain, ``"event-time"`` and ``"processing-time"``; Flink's ``KeyGroupedInternalPriorityQueue``
-of ``TimerHeapInternalTimer``). A queue is a set of (key, timestamp) pairs, each at most once,
-ordered by (timestamp, stored key bytes); the stored key is ``keygroups.encode_key(key)``, so the
+of ``TimerHeapInternalTimer``). A queue is a set of (key, namespace, timestamp) triples, each at
+most once. The namespace scopes a timer as it scopes state (a window, :mod:`tidemark.windows`;
+``None``, the default namespace, for a function's own timers). Timers are ordered by (timestamp,
+key, namespace), compared as bytes: ``u32 length + stored key`` then the encoded namespace, where
+the stored key is ``keygroups.encode_key(key)`` and the namespace ``table.encode_namespace``, so the
 order is the same on every backend. ``add``, ``remove``, ``contains`` and ``timestamps`` act on
 the backend's current key (as state handles do); ``peek`` and ``poll`` see every key of the
 backend's key groups and do not change the current key.
 
 Canonical form: timers are written into snapshots, changelogs and change listeners as the map
-state ``_timers.<name>`` (:func:`timer_state_name`; per key, in the default namespace, one entry
-timestamp -> ``True``, with the default serializers of :func:`timer_state_descriptor`), the form
-this state had before timers got queues of their own. So a canonical snapshot with timers is
-readable by every backend whichever wrote it, older snapshots restore unchanged, and a change
-recorded by one backend replays into another (``apply_change``). The state name is reserved:
-``get_state`` refuses a descriptor named ``_timers.*``.
+state ``_timers.<name>`` (:func:`timer_state_name`; per key and namespace, one entry timestamp ->
+``True``, with the default serializers of :func:`timer_state_descriptor`), the form this state had
+before timers got queues of their own. So a canonical snapshot with timers is readable by every
+backend whichever wrote it, older snapshots restore unchanged (their timers are in the default
+namespace), and a change recorded by one backend replays into another (``apply_change``). The
+state name is reserved: ``get_state`` refuses a descriptor named ``_timers.*``.
 
 Lifecycle: a backend creates a queue on the first ``backend.timer_queue(name)`` (after its
 restore) or when a restore or a replayed change brings timers of that name; the queue lives until
@@ -87,14 +90,28 @@ def check_timestamp(timestamp: int) -> int:
     return timestamp
 
 
-def timer_change(state_name: str, key_group: int, stored_key: bytes, timestamp: int,
+def timer_change(state_name: str, key_group: int, stored_key: bytes, namespace: bytes, timestamp: int,
                  added: bool) -> KeyedStateChange:
-    """The canonical change of one timer added (``PUT``) or removed (``DELETE``)."""
+    """The canonical change of one timer added (``PUT``) or removed (``DELETE``); ``namespace``
+    encoded (``b""``: the default namespace)."""
     if added:
-        return KeyedStateChange(state_name, key_group, stored_key, b"", StateChangeOp.PUT,
+        return KeyedStateChange(state_name, key_group, stored_key, namespace, StateChangeOp.PUT,
                                 encode_timestamp(timestamp), TIMER_VALUE)
-    return KeyedStateChange(state_name, key_group, stored_key, b"", StateChangeOp.DELETE,
+    return KeyedStateChange(state_name, key_group, stored_key, namespace, StateChangeOp.DELETE,
                             encode_timestamp(timestamp), None)
+
+
+_U32 = struct.Struct(">I").pack
+
+
+def timer_order(stored_key: bytes, namespace: bytes) -> bytes:
+    """What orders two timers of one timestamp: ``u32 length + stored key``, then the encoded
+    namespace (the bytes after the timestamp in the RocksDB queue's keys)."""
+    return _U32(len(stored_key)) + stored_key + namespace
+
+
+Due = tuple[int, Any, Any]
+"""A timer as ``peek`` and ``poll`` return it: ``(timestamp, key, namespace)``."""
 
 
 class TimerQueue(ABC):
@@ -105,27 +122,28 @@ class TimerQueue(ABC):
     def name(self) -> str: ...
 
     @abstractmethod
-    def add(self, timestamp: int) -> bool:
-        """A timer of the current key at ``timestamp``; False (nothing changes) if it exists."""
+    def add(self, timestamp: int, namespace: Any = None) -> bool:
+        """A timer of the current key in ``namespace`` at ``timestamp``; False (nothing changes)
+        if it exists."""
 
     @abstractmethod
-    def remove(self, timestamp: int) -> bool:
-        """Remove the current key's timer at ``timestamp``; False if there is none."""
+    def remove(self, timestamp: int, namespace: Any = None) -> bool:
+        """Remove the current key's timer in ``namespace`` at ``timestamp``; False if there is none."""
 
     @abstractmethod
-    def contains(self, timestamp: int) -> bool:
-        """Whether the current key has a timer at ``timestamp``."""
+    def contains(self, timestamp: int, namespace: Any = None) -> bool:
+        """Whether the current key has a timer in ``namespace`` at ``timestamp``."""
 
     @abstractmethod
-    def timestamps(self) -> list[int]:
-        """The current key's timers, ascending."""
+    def timestamps(self, namespace: Any = None) -> list[int]:
+        """The current key's timers in ``namespace``, ascending."""
 
     @abstractmethod
-    def peek(self) -> tuple[int, Any] | None:
-        """The first timer in (timestamp, stored key) order as ``(timestamp, key)``; None if empty."""
+    def peek(self) -> Due | None:
+        """The first timer in (timestamp, key, namespace) order; None if empty."""
 
     @abstractmethod
-    def poll(self, until: int) -> tuple[int, Any] | None:
+    def poll(self, until: int) -> Due | None:
         """Remove and return the first timer if its timestamp is at most ``until``, else None."""
 
     @abstractmethod
@@ -135,5 +153,5 @@ class TimerQueue(ABC):
     @abstractmethod
     def apply_change(self, change: KeyedStateChange) -> None:
         """Replay a change of the canonical form (restore, changelog replay): ``PUT`` adds the
-        entry's timer, ``DELETE`` removes it, ``CLEAR`` removes every timer of the key. Listeners
-        are not notified."""
+        entry's timer, ``DELETE`` removes it, ``CLEAR`` removes every timer of the key in the
+        change's namespace. Listeners are not notified."""

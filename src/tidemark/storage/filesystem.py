@@ -128,8 +128,9 @@ class FilesystemCheckpointStorage:
                 out.flush()
                 os.fsync(out.fileno())
             os.replace(tmp, target)
-        except BaseException:
+        except BaseException:  # also an exit that interrupts the write (SIGTERM): nothing is left behind
             Path(tmp).unlink(missing_ok=True)
+            self._prune_empty(target.parent)
             raise
         _fsync_dir(target.parent)
 

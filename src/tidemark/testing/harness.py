@@ -1,8 +1,14 @@
-"""A test harness for one stage's :class:`~tidemark.runtime.api.KeyedProcessFunction` (Flink:
-``KeyedOneInputStreamOperatorTestHarness``): the function runs on the runtime's own tasks
-(:class:`~tidemark.runtime.task.StageTask`, one per key-group range, routed by
-:class:`~tidemark.runtime.routing.KeyGroupRouter`) with a real heap or RocksDB state backend, and
-without Kafka, Spark or any service.
+"""A test harness for one stage's :class:`~tidemark.api.KeyedProcessFunction` or windows
+(:class:`~tidemark.windows.Windowed`; Flink: ``KeyedOneInputStreamOperatorTestHarness``): the
+function runs on the runtime's own tasks
+(:class:`~tidemark.runtime.worker.task.StageTask`, one per key-group range, routed by
+:class:`~tidemark.runtime.worker.routing.KeyGroupRouter`, each running the function in its
+:class:`~tidemark.operators.keyed_process.KeyedProcessOperator`, or the windows in its
+:class:`~tidemark.operators.window.WindowOperator`) with a real heap or RocksDB state
+backend, optionally with the changelog backend over an in-memory changelog
+(:class:`~tidemark.testing.changelog.InMemoryChangelogTopic`), and without Kafka, Spark or any
+service. ``operator=`` runs another operator of the stage instead (any
+:class:`~tidemark.operators.lifecycle.StreamOperator`, e.g. one that records its lifecycle).
 
 Lifecycle: ``KeyedProcessFunctionHarness(stage, ...)`` (or :meth:`~KeyedProcessFunctionHarness.for_stage`
 for a stage of a job) -> ``restore(snapshot)`` at most once -> ``open()`` -> ``process(value)`` /
@@ -10,25 +16,30 @@ for a stage of a job) -> ``restore(snapshot)`` at most once -> ``open()`` -> ``p
 between, moving event time with :meth:`advance_watermark` and processing time with
 :meth:`advance_processing_time` (both fire the timers they pass, as the worker does), taking
 :meth:`snapshot` s and telling the tasks of their end (:meth:`notify_checkpoint_complete`,
-:meth:`notify_checkpoint_aborted`) -> ``close()``. A :class:`~tidemark.runtime.api.CheckpointedFunction`
-gets ``initialize_state`` in ``open()`` (restored or not) and ``snapshot_state`` in each snapshot. It is a context
-manager: ``with harness:`` opens it and closes it.
+:meth:`notify_checkpoint_aborted`) -> ``close()`` (a failover: then restore a fresh harness), or
+:meth:`stop_with_savepoint` (the savepoint, its completion, ``finish``, ``close``). A
+:class:`~tidemark.api.CheckpointedFunction` gets ``initialize_state`` in ``open()`` (restored
+or not) and ``snapshot_state`` in each snapshot. It is a context manager: ``with harness:`` opens
+it and closes it.
 
-A snapshot is what a savepoint of the stage holds: every task's canonical keyed state files and
-operator state under ``<job>/savepoints/sp-<id>/`` of a filesystem checkpoint storage, and a
-``_metadata`` file as the checkpoint-store writes it. A fresh harness restores it with the
-runtime's restore planner, at the same or another parallelism (keyed state is redistributed by key
-group), exactly as a worker restores a savepoint; it can also restore a savepoint a running job
-took (:meth:`~KeyedProcessFunctionHarness.restore_path`), if the stage name is the same.
+A snapshot is by default what a savepoint of the stage holds: every task's canonical keyed state
+files and operator state under ``<job>/savepoints/sp-<id>/`` of a filesystem checkpoint storage,
+and a ``_metadata`` file as the checkpoint-store writes it (``savepoint=False``: a checkpoint, in
+the backend's own form). A fresh harness restores it with the runtime's restore planner, at the
+same or another parallelism (keyed state is redistributed by key group), exactly as a worker
+restores; it can also restore a savepoint a running job took
+(:meth:`~KeyedProcessFunctionHarness.restore_path`), if the stage name is the same.
 
 Timers are the tasks' keyed state, so a snapshot holds them and a restore (at any parallelism)
 brings them back. What it does not do: barriers, alignment, watermarks from partitions or
-channels (the test sets the watermark), late records, outputs to Kafka and the changelog backend
-(those need a broker; ``tests/integration`` and ``tests/e2e`` cover them).
+channels (the test sets the watermark), late records and outputs to Kafka (those need a broker;
+``tests/integration`` and ``tests/e2e`` cover them); records a windowed stage finds too late are
+collected in :attr:`~KeyedProcessFunctionHarness.too_late`.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import tempfile
 from collections.abc import Callable, Iterable
@@ -43,13 +54,17 @@ from tidemark.checkpoint_store.layout import checkpoint_dir, metadata_path, shar
 from tidemark.checkpoint_store.metadata_codec import encode_metadata
 from tidemark.checkpoint_store.persistent_store import read_metadata
 from tidemark.protocol.messages import CheckpointMetadata, StateHandleKind, TaskSnapshot
-from tidemark.runtime.api import JobSpec, KeyedProcessFunction, Stage, StateBackendKind
-from tidemark.runtime.routing import KeyGroupRouter
-from tidemark.runtime.stage_restore import keyed_snapshots
-from tidemark.runtime.task import StageTask, StageTime
+from tidemark.api import CoProcessFunction, Input, JobSpec, ProcessFunction, Stage, StateBackendKind, two_inputs
+from tidemark.runtime.worker.routing import KeyGroupRouter
+from tidemark.runtime.worker.restore import keyed_snapshots
+from tidemark.operators.time import StageTime
+from tidemark.changelog.backend import ChangelogWiring
+from tidemark.materializer.storage import SharedFilesView
+from tidemark.runtime.worker.task import OperatorFactory, StageTask
+from tidemark.testing.changelog import InMemoryChangelogReader, InMemoryChangelogTopic, InMemoryChangelogWriter
 from tidemark.keygroups import DEFAULT_MAX_PARALLELISM, KeyGroupRange, check_max_parallelism
 from tidemark.state.backend_registry import BackendContext, create_backend
-from tidemark.state.timers import TimeDomain, Timer
+from tidemark.state.timers import TimeDomain
 from tidemark.state.ttl import ManualClock
 from tidemark.storage.base import CheckpointStorage
 from tidemark.storage.filesystem import FilesystemCheckpointStorage
@@ -57,6 +72,7 @@ from tidemark.storage.scoped import SnapshotStorage
 from tidemark.types import CheckpointId, CheckpointType, JobId, TaskId
 
 _NO_KEY = object()
+_ATTEMPTS = itertools.count(1)
 
 
 @dataclass(frozen=True)
@@ -69,7 +85,7 @@ class Emitted:
     timestamp_ms: int = 0  # the record's event time (the input's, or the timer's)
 
     def decoded(self) -> Any:
-        """The value as JSON (the stages' default encoding, ``tidemark.runtime.api.json_encode``)."""
+        """The value as JSON (the stages' default encoding, ``tidemark.api.json_encode``)."""
         return json.loads(self.value)
 
 
@@ -88,7 +104,9 @@ class KeyedProcessFunctionHarness:
 
     def __init__(self, stage: Stage, *, parallelism: int = 1, max_parallelism: int = DEFAULT_MAX_PARALLELISM,
                  state_backend: StateBackendKind | str = StateBackendKind.HEAP, job_id: str = "harness",
-                 storage: CheckpointStorage | None = None, clock: ManualClock | None = None) -> None:
+                 storage: CheckpointStorage | None = None, clock: ManualClock | None = None,
+                 changelog: InMemoryChangelogTopic | None = None,
+                 operator: OperatorFactory | None = None) -> None:
         check_max_parallelism(max_parallelism)
         if not 1 <= parallelism <= max_parallelism:
             raise ValueError(f"parallelism must be in 1..{max_parallelism}, got {parallelism}")
@@ -115,14 +133,26 @@ class KeyedProcessFunctionHarness:
             key_groups = KeyGroupRange(assignment.key_group_start, assignment.key_group_end)
             local_dir = Path(self._local.name) / assignment.task_id.replace("#", "-")
             context = BackendContext(key_groups, max_parallelism, stage.name, local_dir, clock=self.clock)
-            backend = create_backend(self.state_backend.value, context)
-            self.tasks.append(StageTask(stage, assignment, parallelism, backend, self.time))
+            wirings = () if changelog is None else (self._changelog_wiring(changelog, assignment.task_id),)
+            backend = create_backend(self.state_backend.value, context, *wirings)
+            self.tasks.append(StageTask(stage, assignment, parallelism, backend, self.time, operator=operator))
         self.router = KeyGroupRouter(max_parallelism, [t.key_groups for t in self.tasks])
         self.output: list[Emitted] = []
         """Everything emitted so far, in order; :meth:`clear_output` empties it."""
+        self.too_late: list[Any] = []
+        """The values a windowed stage found too late for all their windows, in order (a worker
+        applies the stage's ``late_records`` to them: dropped, or written to ``late_output``)."""
         self.restored_from: CheckpointMetadata | None = None
         self._opened = self._closed = False
         self._next_snapshot = 1
+
+    def _changelog_wiring(self, topic: InMemoryChangelogTopic, task: TaskId) -> ChangelogWiring:
+        """Each harness is a new attempt on the topic (a new epoch), as a restarted worker is."""
+        epoch = next(_ATTEMPTS)
+        writer = InMemoryChangelogWriter(topic, max_parallelism=self.max_parallelism, job_id=self.job_id,
+                                         task_id=task, epoch=epoch)
+        reader = InMemoryChangelogReader(topic, max_parallelism=self.max_parallelism)
+        return ChangelogWiring(writer, reader, SharedFilesView(self.storage, f"rebased/{task}", f"e{epoch}"))
 
     @classmethod
     def for_stage(cls, job: JobSpec, stage: str, *, parallelism: int | None = None,
@@ -134,10 +164,18 @@ class KeyedProcessFunctionHarness:
                    job_id=job.job_id, **options)
 
     @classmethod
-    def for_function(cls, function: Callable[[], KeyedProcessFunction], key_by: Callable[[Any], Any], *,
+    def for_function(cls, function: Callable[[], ProcessFunction | CoProcessFunction],
+                     key_by: Callable[[Any], Any] | tuple[Callable[[Any], Any], Callable[[Any], Any]] | None, *,
                      name: str = "function", **options: Any) -> KeyedProcessFunctionHarness:
-        """A harness for a function outside any job: ``key_by`` keys each value."""
-        return cls(Stage(name, ("harness-input",), key_by, function, "harness-output"), **options)
+        """A harness for a function outside any job: ``key_by`` keys each value (None: a stage
+        without a key, running a :class:`~tidemark.api.ProcessFunction`). A two-input function
+        (a :class:`~tidemark.api.CoProcessFunction` class) gets two inputs, keyed by the two
+        functions of ``key_by`` when it is a pair."""
+        if isinstance(key_by, tuple):
+            keyed = tuple(Input(f"harness-input-{n}", key_by=key) for n, key in enumerate(key_by, 1))
+            return cls(Stage(name, keyed, None, function, "harness-output"), **options)
+        topics = ("harness-input-1", "harness-input-2") if two_inputs(function) else ("harness-input",)
+        return cls(Stage(name, topics, key_by, function, "harness-output"), **options)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -197,20 +235,33 @@ class KeyedProcessFunctionHarness:
 
     # ------------------------------------------------------------------ records
 
-    def process(self, value: Any, *, key: Any = _NO_KEY, timestamp_ms: int | None = None) -> list[Emitted]:
-        """Process one value: keyed by the stage's ``key_by`` unless ``key`` is given, routed by
-        key group to its task; returns what this record emitted (also appended to :attr:`output`).
-        ``timestamp_ms`` (``ctx.timestamp_ms``) defaults to the clock's time."""
+    def process(self, value: Any, *, key: Any = _NO_KEY, timestamp_ms: int | None = None,
+                partition: int = 0, input: int = 0) -> list[Emitted]:
+        """Process one value of the stage's input number ``input`` (a two-input function's
+        ``process_element1`` for 0, ``process_element2`` for 1): keyed by that input's ``key_by``
+        (else the stage's) unless ``key`` is given, routed by key group to its task; returns what
+        this record emitted (also appended to :attr:`output`). In a stage without a key
+        (``key_by=None``) the record goes, as in a worker, to the task of its input ``partition``
+        (task ``partition % parallelism``). ``timestamp_ms`` (``ctx.timestamp_ms``) defaults to
+        the clock's time."""
         if not self._opened or self._closed:
             raise RuntimeError("open() the harness first (or use it as a context manager)")
-        if key is _NO_KEY:
-            key = self.stage.key_by(value)
-        task = self.tasks[self.router.task_index(key)]
+        inputs = self.stage.input_list
+        if not 0 <= input < len(inputs):
+            raise ValueError(f"stage {self.stage.name} has {len(inputs)} input(s), not an input {input}")
+        if not self.stage.keyed:
+            key, task = None, self.tasks[partition % len(self.tasks)]
+        else:
+            if key is _NO_KEY:
+                key = self.stage.key_of(inputs[input])(value)  # type: ignore[misc]
+            task = self.tasks[self.router.task_index(key)]
         stamp = self.clock.now_ms() if timestamp_ms is None else timestamp_ms
-        return self._emitted(task, task.process(key, value, stamp))
+        if task.process(key, value, stamp, input) is False:
+            self.too_late.append(value)
+        return self._emitted(task)
 
-    def _emitted(self, task: StageTask, records: Iterable[tuple[bytes | None, bytes, int]]) -> list[Emitted]:
-        emitted = [Emitted(task.task_id, k, v, t) for k, v, t in records]
+    def _emitted(self, task: StageTask) -> list[Emitted]:
+        emitted = [Emitted(task.task_id, k, v, t) for k, v, t in task.take_output()]
         self.output.extend(emitted)
         return emitted
 
@@ -230,17 +281,19 @@ class KeyedProcessFunctionHarness:
         return self._fire(TimeDomain.PROCESSING_TIME, self.clock.now_ms())
 
     def _fire(self, domain: TimeDomain, until: int) -> list[Emitted]:
-        def failed(timer: Timer, error: Exception) -> None:
-            raise error
+        emitted = []
+        for task in self.tasks:
+            task.fire(domain, until)  # a failing on_timer raises here
+            emitted.extend(self._emitted(task))
+        return emitted
 
-        return [record for task in self.tasks for record in self._emitted(task, task.fire(domain, until, failed))]
-
-    def timers(self, key: Any, domain: TimeDomain | str = TimeDomain.EVENT_TIME) -> list[int]:
-        """The timers of ``key`` in ``domain``, in time order."""
+    def timers(self, key: Any, domain: TimeDomain | str = TimeDomain.EVENT_TIME, namespace: Any = None) -> list[int]:
+        """The timers of ``key`` in ``domain``, in time order: a function's own, or with
+        ``namespace`` a window's (``TimeWindow(start, end)``)."""
         task = self.task_for(key)
         assert task.timers is not None, "open() the harness first"
         task.backend.set_current_key(key)
-        return task.timers.timestamps(TimeDomain(domain))
+        return task.timers.timestamps(TimeDomain(domain), namespace)
 
     def _check_open(self) -> None:
         if not self._opened or self._closed:
@@ -250,9 +303,11 @@ class KeyedProcessFunctionHarness:
         return [record for value in values for record in self.process(value)]
 
     def process_record(self, key: bytes | None, value: bytes | None, *,
-                       timestamp_ms: int | None = None) -> list[Emitted]:
-        """Process one Kafka record as the worker does: the stage's ``decode``, then ``key_by``."""
-        return self.process(self.stage.decode(key, value), timestamp_ms=timestamp_ms)
+                       timestamp_ms: int | None = None, input: int = 0) -> list[Emitted]:
+        """Process one Kafka record of input number ``input`` as the worker does: that input's
+        ``decode`` (else the stage's), then its ``key_by``."""
+        decode = self.stage.decode_of(self.stage.input_list[input])
+        return self.process(decode(key, value), timestamp_ms=timestamp_ms, input=input)
 
     def output_values(self) -> list[Any]:
         """The values of :attr:`output`, decoded as JSON."""
@@ -263,17 +318,25 @@ class KeyedProcessFunctionHarness:
 
     # ------------------------------------------------------------------ state
 
+    @property
+    def functions(self) -> list[Any]:
+        """The function instance of each task, in task order (to look at what a function keeps)."""
+        return [task.operator.function for task in self.tasks]  # type: ignore[attr-defined]
+
     def task_for(self, key: Any) -> StageTask:
         """The task whose key groups hold ``key``."""
         return self.tasks[self.router.task_index(key)]
 
-    def state(self, descriptor: Any, key: Any) -> Any:
-        """The state handle of ``descriptor`` with ``key`` current (on its task's backend), to
+    def state(self, descriptor: Any, key: Any, namespace: Any = None) -> Any:
+        """The state handle of ``descriptor`` with ``key`` current (on its task's backend), in
+        ``namespace`` (a window: ``TimeWindow(start, end)``; default: a function's own state), to
         read (or set up) state: ``harness.state(ValueStateDescriptor("hits", default=0), "/a").value()``.
         The next record sets its own key, so reading here does not disturb processing."""
         backend = self.task_for(key).backend
         backend.set_current_key(key)
-        return backend.get_state(descriptor)
+        state = backend.get_state(descriptor)
+        state.set_current_namespace(namespace)
+        return state
 
     def cleanup_expired_state(self) -> int:
         """Remove expired TTL entries now (as a full snapshot does); returns how many."""
@@ -281,23 +344,29 @@ class KeyedProcessFunctionHarness:
 
     # ------------------------------------------------------------------ snapshots
 
-    def snapshot(self, checkpoint_id: int | None = None) -> HarnessSnapshot:
-        """Snapshot every task into the harness's storage as a savepoint (canonical format) and
-        write its ``_metadata``; processing may go on afterwards."""
-        if not self._opened or self._closed:
-            raise RuntimeError("snapshot an open harness")
+    def snapshot(self, checkpoint_id: int | None = None, *, savepoint: bool = True) -> HarnessSnapshot:
+        """Snapshot every task into the harness's storage and write its ``_metadata``, as a worker
+        does at a barrier (each operator's ``prepare_snapshot_pre_barrier`` first: what it emits
+        there is appended to :attr:`output`); processing may go on afterwards. A savepoint (the
+        default) is self-contained, in the canonical format; ``savepoint=False`` takes a checkpoint
+        in the backend's own form (RocksDB's incremental files, the changelog's ranges)."""
+        self._check_open()
         cid = CheckpointId(checkpoint_id if checkpoint_id is not None else self._next_snapshot)
         self._next_snapshot = cid + 1
-        kind = CheckpointType.SAVEPOINT
+        kind = CheckpointType.SAVEPOINT if savepoint else CheckpointType.CHECKPOINT
+        for task in self.tasks:
+            task.prepare_snapshot_pre_barrier(cid)
+            self._emitted(task)
         storage = SnapshotStorage(self.storage, checkpoint_dir(self.job_id, cid, kind), shared_dir(self.job_id))
         started = now_ms()
         tasks = []
         for task in self.tasks:
-            keyed, operator = task.snapshot(cid, storage, canonical=True, operator_items={})
+            keyed, operator = task.snapshot(cid, storage, canonical=savepoint, operator_items={})
             assignment = task.assignment
             tasks.append(TaskSnapshot(task.task_id, assignment.operator_id, assignment.subtask_index,
                                       assignment.key_group_start, assignment.key_group_end,
-                                      state_handles=keyed.handles + operator))
+                                      state_handles=keyed.handles + operator, changelog_ranges=keyed.ranges,
+                                      materialization=keyed.materialization))
         size = sum(h.state_size_bytes for t in tasks for h in t.state_handles)
         metadata = CheckpointMetadata(self.job_id, cid, kind, started, now_ms(),
                                       self.max_parallelism, tuple(tasks), state_size_bytes=size,
@@ -312,6 +381,16 @@ class KeyedProcessFunctionHarness:
         self._check_open()
         for task in self.tasks:
             task.notify_completed(CheckpointId(checkpoint_id))
+
+    def stop_with_savepoint(self, checkpoint_id: int | None = None) -> HarnessSnapshot:
+        """What a stop-with-savepoint does to the tasks: a savepoint, its completion, each
+        operator's ``finish``, then :meth:`close`."""
+        snapshot = self.snapshot(checkpoint_id)
+        self.notify_checkpoint_complete(snapshot.metadata.checkpoint_id)
+        for task in self.tasks:
+            task.finish()
+        self.close()
+        return snapshot
 
     def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
         """Tell every task that checkpoint ``checkpoint_id`` was aborted."""

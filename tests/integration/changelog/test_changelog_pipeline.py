@@ -33,7 +33,7 @@ from tidemark.kafka.clients import consumer_config
 from tidemark.kafka.topics import TopicNames
 from tidemark.local.cluster import LocalCluster
 from tidemark.protocol import codec
-from tidemark.runtime.heartbeat import SupervisorHeartbeats
+from tidemark.runtime.supervisor.heartbeat import SupervisorHeartbeats
 from tidemark.protocol.messages import (
     CheckpointAborted,
     CheckpointCompleted,

@@ -1,7 +1,7 @@
 """One contract suite for every ``StageOutput``: ``ChannelOutput``, ``TwoPhaseCommitOutput`` and
 ``AtLeastOnceOutput``, against the session broker, read back by real consumers.
 
-The lifecycle every output offers the stage worker (``runtime/outputs.py``): ``recover(items, n)``
+The lifecycle every output offers the stage worker (``runtime/worker/outputs.py``): ``recover(items, n)``
 after a restore -> ``write(batch)`` per micro-batch -> ``pre_commit(barriers)`` at checkpoint *n*,
 whose result is the operator state snapshotted with it -> ``commit(n)`` / ``abort(n)`` -> ``close()``.
 
@@ -39,7 +39,7 @@ from tidemark.kafka.commit_markers import CommitMarker
 from tidemark.kafka.transactions import fence_transactional_ids
 from tidemark.protocol import codec
 from tidemark.protocol.messages import BARRIER_HEADER, Barrier
-from tidemark.runtime.outputs import (
+from tidemark.runtime.worker.outputs import (
     AtLeastOnceOutput,
     ChannelOutput,
     OutputRecord,
@@ -48,7 +48,7 @@ from tidemark.runtime.outputs import (
     TwoPhaseCommitOutput,
     task_commit_markers,
 )
-from tidemark.runtime.records import EPOCH_HEADER, TASK_HEADER
+from tidemark.runtime.job.records import EPOCH_HEADER, TASK_HEADER
 from tidemark.types import CheckpointId, CheckpointingMode, CheckpointType, Epoch, JobId, OperatorId, TaskId
 
 JOB = JobId("job")

@@ -22,7 +22,7 @@ from kafka_test_helpers import create_topic, produce_transaction
 
 from tidemark.config.settings import TidemarkSettings
 from tidemark.kafka.clients import java_security, kafka_security
-from tidemark.runtime.records import EPOCH_HEADER, TASK_HEADER, records_of
+from tidemark.runtime.job.records import EPOCH_HEADER, TASK_HEADER, records_of
 from tidemark.spark.kafka_connector import connector_jars
 from tidemark.spark.session import query_checkpoint_location
 from tidemark.spark.stage_source import ReadSelection, SparkKafkaSource, StageSource, TidemarkKafkaSource

@@ -8,7 +8,7 @@ import pytest
 
 from checkpoint_support import registration
 from tidemark.checkpoint.task_workers import registration_problem, tasks_by_worker, worker_of_each_task
-from tidemark.runtime.ownership import worker_of
+from tidemark.runtime.job.ownership import worker_of
 
 
 def test_without_workers_every_task_runs_in_worker_zero() -> None:

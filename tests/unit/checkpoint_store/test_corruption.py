@@ -13,8 +13,12 @@ from tidemark.checkpoint_store.metadata_codec import FORMAT_TAG, CorruptMetadata
 from tidemark.checkpoint_store.store import CheckpointStoreOptions
 from tidemark.checkpoint_store.verification import CorruptCheckpoint, verify_checkpoint
 from tidemark.protocol.codec import Codec
-from tidemark.runtime.api import JobSpec, KeyedProcessFunction, Stage
-from tidemark.runtime.restore_source import RestoreRefused, choose_restore_source, refuse_below_committed_output
+from tidemark.api import JobSpec, KeyedProcessFunction, Stage
+from tidemark.runtime.supervisor.restore_source import (
+    RestoreRefused,
+    choose_restore_source,
+    refuse_below_committed_output,
+)
 from tidemark.storage.filesystem import FilesystemCheckpointStorage
 from tidemark.types import CheckpointId, CheckpointingMode
 

@@ -14,7 +14,7 @@ from tidemark.cli import app
 from tidemark.config.environment import NOT_SETTINGS, setting_variables, unknown_variables
 from tidemark.config.service_modules import SERVICES
 from tidemark.config.settings import ConfigurationError, TidemarkSettings, load_settings
-from tidemark.runtime.api import JobSpecError, check_job_args, load_job
+from tidemark.api import JobSpecError, check_job_args, load_job
 from tidemark.services import run_service, service_module
 from tidemark.services.coordinator.settings import CoordinatorSettings
 from tidemark.services.materializer.settings import MaterializerSettings

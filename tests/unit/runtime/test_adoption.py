@@ -1,4 +1,4 @@
-"""A restarted supervisor adopts what its killed predecessor left running (runtime.adoption): the
+"""A restarted supervisor adopts what its killed predecessor left running (runtime.supervisor.adoption): the
 record, the refusals, a worker's wait for its adopter and the handle on a process that is not a child."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tidemark.processes import process_start_time
-from tidemark.runtime.adoption import (
+from tidemark.runtime.supervisor.adoption import (
     AdoptedProcess,
     ProcessRecord,
     SupervisorRecord,
@@ -25,8 +25,8 @@ from tidemark.runtime.adoption import (
     read_record,
     write_record,
 )
-from tidemark.runtime.stage_attempt import Assignment, Attempt, release_line
-from tidemark.runtime.stage_process import SupervisorLines
+from tidemark.runtime.job.attempt import Assignment, Attempt, release_line
+from tidemark.runtime.worker.process import SupervisorLines
 from tidemark.types import Epoch
 
 IDENTITY = {"job_ref": "tidemark.examples.access_log:top_urls", "job_args": {"job_id": "j"}, "parallelism": None,

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from tidemark.runtime.batch_handoff import BatchHandoff
+from tidemark.runtime.worker.batch_handoff import BatchHandoff
 
 
 def test_batches_are_processed_in_order_one_at_a_time_in_another_thread():

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tidemark.cli import app
-from tidemark.runtime.fresh_start import (
+from tidemark.runtime.supervisor.fresh_start import (
     FreshStart,
     UnreadableFreshStart,
     is_restart,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import httpx2
 
 from tidemark.processes import free_port
-from tidemark.runtime.health import serve_health
-from tidemark.runtime.metrics import RESTARTS
+from tidemark.runtime.job.health import serve_health
+from tidemark.runtime.job.metrics import RESTARTS
 
 
 def test_probes_and_metrics_on_one_port() -> None:

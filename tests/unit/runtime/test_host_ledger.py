@@ -1,4 +1,4 @@
-"""The supervisor's view of its worker hosts (runtime.hosted_workers.HostLedger): placement, RUNs,
+"""The supervisor's view of its worker hosts (runtime.placement.hosted_workers.HostLedger): placement, RUNs,
 states, and when a host counts as restarted or lost."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from tidemark.protocol.messages import HostedProcess, HostReport, ProcessPhase
-from tidemark.runtime.hosted_workers import HostLedger, host_of, run_assignment
-from tidemark.runtime.stage_attempt import Assignment, Attempt, process_name
-from tidemark.runtime.worker_pool import Launch
+from tidemark.runtime.placement.hosted_workers import HostLedger, host_of, run_assignment
+from tidemark.runtime.job.attempt import Assignment, Attempt, process_name
+from tidemark.runtime.placement.pool import Launch
 from tidemark.types import Epoch, JobId
 
 JOB = JobId("job")

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from tidemark.runtime.api import json_decode, json_encode
+from tidemark.api import json_decode, json_encode
 
 
 def test_values_round_trip_compact_with_sorted_keys():

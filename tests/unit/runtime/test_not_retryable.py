@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from tidemark.config.settings import ConfigurationError
-from tidemark.runtime.api import JobSpecError
-from tidemark.runtime.start_errors import (
+from tidemark.api import JobSpecError
+from tidemark.runtime.job.start_errors import (
     MissingInputTopic,
     failed_file,
     missing_topics_reason,

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from tidemark.examples.access_log import top_urls
 from tidemark.keygroups import KeyGroupRange, assign_to_key_group, compute_key_group_range
-from tidemark.runtime.ownership import (
+from tidemark.runtime.job.ownership import (
     channel_partition,
     channel_partitions_of,
     check_workers,
@@ -16,14 +16,14 @@ from tidemark.runtime.ownership import (
     subtasks_of,
     worker_of,
 )
-from tidemark.runtime.physical_plan import (
+from tidemark.runtime.job.physical_plan import (
     READER_SUFFIX,
     physical_job,
     reader_workers,
     source_operators,
     workers_per_stage,
 )
-from tidemark.runtime.routing import ChannelPartitioner, KeyGroupRouter
+from tidemark.runtime.worker.routing import ChannelPartitioner, KeyGroupRouter
 
 
 @given(st.integers(1, 64).flatmap(lambda p: st.tuples(st.just(p), st.integers(1, p))))
@@ -99,10 +99,11 @@ def test_a_source_stage_on_several_workers_reads_through_an_exchange() -> None:
     first, *rest = spec.stages
     reader, keyed, *after = running.stages
     assert reader.name == first.name + READER_SUFFIX and reader.forwards_to == first.name
-    assert reader.inputs == first.inputs and reader.output == f"x.exchange.{first.name}"
+    assert reader.topics == first.topics and reader.output == f"x.exchange.{first.name}"
     assert reader.workers == 1  # one input partition: one reader is enough
-    assert keyed.name == first.name and keyed.inputs == (reader.output,) and keyed.workers == 2
-    assert running.upstream_of(keyed) is reader and running.upstream_of(reader) is None
+    assert keyed.name == first.name and keyed.topics == (reader.output,) and keyed.workers == 2
+    assert keyed.exchange == reader.output and keyed.exchanged == first.topics and keyed.inputs == first.inputs
+    assert running.upstreams_of(keyed) == (reader,) and running.is_source(reader)
     assert [s.name for s in after] == [s.name for s in rest] and all(s.workers == 2 for s in after)
     assert source_operators(reader) == (reader.operator_id, first.operator_id)
     assert source_operators(first) == (first.operator_id, reader.operator_id)
@@ -120,7 +121,7 @@ def test_workers_are_capped_at_the_parallelism_and_a_stage_setting_wins() -> Non
 def test_the_channel_partitioner_keys_a_record_as_the_reading_stage_does() -> None:
     spec = _spec()
     reader = spec.stages[1]
-    partitioner = ChannelPartitioner(reader, spec.max_parallelism, 4)
+    partitioner = ChannelPartitioner(reader, spec.stages[0].output, spec.max_parallelism, 4)
     value = b'{"minute": 5, "url": "/a", "hits": 3}'
     key = reader.key_by(reader.decode(None, value))
     assert partitioner(None, value) == channel_partition(assign_to_key_group(key, 128), 128, 4)
@@ -130,7 +131,7 @@ def test_the_channel_partitioner_keys_a_record_as_the_reading_stage_does() -> No
 
 def test_source_positions_come_from_the_operator_that_read_those_partitions() -> None:
     from tidemark.protocol.messages import CheckpointMetadata, SourceOffset, TaskSnapshot
-    from tidemark.runtime.stage_restore import source_positions
+    from tidemark.runtime.worker.restore import source_positions
     from tidemark.types import CheckpointId, CheckpointType, JobId, KeyGroup, OperatorId, TaskId
 
     def task(operator: str, index: int, offsets: list[tuple[str, int, int]]) -> TaskSnapshot:
@@ -151,7 +152,7 @@ def test_source_positions_come_from_the_operator_that_read_those_partitions() ->
 @pytest.mark.parametrize("old_parallelism,new_parallelism,workers", [(2, 2, 2), (3, 2, 2), (2, 4, 3), (4, 4, 1)])
 def test_each_old_tasks_sink_buffers_go_to_exactly_one_new_worker(old_parallelism, new_parallelism, workers) -> None:
     from tidemark.protocol.messages import CheckpointMetadata, TaskSnapshot
-    from tidemark.runtime.stage_restore import inherited_tasks
+    from tidemark.runtime.worker.restore import inherited_tasks
     from tidemark.types import CheckpointId, CheckpointType, JobId, KeyGroup, OperatorId, TaskId
 
     old = []

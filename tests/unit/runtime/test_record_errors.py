@@ -10,10 +10,10 @@ import pytest
 from tidemark.protocol import codec
 from tidemark.protocol.dead_letters import DeadLetter
 from tidemark.protocol.messages import Barrier
-from tidemark.runtime.api import ErrorPolicy
-from tidemark.runtime.metrics import RECORDS_SKIPPED
-from tidemark.runtime.records import BARRIER_HEADER, EPOCH_HEADER, TASK_HEADER, InputRecord, records_of
-from tidemark.runtime.record_errors import FunctionFailed, RecordFailed, RecordFailures
+from tidemark.api import ErrorPolicy
+from tidemark.runtime.job.metrics import RECORDS_SKIPPED
+from tidemark.runtime.job.records import BARRIER_HEADER, EPOCH_HEADER, TASK_HEADER, InputRecord, records_of
+from tidemark.runtime.worker.record_errors import FunctionFailed, RecordFailed, RecordFailures
 from tidemark.kafka.topics import TopicNames
 from tidemark.chassis.dead_letter_publisher import RawRecord, dead_letter, error_text, published_size, reason_of
 from tidemark.types import CheckpointId, CheckpointingMode, CheckpointType, Epoch, JobId, TaskId

@@ -5,16 +5,17 @@ import datetime as dt
 
 import pyarrow as pa
 
-from tidemark.runtime.records import (
+from tidemark.runtime.job.records import (
     EPOCH_HEADER,
     EVENT_TIME_HEADER,
+    INPUT_HEADER,
     TASK_HEADER,
     WATERMARK_HEADER,
     records_of,
     tidemark_headers,
     watermark_headers,
 )
-from tidemark.runtime.watermarks import WatermarkStatus
+from tidemark.runtime.worker.watermarks import WatermarkStatus
 from tidemark.types import Epoch, TaskId
 
 HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
@@ -70,4 +71,16 @@ def test_watermark_and_event_time_headers_are_read_and_checked():
 def test_watermark_headers_round_trip():
     status = WatermarkStatus(-(2**63), idle=True)
     headers = [{"key": k, "value": v} for k, v in watermark_headers(Epoch(2), TaskId("op#1"), status)]
-    assert tidemark_headers(headers) == (2, "op#1", None, status, None)
+    assert tidemark_headers(headers) == (2, "op#1", None, status, None, None)
+
+
+def test_a_forwarded_records_input_topic_is_read_and_checked():
+    now = dt.datetime(2026, 11, 28, tzinfo=dt.timezone.utc)
+    channel = [{"key": EPOCH_HEADER, "value": b"1"}, {"key": TASK_HEADER, "value": b"s.read#0"}]
+    headers = [channel + [{"key": INPUT_HEADER, "value": b"orders"}],
+               channel + [{"key": INPUT_HEADER, "value": b""}],
+               channel + [{"key": INPUT_HEADER, "value": b"x" * 250}]]
+    named, empty, long = records_of(_batch([now] * 3, headers))
+    assert named.origin == "orders" and named.header_error is None
+    assert empty.header_error and "not a topic" in empty.header_error
+    assert long.header_error and "not a topic" in long.header_error

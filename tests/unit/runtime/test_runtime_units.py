@@ -8,10 +8,10 @@ import struct
 import pytest
 
 from tidemark.protocol.messages import Barrier
-from tidemark.runtime.alignment import Aligned, BarrierAligner, Cancelled, Process
-from tidemark.runtime.outputs import PendingBuffer
-from tidemark.runtime.records import InputRecord
-from tidemark.runtime.routing import KeyGroupRouter
+from tidemark.runtime.worker.alignment import Aligned, BarrierAligner, Cancelled, Process
+from tidemark.runtime.worker.outputs import PendingBuffer
+from tidemark.runtime.job.records import InputRecord
+from tidemark.runtime.worker.routing import KeyGroupRouter
 from tidemark.keygroups import compute_key_group_range, compute_operator_index_for_key_group, \
     assign_to_key_group
 from tidemark.types import CheckpointId, CheckpointingMode, CheckpointType, Epoch, JobId, TaskId

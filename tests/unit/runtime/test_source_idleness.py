@@ -1,6 +1,6 @@
 """Idleness of a source stage's partitions through what a broker does: the consumer lag's record
-of the broker's answers (tidemark.runtime.consumer_lag.EndOffsets) and the partitions'
-watermarks (tidemark.runtime.watermarks.SourceWatermarks), driven on one scripted clock as a
+of the broker's answers (tidemark.runtime.worker.consumer_lag.EndOffsets) and the partitions'
+watermarks (tidemark.runtime.worker.watermarks.SourceWatermarks), driven on one scripted clock as a
 worker drives them: records read in micro-batches, ticks between them, a lag report every 2 s
 on the loop's thread (a report waiting for a stalled broker holds the ticks back), the
 process's outage state. The producers write in order within each partition, a few hundred ms
@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tidemark.runtime.api import EventTime
-from tidemark.runtime.consumer_lag import REPORT_EVERY_S, STALE_AFTER_S, EndOffsets
-from tidemark.runtime.watermarks import SourceWatermarks, Unread, WatermarkStatus
+from tidemark.api import EventTime
+from tidemark.runtime.worker.consumer_lag import REPORT_EVERY_S, STALE_AFTER_S, EndOffsets
+from tidemark.runtime.worker.watermarks import SourceWatermarks, Unread, WatermarkStatus
 
 A, B = ("in", 0), ("in", 1)
 IDLE_TIMEOUT_S = 3.0

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from tidemark.runtime.faults import FaultInjector
-from tidemark.runtime.stage_attempt import Assignment, Attempt
+from tidemark.runtime.job.faults import FaultInjector
+from tidemark.runtime.job.attempt import Assignment, Attempt
 from tidemark.types import Epoch
 
 

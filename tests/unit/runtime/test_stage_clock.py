@@ -1,4 +1,4 @@
-"""A stage worker's time (tidemark.runtime.stage_time.StageClock) on the runtime's own tasks, without
+"""A stage worker's time (tidemark.runtime.worker.clock.StageClock) on the runtime's own tasks, without
 Kafka or Spark: source watermarks moving at batch ends and ticks, event-time and processing-time
 timers firing into the batch, late records, watermark records of channels, what goes downstream,
 and the watermarks' snapshot."""
@@ -14,11 +14,12 @@ import pytest
 from tidemark.checkpoint.restore_planner import plan_assignments
 from tidemark.keygroups import KeyGroupRange, assign_to_key_group
 from tidemark.protocol.messages import Barrier
-from tidemark.runtime.api import NO_WATERMARK, EventTime, KeyedProcessFunction, LateRecords, Stage
-from tidemark.runtime.records import InputRecord
-from tidemark.runtime.stage_time import StageClock
-from tidemark.runtime.task import StageTask, StageTime
-from tidemark.runtime.watermarks import Unread, WatermarkStatus
+from tidemark.api import NO_WATERMARK, EventTime, KeyedProcessFunction, LateRecords, Stage
+from tidemark.runtime.job.records import InputRecord
+from tidemark.runtime.worker.clock import StageClock
+from tidemark.operators.time import StageTime
+from tidemark.runtime.worker.task import StageTask
+from tidemark.runtime.worker.watermarks import Unread, WatermarkStatus
 from tidemark.state.backend_registry import BackendContext, create_backend
 from tidemark.types import CheckpointId, CheckpointingMode, CheckpointType, Epoch, TaskId
 
@@ -60,10 +61,6 @@ def _answer(*unread: tuple[str, int]) -> Unread:
     return Unread(frozenset(unread), asked_ms=time_module.monotonic() * 1000)
 
 
-def _failed(timer, error):
-    raise error
-
-
 def _record(partition: int, offset: int, ts: int, **fields: Any) -> InputRecord:
     return InputRecord("in", partition, offset, 0, None, json.dumps({"ts": ts, **fields}).encode())
 
@@ -83,51 +80,54 @@ def _task_of(tasks: list[StageTask], key: str) -> StageTask:
     return next(t for t in tasks if group in t.key_groups)
 
 
-def _fired(batch: dict[TaskId, list]) -> list[tuple[str, int, str]]:
+def _fired(tasks: list[StageTask], batch: dict[TaskId, list]) -> list[tuple[str, int, str]]:
+    """What the timers emitted so far (the tasks' outputs, gathered into ``batch`` as the worker does)."""
+    for task in tasks:
+        batch.setdefault(task.task_id, []).extend(task.take_output())
     return sorted((v["key"], v["at"], v["domain"]) for records in batch.values()
                   for v in (json.loads(r[1]) for r in records))
 
 
 def test_a_source_stage_fires_event_time_timers_when_its_partitions_pass_them(tasks) -> None:
     stage, built, time = tasks
-    clock = StageClock("job", stage, 0, EVENT_TIME, built, time, {}, reads=PARTITIONS, timer_failed=_failed)
+    clock = StageClock("job", stage, 0, EVENT_TIME, built, time, {}, reads=PARTITIONS)
     batch: dict[TaskId, list] = {}
     assert _process(clock, built, _record(0, 0, 5), "a") and _process(clock, built, _record(1, 0, 25), "b")
-    clock.end_of_batch(batch, unread=_answer())
-    assert time.watermark == 4 and _fired(batch) == []  # min(5, 25) - 0 - 1
+    clock.end_of_batch(unread=_answer())
+    assert time.watermark == 4 and _fired(built, batch) == []  # min(5, 25) - 0 - 1
     assert clock.to_emit() == WatermarkStatus(4)
     clock.emitted(WatermarkStatus(4))
     assert clock.to_emit() is None  # no news
     _process(clock, built, _record(0, 1, 31), "c")
-    clock.end_of_batch(batch, unread=_answer())
-    assert time.watermark == 24 and _fired(batch) == [("a", 9, "event-time")]
+    clock.end_of_batch(unread=_answer())
+    assert time.watermark == 24 and _fired(built, batch) == [("a", 9, "event-time")]
     assert clock.late(_record(1, 1, 20), 20)  # at or before the watermark: dropped
     assert clock.late_records is not None and clock.late_records.late == 1
 
 
 def test_an_idle_partition_releases_the_watermark_on_a_tick_and_processing_timers_fire_there(tasks) -> None:
     stage, built, time = tasks
-    clock = StageClock("job", stage, 0, EVENT_TIME, built, time, {}, reads=PARTITIONS, timer_failed=_failed)
+    clock = StageClock("job", stage, 0, EVENT_TIME, built, time, {}, reads=PARTITIONS)
     batch: dict[TaskId, list] = {}
-    clock.tick(batch, unread=_answer())  # idleness counts from here
+    clock.tick(unread=_answer())  # idleness counts from here
     _process(clock, built, _record(0, 0, 15, wall=999_999), "a")
-    clock.end_of_batch(batch, unread=_answer())
+    clock.end_of_batch(unread=_answer())
     assert time.watermark == NO_WATERMARK  # partition 1 never had a record, not idle yet
-    assert _fired(batch) == []
+    assert _fired(built, batch) == []
     time_module.sleep(1.05)
-    clock.tick(batch, unread=_answer(("in", 1)))  # unread records: not idle
+    clock.tick(unread=_answer(("in", 1)))  # unread records: not idle
     assert time.watermark == NO_WATERMARK
-    clock.tick(batch, unread=_answer())
+    clock.tick(unread=_answer())
     assert time.watermark == 14 and clock.to_emit() == WatermarkStatus(14, idle=True)
-    assert _fired(batch) == [("a", 999_999, "processing-time")]  # due by the clock (1_000_000)
+    assert _fired(built, batch) == [("a", 999_999, "processing-time")]  # due by the clock (1_000_000)
 
 
 def test_a_channel_stage_moves_on_its_channels_and_snapshots_them_at_the_barrier(tasks) -> None:
     stage, built, time = tasks
     up = [TaskId("up#0"), TaskId("up#1")]
     channels = {("ch", 0, task) for task in up}
-    clock = StageClock("job", stage, 0, EVENT_TIME, built, time, {}, channels=channels, timer_failed=_failed)
-    assert not clock.extracts_from_value  # a channel record carries its event time
+    clock = StageClock("job", stage, 0, EVENT_TIME, built, time, {}, channels=channels)
+    assert not clock.extracts_from_value("t")  # a channel record carries its event time
     batch: dict[TaskId, list] = {}
     timed = InputRecord("ch", 0, 0, 0, None, json.dumps({"ts": 12}).encode(), Epoch(1), up[0], event_time_ms=12)
     assert clock.event_time_of(timed, None) == 12
@@ -136,35 +136,34 @@ def test_a_channel_stage_moves_on_its_channels_and_snapshots_them_at_the_barrier
     def mark(task: TaskId, watermark: int, offset: int) -> InputRecord:
         return InputRecord("ch", 0, offset, 0, None, b"", Epoch(1), task, watermark=WatermarkStatus(watermark))
 
-    clock.channel_watermark(mark(up[0], 30, 1), batch)
+    clock.channel_watermark(mark(up[0], 30, 1))
     assert time.watermark == NO_WATERMARK  # up#1 has said nothing yet
-    clock.channel_watermark(mark(up[1], 20, 2), batch)
-    assert time.watermark == 20 and _fired(batch) == [("a", 19, "event-time")]
+    clock.channel_watermark(mark(up[1], 20, 2))
+    assert time.watermark == 20 and _fired(built, batch) == [("a", 19, "event-time")]
     for offset, task in enumerate(up, start=3):
         barrier = Barrier("job", CheckpointId(4), CheckpointType.CHECKPOINT, CheckpointingMode.AT_LEAST_ONCE, task,
                           0, Epoch(1))
         clock.barrier(InputRecord("ch", 0, offset, 0, None, b"", Epoch(1), task, barrier=barrier))
-    clock.channel_watermark(mark(up[1], 50, 5), batch)  # after the barrier
+    clock.channel_watermark(mark(up[1], 50, 5))  # after the barrier
     item = clock.snapshot_item(CheckpointId(4))
     assert item is not None and json.loads(item)["floor"] == 20 and time.watermark == 30
 
     restored_time = StageTime()
-    restored = StageClock("job", stage, 0, EVENT_TIME, built, restored_time, {}, channels=channels,
-                          timer_failed=_failed)
+    restored = StageClock("job", stage, 0, EVENT_TIME, built, restored_time, {}, channels=channels)
     restored.restore([item])
     assert restored_time.watermark == 20  # the cut's, not what came after the barrier
 
 
 def test_without_event_time_only_processing_time_timers_fire(tasks) -> None:
     stage, built, time = tasks
-    clock = StageClock("job", stage, 0, None, built, time, {}, reads=PARTITIONS, timer_failed=_failed)
+    clock = StageClock("job", stage, 0, None, built, time, {}, reads=PARTITIONS)
     assert not clock.has_watermark and clock.late_records is None and clock.snapshot_item(CheckpointId(1)) is None
     batch: dict[TaskId, list] = {}
     record = InputRecord("in", 0, 0, 777, None, json.dumps({"ts": 5, "wall": 10}).encode())
     assert clock.event_time_of(record, {"ts": 5}) == 777  # the Kafka timestamp
     _process(clock, built, record, "a")
-    clock.tick(batch, unread=_answer())
-    assert _fired(batch) == [("a", 10, "processing-time")] and time.watermark == NO_WATERMARK
+    clock.tick(unread=_answer())
+    assert _fired(built, batch) == [("a", 10, "processing-time")] and time.watermark == NO_WATERMARK
     assert clock.to_emit() is None
 
 

@@ -16,9 +16,9 @@ from tidemark.protocol.messages import (
     StateHandleKind,
     TaskSnapshot,
 )
-from tidemark.runtime.physical_plan import READER_SUFFIX
-from tidemark.runtime.state_claims import ALLOW_OPTION, claimed_operators, refusal, unclaimed_state
-from tidemark.runtime.task import SINK_STATE
+from tidemark.runtime.job.physical_plan import READER_SUFFIX
+from tidemark.runtime.supervisor.state_claims import ALLOW_OPTION, claimed_operators, refusal, unclaimed_state
+from tidemark.runtime.job.operator_states import SINK_STATE
 from tidemark.state import ListStateDescriptor
 from tidemark.state.operator import OperatorStateBackend, snapshot_state_names
 from tidemark.storage import open_storage

@@ -1,11 +1,11 @@
 """What a stage worker process reads from its supervisor: assignments in order, releases by epoch,
-and the end of input (runtime.stage_process)."""
+and the end of input (runtime.worker.process)."""
 
 import io
 from pathlib import Path
 
-from tidemark.runtime.stage_attempt import Assignment, Attempt, release_line
-from tidemark.runtime.stage_process import SupervisorLines
+from tidemark.runtime.job.attempt import Assignment, Attempt, release_line
+from tidemark.runtime.worker.process import SupervisorLines
 from tidemark.types import Epoch
 
 

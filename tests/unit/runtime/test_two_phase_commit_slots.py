@@ -1,11 +1,11 @@
-"""The two-phase-commit output's per-task decisions (tidemark.runtime.outputs): which markers a
+"""The two-phase-commit output's per-task decisions (tidemark.runtime.worker.outputs): which markers a
 commit writes, and which restored buffers a recovery still commits, when a stage's tasks are
 spread over worker processes that commit independently."""
 
 from __future__ import annotations
 
 from tidemark.kafka.commit_markers import CommitMarker, MarkerScan, SlotCommits
-from tidemark.runtime.outputs import PendingBuffer, task_commit_markers, uncommitted_buffers
+from tidemark.runtime.worker.outputs import PendingBuffer, task_commit_markers, uncommitted_buffers
 from tidemark.types import CheckpointId, TaskId
 
 QUERY = "job/sink"

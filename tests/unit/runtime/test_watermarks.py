@@ -1,12 +1,12 @@
-"""Watermarks of a stage worker (tidemark.runtime.watermarks): per partition with bounded
+"""Watermarks of a stage worker (tidemark.runtime.worker.watermarks): per partition with bounded
 out-of-orderness and idleness, per channel, the one combination rule, and their snapshots."""
 
 from __future__ import annotations
 
 import json
 
-from tidemark.runtime.api import NO_WATERMARK, EventTime
-from tidemark.runtime.watermarks import ChannelWatermarks, SourceWatermarks, Unread, WatermarkStatus, combine
+from tidemark.api import NO_WATERMARK, EventTime
+from tidemark.runtime.worker.watermarks import ChannelWatermarks, SourceWatermarks, Unread, WatermarkStatus, combine
 from tidemark.types import CheckpointId, TaskId
 
 A, B, C = ("in", 0), ("in", 1), ("in", 2)

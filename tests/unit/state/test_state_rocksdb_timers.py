@@ -17,6 +17,8 @@ from tidemark.state import local_backend
 from tidemark.changelog.backend import ChangelogStateBackend, restore_from_changelog
 from tidemark.state.rocksdb.timers import RocksDBTimerQueue, split_time_key, time_key
 from tidemark.state.timer_queue import MAX_TIMESTAMP, MIN_TIMESTAMP
+from tidemark.state.table import encode_namespace
+from tidemark.state.timer_queue import timer_order
 from tidemark.state.timers import InternalTimerService, TimeDomain
 from tidemark.testing.changelog import InMemoryChangelogReader, InMemoryChangelogWriter
 from tidemark.types import CheckpointId
@@ -30,11 +32,12 @@ def rocks_options(cache: int = 128) -> RocksDBOptions:
                           write_buffer_bytes=4 << 20, timer_cache_size=cache)
 
 
-def test_the_time_ordered_family_sorts_by_key_group_then_timestamp_then_key() -> None:
-    timers = [(kg, t, encode_key(k)) for kg in (0, 1, 300) for t in (MIN_TIMESTAMP, -2, -1, 0, 1, 2**33, MAX_TIMESTAMP)
-              for k in ("a", "b", 5)]
+def test_the_time_ordered_family_sorts_by_key_group_then_timestamp_then_key_then_namespace() -> None:
+    timers = [(kg, t, encode_key(k), encode_namespace(ns)) for kg in (0, 1, 300)
+              for t in (MIN_TIMESTAMP, -2, -1, 0, 1, 2**33, MAX_TIMESTAMP)
+              for k in ("a", "b", "ab", 5) for ns in (None, (0, 10), (5, 10))]
     raw = [time_key(*timer) for timer in timers]
-    assert [split_time_key(r) for r in sorted(raw)] == sorted(timers)
+    assert [split_time_key(r) for r in sorted(raw)] == sorted(timers, key=lambda t: (t[0], t[1], timer_order(t[2], t[3])))
 
 
 def test_a_restored_queue_holds_only_a_cache_per_key_group(new_backend, storage, monkeypatch) -> None:

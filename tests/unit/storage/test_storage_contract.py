@@ -155,17 +155,21 @@ def test_check_target_refuses_any_symlink_on_the_way(tmp_path: Path) -> None:
     storage.check_target("job/savepoints/real/below")
 
 
-def test_failed_write_leaves_nothing(tmp_path: Path) -> None:
+@pytest.mark.parametrize("error", [OSError("disk on fire"), SystemExit(143)])
+def test_failed_write_leaves_nothing(tmp_path: Path, error: BaseException) -> None:
+    """Not the file, not its temporary file, not the directories made for it (an exit on SIGTERM
+    in the middle of a snapshot's write leaves no empty checkpoint directory behind)."""
     storage = FilesystemCheckpointStorage(tmp_path / "root")
+    storage.write_bytes("job/kept", b"x")
 
     class Broken(io.RawIOBase):
         def read(self, size: int = -1) -> bytes:
-            raise OSError("disk on fire")
+            raise error
 
-    with pytest.raises(OSError):
-        storage.write_from("a/b", Broken())  # type: ignore[arg-type]
-    assert not storage.exists("a/b")
-    assert os.listdir(tmp_path / "root" / "a") == []
+    with pytest.raises(type(error)):
+        storage.write_from("job/chk-7/stage/chk-7/op-0", Broken())  # type: ignore[arg-type]
+    assert not storage.exists("job/chk-7/stage/chk-7/op-0")
+    assert os.listdir(tmp_path / "root" / "job") == ["kept"]
 
 
 def test_registry(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tidemark.runtime.api import CheckpointedFunction, CheckpointListener, KeyedProcessFunction
+from tidemark.api import CheckpointedFunction, CheckpointListener, KeyedProcessFunction
 from tidemark.state import BroadcastStateDescriptor, ListStateDescriptor, ValueStateDescriptor
 from tidemark.testing import KeyedProcessFunctionHarness as Harness
 
@@ -82,7 +82,7 @@ def test_the_hooks_are_called_in_the_lifecycle_order(backend: str) -> None:
         ("snapshot_state", 2), ("notify_checkpoint_aborted", 2), ("close", None)]
     with harness(1, backend).restore(snapshot) as restored:
         assert Recording.calls[:2] == [("initialize_state", 2), ("open", None)]
-        assert sorted(restored.tasks[0].function.seen.get()) == ["a", "b", "c"]
+        assert sorted(restored.functions[0].seen.get()) == ["a", "b", "c"]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -95,7 +95,7 @@ def test_operator_state_is_redistributed_on_rescale_2_3_2(backend: str) -> None:
     # each value comes back 3 times (a function keeps only its own items there, or expects this)
     for parallelism, copies in ((3, 1), (2, 3)):
         with harness(parallelism, backend).restore(snapshot) as restored:
-            functions = [task.function for task in restored.tasks]
+            functions = restored.functions
             seen = [list(f.seen.get()) for f in functions]
             assert sorted(v for share in seen for v in share) == sorted(values)  # even-split: each item once
             assert max(map(len, seen)) - min(map(len, seen)) <= 1

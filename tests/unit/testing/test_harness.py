@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from tidemark.examples.access_log import MINUTE_MS, top_urls, url_counts
-from tidemark.runtime.api import KeyedProcessFunction, json_encode
+from tidemark.api import KeyedProcessFunction, json_encode
 from tidemark.state import (
     AggregatingStateDescriptor,
     ListStateDescriptor,
@@ -212,3 +212,19 @@ def test_the_harness_must_be_open_to_process() -> None:
     harness.close()
     with pytest.raises(RuntimeError, match="open"):
         harness.process(access("/a"))
+
+
+@pytest.mark.parametrize("backend", ["heap", "rocksdb"])
+def test_the_testing_guide_failover_example_holds(backend: str) -> None:
+    """docs/guide/testing.md: a checkpoint of the changelog backend restored after the attempt died."""
+    from tidemark.testing.changelog import InMemoryChangelogTopic
+
+    topic = InMemoryChangelogTopic("counts.changelog", partitions=2)
+    first = Harness.for_stage(url_counts(), "count_hits", changelog=topic, state_backend=backend).open()
+    first.process({"url": "/a"})
+    checkpoint = first.snapshot(1, savepoint=False)
+    assert checkpoint.metadata.tasks[0].changelog_ranges  # the state is in the changelog
+    first.close()
+    second = Harness.for_stage(url_counts(), "count_hits", changelog=topic, state_backend=backend)
+    with second.restore(checkpoint):
+        assert second.process({"url": "/a"})[0].decoded() == {"url": "/a", "hits": 2}

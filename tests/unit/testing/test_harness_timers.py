@@ -12,7 +12,7 @@ import pytest
 
 from tidemark.examples import access_log
 from tidemark.examples.generator import expected_top_urls, generate
-from tidemark.runtime.api import NO_WATERMARK, KeyedProcessFunction
+from tidemark.api import NO_WATERMARK, KeyedProcessFunction
 from tidemark.state import MapStateDescriptor, ValueStateDescriptor
 from tidemark.testing.harness import KeyedProcessFunctionHarness
 

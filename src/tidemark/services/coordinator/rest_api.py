@@ -55,7 +55,7 @@ from tidemark.admin.request_bodies import (
     parse_run_id,
 )
 from tidemark.protocol.messages import SavepointRequest
-from tidemark.runtime.api import load_job
+from tidemark.api import load_job
 from tidemark.chassis.app import ServiceApp
 from tidemark.chassis.logs import get_logger
 from tidemark.services.coordinator.edge import CoordinatorEdge

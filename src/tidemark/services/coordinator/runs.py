@@ -10,7 +10,7 @@ A run is not tied to the coordinator's life: its supervisor starts in a session 
 (``start_new_session``, no parent-death signal), so neither a coordinator that is killed nor one
 that stops (SIGTERM, an upgrade) takes it down; only ``DELETE /api/v1/runs/{id}`` stops it. Its
 workers end with the supervisor (a killed one's after ``adoption_window_s``, when no successor
-adopts them: :mod:`tidemark.runtime.adoption`). Every run is recorded in
+adopts them: :mod:`tidemark.runtime.supervisor.adoption`). Every run is recorded in
 ``<home>/job-runs/<run_id>.json`` (rewritten atomically at start, cancel and exit): a restarted
 coordinator lists the runs again and re-adopts those still running by pid, checking the pid's
 start time in ``/proc`` so a recycled pid is never taken for the run. A re-adopted run is not

@@ -30,7 +30,7 @@ class HeapStateTable:
     writing it, as with Flink's heap backend.
     """
 
-    __slots__ = ("_b", "name", "kind", "_maps", "_ser", "_uks", "_is_map", "_is_list", "_ttl_ms")
+    __slots__ = ("_b", "name", "kind", "_maps", "_ser", "_uks", "_is_map", "_is_list", "_ttl_ms", "_last_namespace")
 
     def __init__(self, backend: LocalKeyedStateBackend, descriptor: StateDescriptor) -> None:
         self._b = backend
@@ -45,12 +45,15 @@ class HeapStateTable:
         self._is_map = descriptor.kind is StateKind.MAP
         self._is_list = descriptor.kind is StateKind.LIST
         self._ttl_ms = descriptor.ttl.ttl_ms if descriptor.ttl else None
+        self._last_namespace: Any = None
 
     # --------------------------------------------------------------- StateTable port
 
     def namespace_token(self, namespace: Any) -> Any:
-        hash(namespace)
-        encode_namespace(namespace)  # refuse namespaces the snapshot could not encode
+        if namespace is not self._last_namespace:  # the same object again (a window's records): checked
+            hash(namespace)
+            encode_namespace(namespace)  # refuse namespaces the snapshot could not encode
+            self._last_namespace = namespace
         return namespace
 
     def get(self, ns: Any) -> Any:

@@ -1,8 +1,9 @@
 """The heap backend's timer queue: every timer in memory (Flink's ``HeapPriorityQueueSet``).
 
-Two structures: per key group, key -> set of timestamps (dedup, ``contains``, ``timestamps``,
-snapshots), and one binary heap of ``(timestamp, stored key, key-group index, key)`` over all
-key groups (which timer is due first). ``remove`` leaves the heap entry behind; ``peek`` and
+Two structures: per key group, (key, namespace) -> set of timestamps (dedup, ``contains``,
+``timestamps``, snapshots), and one binary heap of ``(timestamp, order, key-group index, key,
+namespace)`` over all key groups (which timer is due first; ``order`` is
+:func:`~tidemark.state.timer_queue.timer_order`). ``remove`` leaves the heap entry behind; ``peek`` and
 ``poll`` drop entries whose timer is gone, and the heap is rebuilt from the sets once more than
 half of it is such leftovers, so memory stays proportional to the live timers.
 """
@@ -17,13 +18,15 @@ from tidemark.keygroups import decode_key, encode_key
 from tidemark.protocol.messages import StateChangeOp
 from tidemark.state.local_backend import LocalKeyedStateBackend
 from tidemark.state.snapshot import Entry
-from tidemark.state.table import KeyedStateChange
+from tidemark.state.table import KeyedStateChange, decode_namespace, encode_namespace
 from tidemark.state.timer_queue import (
     TIMER_VALUE,
+    Due,
     TimerQueue,
     decode_timestamp,
     encode_timestamp,
     timer_change,
+    timer_order,
     timer_state_name,
 )
 
@@ -38,8 +41,8 @@ class HeapTimerQueue(TimerQueue):
         self._name = name
         self._state_name = timer_state_name(name)
         self._start = backend.key_group_range.start
-        self._by_key: list[dict[Any, set[int]]] = [{} for _ in range(len(backend.key_group_range))]
-        self._heap: list[tuple[int, bytes, int, Any]] = []
+        self._by_key: list[dict[tuple[Any, Any], set[int]]] = [{} for _ in range(len(backend.key_group_range))]
+        self._heap: list[tuple[int, bytes, int, Any, Any]] = []
         self._count = 0
 
     @property
@@ -48,109 +51,110 @@ class HeapTimerQueue(TimerQueue):
 
     # ------------------------------------------------------------------ the current key's timers
 
-    def add(self, timestamp: int) -> bool:
+    def add(self, timestamp: int, namespace: Any = None) -> bool:
         b = self._b
-        if not self._insert(b._kgi, b._key, b._stored_key, timestamp):
+        encoded = encode_namespace(namespace)
+        if not self._insert(b._kgi, b._key, namespace, b._stored_key, encoded, timestamp):
             return False
         if b._listeners:
-            self._emit(b._key_group, b._stored_key, timestamp, True)
+            self._emit(b._key_group, b._stored_key, encoded, timestamp, True)
         return True
 
-    def remove(self, timestamp: int) -> bool:
+    def remove(self, timestamp: int, namespace: Any = None) -> bool:
         b = self._b
-        if not self._discard(b._kgi, b._key, timestamp):
+        if not self._discard(b._kgi, (b._key, namespace), timestamp):
             return False
         if b._listeners:
-            self._emit(b._key_group, b._stored_key, timestamp, False)
+            self._emit(b._key_group, b._stored_key, encode_namespace(namespace), timestamp, False)
         return True
 
-    def contains(self, timestamp: int) -> bool:
+    def contains(self, timestamp: int, namespace: Any = None) -> bool:
         b = self._b
-        timestamps = self._by_key[b._kgi].get(b._key)
+        timestamps = self._by_key[b._kgi].get((b._key, namespace))
         return timestamps is not None and timestamp in timestamps
 
-    def timestamps(self) -> list[int]:
+    def timestamps(self, namespace: Any = None) -> list[int]:
         b = self._b
-        return sorted(self._by_key[b._kgi].get(b._key, ()))
+        return sorted(self._by_key[b._kgi].get((b._key, namespace), ()))
 
     # ------------------------------------------------------------------ every key's timers
 
     def __len__(self) -> int:
         return self._count
 
-    def peek(self) -> tuple[int, Any] | None:
+    def peek(self) -> Due | None:
         heap, by_key = self._heap, self._by_key
         while heap:
-            timestamp, _, kgi, key = heap[0]
-            timestamps = by_key[kgi].get(key)
+            timestamp, _, kgi, key, namespace = heap[0]
+            timestamps = by_key[kgi].get((key, namespace))
             if timestamps is not None and timestamp in timestamps:
-                return timestamp, key
+                return timestamp, key, namespace
             heapq.heappop(heap)  # removed, or an older entry of a timer added again
         return None
 
-    def poll(self, until: int) -> tuple[int, Any] | None:
+    def poll(self, until: int) -> Due | None:
         head = self.peek()
         if head is None or head[0] > until:
             return None
-        timestamp, stored, kgi, key = heapq.heappop(self._heap)
-        self._discard(kgi, key, timestamp)
+        timestamp, _, kgi, key, namespace = heapq.heappop(self._heap)
+        self._discard(kgi, (key, namespace), timestamp)
         if self._b._listeners:
-            self._emit(self._start + kgi, stored, timestamp, False)
-        return timestamp, key
+            self._emit(self._start + kgi, encode_key(key), encode_namespace(namespace), timestamp, False)
+        return head
 
     # ------------------------------------------------------------------ bytes in and out
 
     def apply_change(self, change: KeyedStateChange) -> None:
-        kgi, key = change.key_group - self._start, decode_key(change.key)
+        kgi, key, namespace = change.key_group - self._start, decode_key(change.key), decode_namespace(change.namespace)
         if change.op is StateChangeOp.PUT:
-            self._insert(kgi, key, change.key, decode_timestamp(change.user_key or b""))
+            self._insert(kgi, key, namespace, change.key, change.namespace, decode_timestamp(change.user_key or b""))
         elif change.op is StateChangeOp.DELETE and change.user_key is not None:
-            self._discard(kgi, key, decode_timestamp(change.user_key))
+            self._discard(kgi, (key, namespace), decode_timestamp(change.user_key))
         else:
-            for timestamp in list(self._by_key[kgi].get(key, ())):
-                self._discard(kgi, key, timestamp)
+            for timestamp in list(self._by_key[kgi].get((key, namespace), ())):
+                self._discard(kgi, (key, namespace), timestamp)
 
     def snapshot_entries(self) -> Iterator[Entry]:
         """Every timer in the canonical form, in key-group order."""
         name = self._state_name
         for kgi, by_key in enumerate(self._by_key):
-            for key, timestamps in by_key.items():
-                stored = encode_key(key)
+            for (key, namespace), timestamps in by_key.items():
+                stored, encoded = encode_key(key), encode_namespace(namespace)
                 for timestamp in sorted(timestamps):
-                    yield Entry(name, self._start + kgi, stored, b"", encode_timestamp(timestamp), TIMER_VALUE)
+                    yield Entry(name, self._start + kgi, stored, encoded, encode_timestamp(timestamp), TIMER_VALUE)
 
     # ------------------------------------------------------------------ internals
 
-    def _insert(self, kgi: int, key: Any, stored: bytes, timestamp: int) -> bool:
-        timestamps = self._by_key[kgi].setdefault(key, set())
+    def _insert(self, kgi: int, key: Any, namespace: Any, stored: bytes, encoded: bytes, timestamp: int) -> bool:
+        timestamps = self._by_key[kgi].setdefault((key, namespace), set())
         if timestamp in timestamps:
             return False
         timestamps.add(timestamp)
         self._count += 1
         heap = self._heap
-        heapq.heappush(heap, (timestamp, stored, kgi, key))
+        heapq.heappush(heap, (timestamp, timer_order(stored, encoded), kgi, key, namespace))
         if len(heap) > 2 * self._count + _SLACK:
             self._rebuild_heap()
         return True
 
-    def _discard(self, kgi: int, key: Any, timestamp: int) -> bool:
+    def _discard(self, kgi: int, slot: tuple[Any, Any], timestamp: int) -> bool:
         by_key = self._by_key[kgi]
-        timestamps = by_key.get(key)
+        timestamps = by_key.get(slot)
         if timestamps is None or timestamp not in timestamps:
             return False
         timestamps.discard(timestamp)
         if not timestamps:
-            del by_key[key]
+            del by_key[slot]
         self._count -= 1
         return True
 
     def _rebuild_heap(self) -> None:
-        self._heap = [(timestamp, encode_key(key), kgi, key)
+        self._heap = [(timestamp, timer_order(encode_key(key), encode_namespace(namespace)), kgi, key, namespace)
                       for kgi, by_key in enumerate(self._by_key)
-                      for key, timestamps in by_key.items() for timestamp in timestamps]
+                      for (key, namespace), timestamps in by_key.items() for timestamp in timestamps]
         heapq.heapify(self._heap)
 
-    def _emit(self, key_group: int, stored: bytes, timestamp: int, added: bool) -> None:
-        change = timer_change(self._state_name, key_group, stored, timestamp, added)
+    def _emit(self, key_group: int, stored: bytes, namespace: bytes, timestamp: int, added: bool) -> None:
+        change = timer_change(self._state_name, key_group, stored, namespace, timestamp, added)
         for listener in self._b._listeners:
             listener(change)

@@ -47,6 +47,7 @@ from tidemark.state.table import KeyedStateChange
 from tidemark.state.timer_queue import is_timer_state, queue_name_of, timer_state_name
 from tidemark.state.rocksdb.timers import (
     COUNTS_CF,
+    LEGACY_TIME_ORDER_CF_PREFIX,
     TIME_ORDER_CF_PREFIX,
     RocksDBTimerQueue,
     rebuild_time_order,
@@ -296,12 +297,15 @@ class RocksDBStateBackend(LocalKeyedStateBackend):
             if self.key_group_range.start > 0:
                 cf.delete_range(b"", low)
             cf.delete_range(high, b"\xff")
-        for meta in metadata["states"]:  # timers written before they had a family of their own
+        for meta in metadata["states"]:  # timers written before they had a family of their own (or namespaces)
             if is_timer_state(meta["name"]):
                 queue_name = queue_name_of(meta["name"])
                 if time_order_cf_name(queue_name) not in families:
                     rebuild_time_order(queue_name, self._cf(meta["name"]),
                                        self._timer_cf(time_order_cf_name(queue_name)), self._timer_cf(COUNTS_CF))
+        for name in families:
+            if name.startswith(LEGACY_TIME_ORDER_CF_PREFIX):
+                self._db.drop_column_family(name)
         same_range = (handle.key_group_start, handle.key_group_end) == (
             self.key_group_range.start, self.key_group_range.end)
         if same_range:  # the files are exactly what we would upload: reuse them next time

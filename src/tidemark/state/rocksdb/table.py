@@ -74,7 +74,7 @@ def successor(prefix: bytes) -> bytes:
 class RocksStateTable:
     """Shared plumbing; subclasses implement the StateTable port for each state kind."""
 
-    __slots__ = ("_b", "name", "_cf", "_ser", "_uks")
+    __slots__ = ("_b", "name", "_cf", "_ser", "_uks", "_last_namespace", "_last_token")
 
     def __init__(
         self, backend: CurrentKeySlot, descriptor: StateDescriptor, cf: rocksdict.Rdict
@@ -85,9 +85,15 @@ class RocksStateTable:
         inner = value_serializer_of(descriptor)
         self._ser: Serializer = TtlSerializer(inner) if descriptor.ttl else inner
         self._uks = user_key_serializer_of(descriptor)
+        self._last_namespace: Any = None
+        self._last_token = namespace_part(b"")
 
     def namespace_token(self, namespace: Any) -> bytes:
-        return namespace_part(encode_namespace(namespace))
+        if namespace is self._last_namespace:  # the same (immutable) object: a window's records in a row
+            return self._last_token
+        token = namespace_part(encode_namespace(namespace))
+        self._last_namespace, self._last_token = namespace, token
+        return token
 
     def _emit(self, op: StateChangeOp, ns: bytes, user_key: bytes | None, value: bytes | None) -> None:
         b = self._b

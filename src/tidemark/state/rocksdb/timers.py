@@ -3,15 +3,19 @@
 
 Three column families per backend hold the timers of a queue ``<name>``:
 
-* ``timers:<name>``, the time-ordered queue: one empty value per timer under
-  ``u16 key group | u64 timestamp + 2**63 | stored key`` (big-endian). Adding 2**63 makes byte
-  order the numeric order of signed 64-bit timestamps, negatives included, so within each key
-  group the timers lie in (timestamp, stored key) order, and a key group stays a contiguous
-  range (clipped with ``delete_range`` on restore after a rescale, as every state is);
+* ``timer-order:<name>``, the time-ordered queue: one empty value per timer under
+  ``u16 key group | u64 timestamp + 2**63 | u32 len + stored key | namespace`` (big-endian).
+  Adding 2**63 makes byte order the numeric order of signed 64-bit timestamps, negatives
+  included, so within each key group the timers lie in (timestamp, key, namespace) order, and a
+  key group stays a contiguous range (clipped with ``delete_range`` on restore after a rescale, as
+  every state is). Before timers had namespaces this family was ``timers:<name>``, without the
+  length and the namespace: a snapshot holding only that one restores by rebuilding this one from
+  the per-key index (:func:`rebuild_time_order`), and the old family is dropped;
 * ``state:_timers.<name>``, the per-key index: the queue's canonical form, the map state
   ``_timers.<name>`` in the layout of every map state (``key group | key | namespace |
   timestamp`` -> ``True``). A time-ordered family cannot say which timers one key has without
-  scanning its key group; this one answers ``timestamps`` with one prefix scan of the key. It
+  scanning its key group; this one answers ``timestamps`` with one prefix scan of the key and
+  namespace. It
   costs a second write per change, and buys two things besides: canonical snapshots read the
   timers like any map state (no conversion), and incremental snapshots written before timers
   had a queue of their own (which hold only this family) still restore: the time-ordered
@@ -45,25 +49,28 @@ from typing import TYPE_CHECKING, Any
 from tidemark.keygroups import KeyGroupRange, decode_key
 from tidemark.protocol.messages import StateChangeOp
 from tidemark.state.rocksdb.table import CurrentKeySlot, key_group_bytes, key_prefix, namespace_part, split_db_key
-from tidemark.state.table import KeyedStateChange
+from tidemark.state.table import KeyedStateChange, decode_namespace, encode_namespace
 from tidemark.state.timer_queue import (
     TIMER_VALUE,
+    Due,
     TimerQueue,
     decode_timestamp,
     encode_timestamp,
     timer_change,
+    timer_order,
     timer_state_name,
 )
 
 if TYPE_CHECKING:
     import rocksdict
 
-TIME_ORDER_CF_PREFIX = "timers:"
+TIME_ORDER_CF_PREFIX = "timer-order:"
+LEGACY_TIME_ORDER_CF_PREFIX = "timers:"  # before namespaces: dropped once rebuilt (see the module)
 COUNTS_CF = "timer-counts"
 _TIME_KEY = struct.Struct(">HQ")
+_U32 = struct.Struct(">I")
 _COUNT = struct.Struct(">Q")
 _BIAS = 1 << 63
-_DEFAULT_NAMESPACE = namespace_part(b"")
 _HEAD_SLACK = 16
 
 
@@ -71,15 +78,17 @@ def time_order_cf_name(queue_name: str) -> str:
     return TIME_ORDER_CF_PREFIX + queue_name
 
 
-def time_key(key_group: int, timestamp: int, stored_key: bytes) -> bytes:
-    """A timer's key in the time-ordered family."""
-    return _TIME_KEY.pack(key_group, timestamp + _BIAS) + stored_key
+def time_key(key_group: int, timestamp: int, stored_key: bytes, namespace: bytes) -> bytes:
+    """A timer's key in the time-ordered family (``namespace`` encoded)."""
+    return _TIME_KEY.pack(key_group, timestamp + _BIAS) + timer_order(stored_key, namespace)
 
 
-def split_time_key(db_key: bytes) -> tuple[int, int, bytes]:
-    """``(key group, timestamp, stored key)`` of a key of the time-ordered family."""
+def split_time_key(db_key: bytes) -> tuple[int, int, bytes, bytes]:
+    """``(key group, timestamp, stored key, namespace)`` of a key of the time-ordered family."""
     key_group, biased = _TIME_KEY.unpack_from(db_key)
-    return key_group, biased - _BIAS, db_key[_TIME_KEY.size:]
+    (length,) = _U32.unpack_from(db_key, _TIME_KEY.size)
+    start = _TIME_KEY.size + 4
+    return key_group, biased - _BIAS, db_key[start:start + length], db_key[start + length:]
 
 
 def count_key(key_group: int, queue_name: str) -> bytes:
@@ -136,81 +145,81 @@ class RocksDBTimerQueue(TimerQueue):
 
     # ------------------------------------------------------------------ the current key's timers
 
-    def add(self, timestamp: int) -> bool:
+    def add(self, timestamp: int, namespace: Any = None) -> bool:
         b = self._b
-        key_group, stored = b._key_group, b._stored_key
-        if not self._insert(key_group - self._start, time_key(key_group, timestamp, stored),
-                            b._prefix, timestamp):
+        key_group, stored, encoded = b._key_group, b._stored_key, encode_namespace(namespace)
+        if not self._insert(key_group - self._start, time_key(key_group, timestamp, stored, encoded),
+                            b._prefix + namespace_part(encoded), timestamp):
             return False
         if b._listeners:
-            self._emit(key_group, stored, timestamp, True)
+            self._emit(key_group, stored, encoded, timestamp, True)
         return True
 
-    def remove(self, timestamp: int) -> bool:
+    def remove(self, timestamp: int, namespace: Any = None) -> bool:
         b = self._b
-        key_group, stored = b._key_group, b._stored_key
-        if not self._delete(key_group - self._start, time_key(key_group, timestamp, stored),
-                            b._prefix, timestamp):
+        key_group, stored, encoded = b._key_group, b._stored_key, encode_namespace(namespace)
+        if not self._delete(key_group - self._start, time_key(key_group, timestamp, stored, encoded),
+                            b._prefix + namespace_part(encoded), timestamp):
             return False
         if b._listeners:
-            self._emit(key_group, stored, timestamp, False)
+            self._emit(key_group, stored, encoded, timestamp, False)
         return True
 
-    def contains(self, timestamp: int) -> bool:
+    def contains(self, timestamp: int, namespace: Any = None) -> bool:
         b = self._b
         kgi = b._key_group - self._start
-        return self._find(kgi, time_key(b._key_group, timestamp, b._stored_key))[0]
+        return self._find(kgi, time_key(b._key_group, timestamp, b._stored_key, encode_namespace(namespace)))[0]
 
-    def timestamps(self) -> list[int]:
-        start = self._b._prefix + _DEFAULT_NAMESPACE
+    def timestamps(self, namespace: Any = None) -> list[int]:
+        return sorted(self._timestamps_under(self._b._prefix + namespace_part(encode_namespace(namespace))))
+
+    def _timestamps_under(self, start: bytes) -> list[int]:
+        """The timestamps of the per-key index's entries under ``start`` (a key and namespace)."""
         cut = len(start)
         found = []
         for db_key in self._by_key.keys(from_key=start):
             if not db_key.startswith(start):
                 break
             found.append(decode_timestamp(db_key[cut:]))
-        return sorted(found)
+        return found
 
     # ------------------------------------------------------------------ every key's timers
 
     def __len__(self) -> int:
         return self._total
 
-    def peek(self) -> tuple[int, Any] | None:
+    def peek(self) -> Due | None:
         head = self._head()
-        return None if head is None else (head[0], decode_key(head[1]))
+        if head is None:
+            return None
+        _, timestamp, stored, namespace = split_time_key(head[3])
+        return timestamp, decode_key(stored), decode_namespace(namespace)
 
-    def poll(self, until: int) -> tuple[int, Any] | None:
+    def poll(self, until: int) -> Due | None:
         head = self._head()
         if head is None or head[0] > until:
             return None
-        timestamp, stored, kgi, raw = head
-        key_group = self._start + kgi
-        self._remove_at(kgi, 0, raw, key_prefix(key_group, stored), timestamp)
+        kgi, raw = head[2], head[3]
+        key_group, timestamp, stored, namespace = split_time_key(raw)
+        self._remove_at(kgi, 0, raw, key_prefix(key_group, stored) + namespace_part(namespace), timestamp)
         if self._b._listeners:
-            self._emit(key_group, stored, timestamp, False)
-        return timestamp, decode_key(stored)
+            self._emit(key_group, stored, namespace, timestamp, False)
+        return timestamp, decode_key(stored), decode_namespace(namespace)
 
     # ------------------------------------------------------------------ restore, replay, snapshot
 
     def apply_change(self, change: KeyedStateChange) -> None:
-        key_group, stored = change.key_group, change.key
-        kgi, prefix = key_group - self._start, key_prefix(key_group, stored)
+        key_group, stored, namespace = change.key_group, change.key, change.namespace
+        kgi, slot = key_group - self._start, key_prefix(key_group, stored) + namespace_part(namespace)
         if change.op is StateChangeOp.PUT:
             timestamp = decode_timestamp(change.user_key or b"")
-            self._insert(kgi, time_key(key_group, timestamp, stored), prefix, timestamp)
+            self._insert(kgi, time_key(key_group, timestamp, stored, namespace), slot, timestamp)
         elif change.op is StateChangeOp.DELETE and change.user_key is not None:
             timestamp = decode_timestamp(change.user_key)
-            self._delete(kgi, time_key(key_group, timestamp, stored), prefix, timestamp)
+            self._delete(kgi, time_key(key_group, timestamp, stored, namespace), slot, timestamp)
         else:
-            start = prefix + _DEFAULT_NAMESPACE
-            timestamps = []
-            for db_key in self._by_key.keys(from_key=start):
-                if not db_key.startswith(start):
-                    break
-                timestamps.append(decode_timestamp(db_key[len(start):]))
-            for timestamp in timestamps:
-                self._delete(kgi, time_key(key_group, timestamp, stored), prefix, timestamp)
+            for timestamp in self._timestamps_under(slot):
+                self._delete(kgi, time_key(key_group, timestamp, stored, namespace), slot, timestamp)
 
     def write_counts(self) -> None:
         """Write the counts changed since the last call into the counts family (before a
@@ -239,7 +248,8 @@ class RocksDBTimerQueue(TimerQueue):
             return False, -1
         return self._time_order.get(raw) is not None, -1
 
-    def _insert(self, kgi: int, raw: bytes, prefix: bytes, timestamp: int) -> bool:
+    def _insert(self, kgi: int, raw: bytes, slot: bytes, timestamp: int) -> bool:
+        """Add a timer (``slot``: its key and namespace in the per-key index) unless present."""
         cache = self._caches[kgi]
         count = self._counts[kgi]
         whole = len(cache) == count
@@ -254,7 +264,7 @@ class RocksDBTimerQueue(TimerQueue):
         else:
             index = -1  # after the cache's last: stays on disk only
         self._time_order.put(raw, b"")
-        self._by_key.put(prefix + _DEFAULT_NAMESPACE + encode_timestamp(timestamp), TIMER_VALUE)
+        self._by_key.put(slot + encode_timestamp(timestamp), TIMER_VALUE)
         self._counts[kgi] = count + 1
         self._dirty.add(kgi)
         self._total += 1
@@ -266,16 +276,16 @@ class RocksDBTimerQueue(TimerQueue):
                 self._push_head(kgi)
         return True
 
-    def _delete(self, kgi: int, raw: bytes, prefix: bytes, timestamp: int) -> bool:
+    def _delete(self, kgi: int, raw: bytes, slot: bytes, timestamp: int) -> bool:
         present, index = self._find(kgi, raw)
         if present:
-            self._remove_at(kgi, index, raw, prefix, timestamp)
+            self._remove_at(kgi, index, raw, slot, timestamp)
         return present
 
-    def _remove_at(self, kgi: int, index: int, raw: bytes, prefix: bytes, timestamp: int) -> None:
+    def _remove_at(self, kgi: int, index: int, raw: bytes, slot: bytes, timestamp: int) -> None:
         """Remove a present timer (``index``: its place in the cache, -1 if not cached)."""
         self._time_order.delete(raw)
-        self._by_key.delete(prefix + _DEFAULT_NAMESPACE + encode_timestamp(timestamp))
+        self._by_key.delete(slot + encode_timestamp(timestamp))
         self._counts[kgi] -= 1
         self._dirty.add(kgi)
         self._total -= 1
@@ -306,8 +316,7 @@ class RocksDBTimerQueue(TimerQueue):
 
     def _head_of(self, kgi: int) -> tuple[int, bytes, int, bytes]:
         raw = self._caches[kgi][0]
-        _, timestamp, stored = split_time_key(raw)
-        return timestamp, stored, kgi, raw
+        return split_time_key(raw)[1], raw[_TIME_KEY.size:], kgi, raw
 
     def _push_head(self, kgi: int) -> None:
         heads = self._heads
@@ -317,7 +326,8 @@ class RocksDBTimerQueue(TimerQueue):
             heapq.heapify(self._heads)
 
     def _head(self) -> tuple[int, bytes, int, bytes] | None:
-        """The first timer as ``(timestamp, stored key, key-group index, time key)``."""
+        """The first timer as ``(timestamp, order, key-group index, time key)``; ``order`` is
+        :func:`~tidemark.state.timer_queue.timer_order`."""
         heads, caches = self._heads, self._caches
         while heads:
             head = heads[0]
@@ -327,8 +337,8 @@ class RocksDBTimerQueue(TimerQueue):
             heapq.heappop(heads)  # outdated: that key group's first timer changed
         return None
 
-    def _emit(self, key_group: int, stored: bytes, timestamp: int, added: bool) -> None:
-        change = timer_change(self._state_name, key_group, stored, timestamp, added)
+    def _emit(self, key_group: int, stored: bytes, namespace: bytes, timestamp: int, added: bool) -> None:
+        change = timer_change(self._state_name, key_group, stored, namespace, timestamp, added)
         for listener in self._b._listeners:
             listener(change)
 
@@ -336,11 +346,12 @@ class RocksDBTimerQueue(TimerQueue):
 def rebuild_time_order(name: str, by_key: rocksdict.Rdict, time_order: rocksdict.Rdict,
                        counts: rocksdict.Rdict) -> int:
     """Fill an empty time-ordered family and the counts of queue ``name`` from its per-key index
-    (a snapshot written before timers had a family of their own); returns how many timers."""
+    (a snapshot written before timers had a family of their own, or before they had namespaces);
+    returns how many timers."""
     per_key_group: dict[int, int] = {}
     for db_key in by_key.keys():
-        key_group, stored, _, user_key = split_db_key(db_key)
-        time_order.put(time_key(key_group, decode_timestamp(user_key), stored), b"")
+        key_group, stored, namespace, user_key = split_db_key(db_key)
+        time_order.put(time_key(key_group, decode_timestamp(user_key), stored, namespace), b"")
         per_key_group[key_group] = per_key_group.get(key_group, 0) + 1
     for key_group, count in per_key_group.items():
         counts.put(count_key(key_group, name), _COUNT.pack(count))

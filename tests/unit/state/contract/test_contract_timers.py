@@ -5,7 +5,11 @@ changelog ranges in changelog mode; and canonical savepoints, restored into ever
 a rescale 2 -> 3 -> 2 keeps each timer exactly once. Then the timer queues behind the service
 (``backend.timer_queue``): a random mix of operations against a model, negative and extreme
 timestamps, repeated checkpoints with deletions, many key groups, snapshots written before timer
-queues, the reserved state names. Also the backends' ``keys`` (Flink's ``getKeys``)."""
+queues, the reserved state names. Also the backends' ``keys`` (Flink's ``getKeys``). And timers
+in namespaces (issue #34, a window's timers): one timer per (key, namespace, timestamp), fired in
+(timestamp, key, namespace) order with their namespace, deleted and listed per namespace, in every
+kind of snapshot and through a rescale 2 -> 3 -> 2; a RocksDB snapshot whose time-ordered family
+has the layout from before namespaces restores."""
 
 from __future__ import annotations
 
@@ -25,8 +29,9 @@ from tidemark.state import (
     compute_key_group_range,
 )
 from tidemark.state.serializers import DEFAULT_SERIALIZER
+from tidemark.state.table import encode_namespace
 from tidemark.state.snapshot import Entry, state_meta, write_snapshot
-from tidemark.state.timer_queue import MAX_TIMESTAMP, MIN_TIMESTAMP
+from tidemark.state.timer_queue import MAX_TIMESTAMP, MIN_TIMESTAMP, timer_order
 from tidemark.state.timers import InternalTimerService, TimeDomain, Timer
 from tidemark.types import CheckpointId
 
@@ -56,7 +61,7 @@ def register_all(backend, service: InternalTimerService, keys=KEYS) -> None:
 
 def expected_order(keys=KEYS, domain: TimeDomain = EVENT, until: int = 10**12) -> list[tuple[int, object]]:
     due = {(t, k) for k in keys for t in timers_of(k)[domain] if t <= until}
-    return [(t, k) for t, k in sorted(due, key=lambda tk: (tk[0], encode_key(tk[1])))]
+    return ordered(due)
 
 
 def fire(backend, service: InternalTimerService, domain: TimeDomain, until: int) -> list[tuple[int, object]]:
@@ -189,7 +194,8 @@ def test_keys_lists_each_key_of_a_state_once_across_namespaces(backend) -> None:
 # ---------------------------------------------------------------------- timer queues (issue #15)
 
 def ordered(timers: set[tuple[int, object]]) -> list[tuple[int, object]]:
-    return sorted(timers, key=lambda tk: (tk[0], encode_key(tk[1])))
+    """(timestamp, key) timers of the default namespace in the queues' order."""
+    return sorted(timers, key=lambda tk: (tk[0], timer_order(encode_key(tk[1]), b"")))
 
 
 def random_operations(backend, service: InternalTimerService, model: set[tuple[int, object]], rng: random.Random,
@@ -343,3 +349,113 @@ def test_every_service_of_a_backend_sees_the_same_timers(backend) -> None:
     assert second.timestamps(PROCESSING) == [5] and second.count(PROCESSING) == 1
     assert fire(backend, second, PROCESSING, 5) == [(5, "k")]
     assert first.count(PROCESSING) == 0
+
+
+# ---------------------------------------------------------------------- timers in namespaces (issue #34)
+
+WINDOWS = [None, (0, 60_000), (60_000, 120_000), (-60_000, 0)]
+
+
+def register_namespaced(backend, service: InternalTimerService, keys=KEYS) -> set[tuple[int, object, object]]:
+    """Each key's timers in every namespace of WINDOWS, each at the window's last millisecond
+    (the default namespace: at 30 s) and once more at a time shared by every namespace."""
+    registered = set()
+    for key in keys:
+        try:
+            backend.set_current_key(key)
+        except KeyNotInRangeError:
+            continue
+        for window in WINDOWS:
+            for timestamp in ((30_000 if window is None else window[1] - 1), 90_000):
+                service.register(EVENT, timestamp, window)
+                service.register(EVENT, timestamp, window)  # one timer per (key, namespace, timestamp)
+                registered.add((timestamp, key, window))
+    return registered
+
+
+def ordered_namespaced(timers) -> list[tuple[int, object, object]]:
+    return sorted(timers, key=lambda t: (t[0], timer_order(encode_key(t[1]), encode_namespace(t[2]))))
+
+
+def fire_namespaced(backend, service: InternalTimerService, until: int) -> list[tuple[int, object, object]]:
+    fired = []
+    for timer in service.pop_due(EVENT, until):
+        assert backend.get_current_key() == timer.key
+        fired.append((timer.timestamp, timer.key, timer.namespace))
+    return fired
+
+
+def test_namespaced_timers_are_one_per_key_namespace_and_time_and_fire_in_order(backend) -> None:
+    service = InternalTimerService(backend)
+    registered = register_namespaced(backend, service)
+    assert service.count(EVENT) == len(registered)
+    backend.set_current_key("url-1")
+    assert service.timestamps(EVENT, (0, 60_000)) == [59_999, 90_000]
+    assert service.timestamps(EVENT) == [30_000, 90_000]  # the default namespace's only
+    service.delete(EVENT, 90_000, (0, 60_000))  # in one namespace: the others keep theirs
+    assert service.timestamps(EVENT, (0, 60_000)) == [59_999]
+    assert service.timestamps(EVENT, (60_000, 120_000)) == [90_000, 119_999]
+    registered.discard((90_000, "url-1", (0, 60_000)))
+    assert fire_namespaced(backend, service, MAX_TIMESTAMP) == ordered_namespaced(registered)
+
+
+def test_namespaced_timers_are_in_every_kind_of_snapshot_and_restore_into_every_backend(new_backend, storage) -> None:
+    source = new_backend()
+    service = InternalTimerService(source)
+    registered = register_namespaced(source, service)
+    own = source.snapshot(CheckpointId(1), storage)
+    fired = fire_namespaced(source, service, 59_999)
+    canonical = source.snapshot(CheckpointId(2), storage, canonical=True)
+    source.notify_checkpoint_complete(CheckpointId(2))
+    at_own = new_backend()
+    at_own.restore([own], storage)
+    assert fire_namespaced(at_own, InternalTimerService(at_own), MAX_TIMESTAMP) == ordered_namespaced(registered)
+    for kind in ALL_KINDS:
+        target = new_backend(kind=kind)
+        target.restore([canonical], storage)
+        assert fired + fire_namespaced(target, InternalTimerService(target), MAX_TIMESTAMP) == \
+            ordered_namespaced(registered), kind
+
+
+def test_a_rescale_2_to_3_to_2_keeps_each_namespaced_timer_once(new_backend, storage) -> None:
+    snapshots, registered = [], set()
+    for index in range(2):
+        backend = new_backend(compute_key_group_range(MAX_P, 2, index), MAX_P, operator_id="op")
+        registered |= register_namespaced(backend, InternalTimerService(backend))
+        snapshots.append(backend.snapshot(CheckpointId(1), storage, canonical=True))
+    fired: list[tuple[int, object, object]] = []
+    for parallelism, until, checkpoint_id in ((3, 59_999, 2), (2, MAX_TIMESTAMP, 3)):
+        restored = []
+        for index in range(parallelism):
+            key_groups = compute_key_group_range(MAX_P, parallelism, index)
+            backend = new_backend(key_groups, MAX_P, operator_id="op")
+            backend.restore([s for s in snapshots if len(s.key_groups.intersection(key_groups))], storage)
+            fired.extend(fire_namespaced(backend, InternalTimerService(backend), until))
+            restored.append(backend.snapshot(CheckpointId(checkpoint_id), storage, canonical=True))
+        snapshots = restored
+    assert sorted(fired, key=repr) == sorted(registered, key=repr) and len(fired) == len(registered)
+
+
+def test_a_rocksdb_snapshot_with_the_time_order_layout_from_before_namespaces_restores(new_backend, storage) -> None:
+    """An incremental RocksDB snapshot written before timers had namespaces holds the
+    time-ordered family ``timers:<queue>`` (``key group | timestamp | stored key``): restored, the
+    queue is rebuilt from the per-key index under its new name and the old family is dropped."""
+    import rocksdict
+
+    from tidemark.state.rocksdb.timers import LEGACY_TIME_ORDER_CF_PREFIX, split_time_key, time_order_cf_name
+
+    source = new_backend(kind="rocksdb")
+    register_all(source, InternalTimerService(source))
+    db, name = source._db, time_order_cf_name("event-time")
+    legacy = db.create_column_family(LEGACY_TIME_ORDER_CF_PREFIX + "event-time", rocksdict.Options(raw_mode=True))
+    for db_key in source._timer_cf(name).keys():
+        key_group, timestamp, stored, _ = split_time_key(db_key)
+        legacy.put(db_key[:10] + stored, b"")
+    source._timer_cfs.pop(name)
+    db.drop_column_family(name)
+    snapshot = source.snapshot(CheckpointId(1), storage)
+    target = new_backend(kind="rocksdb")
+    target.restore([snapshot], storage)
+    assert fire(target, InternalTimerService(target), EVENT, 10**12) == expected_order()
+    families = rocksdict.Rdict.list_cf(str(target._db_path), target._resources.db_options())
+    assert name in families and not [f for f in families if f.startswith(LEGACY_TIME_ORDER_CF_PREFIX)]

@@ -1,0 +1,1 @@
+"""What every process of a job shares (supervisor, worker hosts, stage workers)."""

@@ -1,0 +1,126 @@
+"""The job as it runs: stages, how many worker processes each has, and the keyed exchanges.
+
+A job's stages (:class:`~tidemark.api.JobSpec`) are what its author wrote. What runs differs
+in two cases: a **keyed stage reading the job's input topics on several workers** (``W > 1``)
+cannot key its own input, because each of its workers reads only a share of the input partitions
+(:mod:`tidemark.runtime.job.ownership`) while its key groups are spread over all of them; and a
+**stage reading input topics and other stages' outputs** checkpoints on the channels' barriers,
+which its input topics do not carry. So the stage ``s`` runs as two:
+
+* ``s.read``, the exchange reader: a source stage with ``W`` workers that reads the input topics,
+  checks that each record decodes and keys as its input of ``s`` says (a record that does not is
+  dead-lettered here, with its origin), tells its event time, and forwards it unchanged to the
+  exchange topic (``<prefix>.exchange.<job>.<s>``), into the partition of its key group, naming
+  the topic it came from (``tidemark-input``); it keeps no keyed state, only its source positions;
+* ``s`` itself, now reading the exchange as a channel (with its other channels, if any): its
+  workers read only the partitions of their own key groups, align on the barriers of every
+  channel and keep the keyed state, under the same operator id as before.
+
+Checkpoints taken with ``W = 1`` restore with ``W > 1`` and the other way round: the source
+positions are found under either operator (:func:`source_operators`), and the keyed state is
+always ``s``'s.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from tidemark.api import Input, JobSpec, KeyedProcessFunction, Stage
+from tidemark.types import OperatorId
+
+READER_SUFFIX = ".read"
+
+
+def workers_per_stage(spec: JobSpec, parallelism: int, default: int | None = None) -> dict[str, int]:
+    """Worker processes of each of the author's stages: the stage's own setting, else ``default``
+    (``tidemark jobs run --workers``), else the job's; at most ``parallelism``."""
+    return {s.name: min(s.workers or default or spec.workers, parallelism) for s in spec.stages}
+
+
+def reader_workers(spec: JobSpec, workers: Mapping[str, int], input_partitions: Mapping[str, int]) -> dict[str, int]:
+    """``workers`` with the exchange readers' counts: their stage's, but no more than the input
+    partitions they read (a reader worker without a partition to read would have nothing to do); a
+    stage without a key, whose workers divide its partitions, likewise gets no more workers than
+    it has partitions (a channel's: the job's ``output_partitions``)."""
+    out = dict(workers)
+    channels = {s.output for s in spec.stages}
+    for stage in spec.stages:
+        count = workers.get(stage.name, 1)
+        plain = _plain_inputs(spec, stage)
+        if _exchanged(spec, stage, count):
+            out[stage.name + READER_SUFFIX] = max(1, min(count, sum(input_partitions.get(t, 0) for t in plain)))
+        elif not stage.keyed:
+            partitions = sum(spec.output_partitions if i.topic in channels else input_partitions.get(i.topic, 0)
+                             for i in stage.input_list)
+            out[stage.name] = max(1, min(count, partitions))
+    return out
+
+
+class _Forward(KeyedProcessFunction):
+    """Never called: the worker forwards an exchange reader's records itself (runtime.worker)."""
+
+    def process(self, value: Any, ctx: Any) -> None:
+        raise AssertionError("an exchange reader forwards records without a function")
+
+
+def _raw(key: bytes | None, value: bytes | None) -> Any:
+    return value
+
+
+def _as_is(value: Any) -> Any:
+    """An exchange reader's own key: never used, each of its inputs keys as its stage's does."""
+    return value
+
+
+def physical_job(spec: JobSpec, workers: Mapping[str, int], exchange_topic: Callable[[str], str]) -> JobSpec:
+    """``spec`` with an exchange reader before every stage that reads the job's input topics
+    through an exchange: a keyed one on more than one worker, and one that reads other stages'
+    outputs too (its input topics then come as a channel like the others, aligned with them).
+
+    ``workers``: of each stage, by name (the author's stages; an exchange reader's may be given
+    too, else it is its stage's: see :func:`reader_workers`)."""
+    stages: list[Stage] = []
+    for stage in spec.stages:
+        count = workers.get(stage.name, 1)
+        if _exchanged(spec, stage, count):
+            exchange = exchange_topic(stage.name)
+            name = stage.name + READER_SUFFIX
+            readers = workers.get(name, count)
+            plain = _plain_inputs(spec, stage)
+            # the reader checks each record decodes and keys as its stage will, and tells its event time
+            inputs = tuple(Input(i.topic, stage.decode_of(i), stage.key_of(i), stage.event_time_of(i))
+                           for i in stage.input_list if i.topic in plain)
+            stages.append(Stage(name, inputs, key_by=_as_is if stage.keyed else None, function=_Forward,
+                                output=exchange, decode=_raw, max_records_per_batch=stage.max_records_per_batch,
+                                on_error=stage.on_error, workers=readers, event_time=stage.event_time,
+                                forwards_to=stage.name))
+            stage = dataclasses.replace(stage, exchange=exchange, exchanged=plain)
+        stages.append(dataclasses.replace(stage, workers=count))
+    return dataclasses.replace(spec, stages=tuple(stages))
+
+
+def _plain_inputs(spec: JobSpec, stage: Stage) -> tuple[str, ...]:
+    """The job's input topics ``stage`` reads (not other stages' outputs)."""
+    outputs = {s.output for s in spec.stages}
+    return tuple(i.topic for i in stage.input_list if i.topic not in outputs)
+
+
+def _exchanged(spec: JobSpec, stage: Stage, workers: int) -> bool:
+    """A stage reads its input topics through an exchange when it is keyed and on more than one
+    worker, or reads other stages' outputs too; a stage without a key and without channels does
+    not need one: each worker's tasks take the records of its own partitions."""
+    plain = _plain_inputs(spec, stage)
+    if not plain or stage.exchange is not None:
+        return False
+    return len(plain) < len(stage.input_list) or (workers > 1 and stage.keyed)
+
+
+def source_operators(stage: Stage) -> tuple[OperatorId, ...]:
+    """The operators whose snapshots may hold ``stage``'s source positions: its own, then its
+    counterpart in a job run with a different number of workers (the exchange reader of a
+    source stage, or the source stage of an exchange reader)."""
+    if stage.forwards_to is not None:
+        return stage.operator_id, OperatorId(stage.forwards_to)
+    return stage.operator_id, OperatorId(stage.name + READER_SUFFIX)

@@ -1,0 +1,1 @@
+"""Where a job's worker processes run: on the supervisor's machine or on worker hosts."""

@@ -1,0 +1,1 @@
+"""The job supervisor (``tidemark jobs run``): attempts, the state each restores, failover."""

@@ -1,0 +1,1 @@
+"""One stage worker process (``tidemark jobs worker``): a PySpark streaming query running a stage."""

@@ -1,0 +1,223 @@
+"""A stage worker's input, two strategies: the job's input topics (:class:`SourceInput`) or a
+channel from the stage before (:class:`ChannelInput`); and the record path both share
+(:class:`RecordPath`).
+
+* A source stage checkpoints between micro-batches when the coordinator's trigger arrives, with
+  the positions after the last record it processed; its watermark moves at the end of each batch.
+* A channel stage checkpoints when the barriers of every upstream task are aligned
+  (:mod:`tidemark.runtime.worker.alignment`), with the cut at the barriers; its watermark moves with the
+  channels' watermark records.
+
+Either way each record updates the worker's positions and takes the record path: decode, key,
+route to the task of its key group (in a stage without a key: the task of its partition), event
+time, late or not (for the window operator: late or not as its windows say), the task's operator;
+a record that fails goes to the stage's error policy with its origin. An exchange reader (a source stage that
+forwards to its keyed stage, :mod:`tidemark.runtime.job.physical_plan`) forwards each record into the
+partition of its key group instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Protocol
+
+from tidemark.clock import now_ms
+from tidemark.checkpoint.outcomes import DECLINED_SUBSUMED
+from tidemark.runtime.worker.alignment import Aligned, BarrierAligner, Cancelled, Process
+from tidemark.api import Input, Stage
+from tidemark.runtime.job.faults import FAULTS
+from tidemark.runtime.worker.routing import KeyGroupRouter, KeyPartitioner
+from tidemark.runtime.worker.record_errors import FunctionFailed, MalformedHeaders, MalformedInput, RecordFailures
+from tidemark.runtime.job.records import InputRecord
+from tidemark.runtime.worker.clock import StageClock
+from tidemark.runtime.worker.task import StageTask
+from tidemark.runtime.worker.watermarks import Unread
+from tidemark.types import CheckpointId, CheckpointType, Epoch, TopicPartition
+
+
+class Checkpoints(Protocol):
+    """What an input asks of the worker when its barriers say so (:class:`StageRunner`)."""
+
+    finished: bool
+
+    def checkpoint(self, checkpoint_id: CheckpointId, kind: CheckpointType, aligned: Aligned | None) -> None: ...
+
+    def decline(self, checkpoint_id: CheckpointId, reason: str) -> None: ...
+
+
+class _Way:
+    """How the records of one input topic take the path: decode, key, and which of the stage's
+    inputs they are (a two-input function's ``process_element1`` or ``2``)."""
+
+    __slots__ = ("decode", "key_by", "index")
+
+    def __init__(self, stage: Stage, item: Input, index: int) -> None:
+        self.decode = stage.decode_of(item)
+        self.key_by = stage.key_of(item)
+        self.index = index
+
+
+class RecordPath:
+    """One record from the input to its task's operator (see the module)."""
+
+    def __init__(self, stage: Stage, tasks: Sequence[StageTask], router: KeyGroupRouter, clock: StageClock,
+                 failures: RecordFailures) -> None:
+        self.stage, self.tasks, self.router, self.clock, self.failures = stage, tasks, router, clock, failures
+        self.ways = {item.topic: _Way(stage, item, index) for index, item in enumerate(stage.input_list)}
+        only = next(iter(self.ways.values())) if len(self.ways) == 1 else None
+        exchanged = [self.ways[topic] for topic in stage.exchanged]
+        # an exchange's records name their input topic; one written before they did is its only input's
+        self._unnamed = exchanged[0] if len(exchanged) == 1 else None
+        self._only = only
+        self.process: Callable[[InputRecord], None] = self._keyed if stage.keyed else self._unkeyed
+        self.operator_judges_lateness = bool(tasks) and tasks[0].operator.judges_lateness
+
+    def way(self, record: InputRecord) -> _Way:
+        """The input ``record`` belongs to."""
+        if self._only is not None:
+            return self._only
+        way = self.ways.get(record.origin or record.topic)
+        if way is None:
+            if record.origin is None and self._unnamed is not None:
+                return self._unnamed
+            raise ValueError(f"the record names input {record.origin!r}, which stage {self.stage.name} does not read")
+        return way
+
+    def _keyed(self, record: InputRecord) -> None:
+        """A keyed stage: the record goes to the task of its key's group."""
+        try:
+            way = self._only or self.way(record)  # one input: no lookup per record
+            value = way.decode(record.key, record.value)
+            key = way.key_by(value)  # type: ignore[misc]
+            index = self.router.task_index(key)
+            stamp = self.clock.event_time_of(record, value)
+        except Exception as exc:
+            self.failures.record_failed(record, MalformedInput(f"{type(exc).__name__}: {exc}"))
+            return
+        if index >= 0:  # else another worker's key group, in a partition both read (runtime.job.ownership)
+            self._run(record, index, key, value, stamp, way.index)
+
+    def _unkeyed(self, record: InputRecord) -> None:
+        """A stage without a key: the record goes to the task of its partition (each of the
+        worker's tasks takes the partitions ``p`` with ``p % tasks == i``), in partition order."""
+        try:
+            way = self._only or self.way(record)
+            value = way.decode(record.key, record.value)
+            stamp = self.clock.event_time_of(record, value)
+        except Exception as exc:
+            self.failures.record_failed(record, MalformedInput(f"{type(exc).__name__}: {exc}"))
+            return
+        self._run(record, record.partition % len(self.tasks), None, value, stamp, way.index)
+
+    def _run(self, record: InputRecord, index: int, key: Any, value: Any, stamp: int, side: int) -> None:
+        """Event time and lateness, then the task's operator; a failure goes to the error policy."""
+        clock = self.clock
+        clock.observe(record, stamp)
+        if not self.operator_judges_lateness and clock.late(record, stamp):
+            return
+        try:
+            taken = self.tasks[index].process(key, value, stamp, side)
+        except Exception as exc:
+            self.failures.record_failed(record, FunctionFailed(f"{type(exc).__name__}: {exc}"))
+            return
+        if taken is False:
+            clock.too_late(record, stamp)
+
+    def forwarder(self, partitioner: KeyPartitioner | None) -> Callable[[InputRecord], None]:
+        """An exchange reader's record path: each record checked to decode and key as its stage
+        will (its inputs here are its stage's), then forwarded unchanged with its event time and
+        input topic into the partition of its key group (``partitioner``; None: its stage has one
+        worker or no key, any partition will do). The watermarks are the reader's: it reads the
+        partitions."""
+        clock, tasks, failures, way_of = self.clock, self.tasks, self.failures, self.way
+
+        def forward(record: InputRecord) -> None:
+            try:
+                way = way_of(record)
+                value = way.decode(record.key, record.value)
+                key = way.key_by(value) if way.key_by is not None else None
+                partition = partitioner.of_key(key) if partitioner is not None else None
+                stamp = clock.event_time_of(record, value)
+            except Exception as exc:
+                failures.record_failed(record, MalformedInput(f"{type(exc).__name__}: {exc}"))
+                return
+            clock.observe(record, stamp)
+            task = tasks[record.partition % len(tasks)]
+            task.records_in += 1
+            task.output.append((record.key, record.value, stamp, partition, record.topic))  # type: ignore[arg-type]
+
+        return forward
+
+
+class SourceInput:
+    """The job's input topics: records in order per partition; checkpoints on the trigger."""
+
+    takes_triggers = True
+
+    def __init__(self, path: RecordPath, positions: dict[TopicPartition, int], unread: Callable[[], Unread | None],
+                 forwards: bool = False, partitioner: KeyPartitioner | None = None) -> None:
+        """``forwards``: an exchange reader's (``partitioner``: see :meth:`RecordPath.forwarder`)."""
+        self.positions, self.unread, self.clock, self.failures = positions, unread, path.clock, path.failures
+        self.handle = path.forwarder(partitioner) if forwards else path.process
+
+    def feed(self, records: Iterable[InputRecord], checkpoints: Checkpoints) -> None:
+        """A micro-batch; then the watermark moves (a source stage checkpoints between batches,
+        never inside one)."""
+        positions, handle, failures = self.positions, self.handle, self.failures
+        for record in records:
+            # per record: the plain tuple, equal to its TopicPartition (see types.TopicPartition)
+            positions[(record.topic, record.partition)] = record.offset + 1  # type: ignore[index]
+            if record.header_error is not None:
+                failures.record_failed(record, MalformedHeaders(record.header_error))
+            elif record.barrier is None and record.watermark is None:  # copied into an input topic: nothing here
+                handle(record)
+        self.clock.end_of_batch(self.unread())
+
+    def tick(self) -> None:
+        """Between batches: idle partitions may release the watermark."""
+        self.clock.tick(self.unread())
+
+
+class ChannelInput:
+    """A channel from the stage before: records, barriers and watermarks of every upstream task,
+    aligned (exactly-once) or not (at-least-once) by the :class:`BarrierAligner`."""
+
+    takes_triggers = False
+
+    def __init__(self, path: RecordPath, positions: dict[TopicPartition, int], aligner: BarrierAligner,
+                 epoch: Epoch) -> None:
+        self.path, self.positions, self.aligner, self.epoch = path, positions, aligner, epoch
+        self.clock, self.failures = path.clock, path.failures
+
+    def feed(self, records: Iterable[InputRecord], checkpoints: Checkpoints) -> None:
+        for record in records:
+            if checkpoints.finished:  # a stop-with-savepoint completed while aligning
+                return
+            self._feed(record, checkpoints)
+
+    def _feed(self, record: InputRecord, checkpoints: Checkpoints) -> None:
+        self.positions[record.topic_partition] = record.offset + 1
+        if record.header_error is not None or record.epoch is None or record.task is None:
+            self.failures.record_failed(record, MalformedHeaders(
+                record.header_error or "a channel record without tidemark-epoch and tidemark-task headers"))
+            return
+        if record.barrier is not None and record.epoch == self.epoch:
+            self.clock.barrier(record)
+        for action in self.aligner.feed(record, now_ms()):
+            if isinstance(action, Process):
+                if action.record.watermark is not None:
+                    self.clock.channel_watermark(action.record)
+                else:
+                    self.path.process(action.record)
+            elif isinstance(action, Aligned):
+                checkpoints.checkpoint(action.barrier.checkpoint_id, action.barrier.checkpoint_type, action)
+            elif isinstance(action, Cancelled):
+                checkpoints.decline(action.checkpoint_id,
+                                    f"{DECLINED_SUBSUMED}: alignment overtaken by a newer barrier")
+        if record.barrier is not None and self.aligner.aligning is not None:
+            FAULTS.hit("during-alignment")
+
+    def tick(self) -> None:
+        """Between batches: the channels' watermark records move time, not the clock; due
+        processing-time timers fire."""
+        self.clock.tick(None)

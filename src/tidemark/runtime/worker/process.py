@@ -1,0 +1,230 @@
+"""One stage worker process across attempts: the attempt it was started for (or handed, as a warm
+standby), then, after each failover that released it, the next one, in the same SparkSession.
+
+At a global failover only the failed process needs a new JVM. The supervisor *releases* the
+others (:meth:`tidemark.runtime.placement.local_workers.LocalWorkers.release`): each ends its attempt in
+place (its query stopped, its state, Kafka clients and sink transaction closed; what that
+attempt did after its last completed checkpoint is rolled back by the restore, exactly as when
+the process is killed), keeps its started SparkSession, and takes the next attempt as a warm
+standby does: restoring from the same checkpoint as every other process, in seconds instead of a
+JVM start.
+
+The supervisor talks to the process through its standard input, one line per message
+(:class:`SupervisorLines`):
+
+* an :class:`~tidemark.runtime.job.attempt.Assignment` (JSON): run this attempt;
+* ``release <epoch>``: end attempt ``epoch`` and keep the process; once it has ended, the process
+  writes the attempt's ``released`` file (:attr:`Attempt.released_file`) and waits for the next
+  assignment;
+* end of input (the supervisor is gone, or does not need the process): a waiting process exits 0;
+  a running attempt goes on (a worker host's process dies with its parent, ``processes.die_with_parent``),
+  except for a process whose supervisor lets it be adopted (started with ``--control-dir``,
+  :mod:`tidemark.runtime.supervisor.adoption`): it waits ``adoption_window_s`` for ``adopt <pid>`` on its
+  control FIFO, running its attempt meanwhile, then reads its adopter's lines there for as long
+  as the adopter lives; not adopted in time, it ends its attempt and exits 0.
+"""
+
+from __future__ import annotations
+
+import collections
+import gc
+import json
+import os
+import queue
+import select
+import sys
+import threading
+import time
+from http.server import ThreadingHTTPServer
+from pathlib import Path
+from typing import IO, Any
+
+from tidemark.chassis.logs import get_logger
+from tidemark.config.settings import TidemarkSettings
+from tidemark.processes import process_start_time
+from tidemark.runtime.supervisor.adoption import ADOPT, control_fifo, exited_file
+from tidemark.runtime.job.faults import FAULTS
+from tidemark.runtime.job.health import serve_health
+from tidemark.runtime.worker.query import run_attempt
+from tidemark.runtime.job.attempt import RELEASE, Assignment, Attempt
+
+log = get_logger(__name__)
+
+
+class SupervisorLines(threading.Thread):
+    """Reads what the supervisor writes to the process (see the module docstring). ``control_dir``:
+    where the process's control FIFO goes, None when it is not to be adopted;
+    ``adoption_window_s``: how long it waits for an adopter."""
+
+    def __init__(self, stream: IO[str] | None = None, *, control_dir: Path | None = None,
+                 adoption_window_s: float = 30.0) -> None:
+        super().__init__(name="supervisor-lines", daemon=True)
+        self.stream = stream if stream is not None else sys.stdin
+        self.arrived = threading.Event()  # an assignment (or the end of input) waits to be taken
+        self._assignments: queue.Queue[Assignment | None] = queue.Queue()
+        self._released_up_to = 0  # the newest epoch released
+        self.adoption_window_s = adoption_window_s
+        self._adopter: tuple[int, int | None] = (0, None)  # pid and start time of the adopting supervisor
+        self._pending = b""  # a FIFO line not complete yet
+        self._lines: collections.deque[str] = collections.deque()  # complete FIFO lines not taken yet
+        self._fifo: Path | None = None
+        self._fifo_fd: int | None = None
+        if control_dir is not None:  # opened now, so an adopter can open it for writing at any time
+            control_dir.mkdir(parents=True, exist_ok=True)
+            self._fifo = control_fifo(control_dir, os.getpid())
+            self._fifo.unlink(missing_ok=True)
+            os.mkfifo(self._fifo, 0o600)
+            self._fifo_fd = os.open(self._fifo, os.O_RDWR | os.O_NONBLOCK)
+
+    def run(self) -> None:
+        for line in self.stream:
+            self._take(line)
+        while self._fifo_fd is not None and self._adopted():
+            self._follow_adopter()
+        if self._fifo is not None:
+            self._fifo.unlink(missing_ok=True)
+        self._assignments.put(None)
+        self.arrived.set()
+
+    def _take(self, line: str) -> None:
+        text = line.strip()
+        if not text:
+            return
+        word, _, epoch = text.partition(" ")
+        if word == RELEASE and epoch.isdigit():
+            self._released_up_to = max(self._released_up_to, int(epoch))
+            return
+        try:
+            self._assignments.put(Assignment.from_line(text))
+        except (ValueError, KeyError, TypeError) as exc:  # the supervisor's own lines: a bug, not input
+            log.error("line from the supervisor not understood; ignored", line=text[:200], error=str(exc))
+            return
+        self.arrived.set()
+
+    # ------------------------------------------------------------------ adoption
+
+    def _adopted(self) -> bool:
+        """Wait for ``adopt <pid>`` on the FIFO; False (and the running attempt released) when
+        none comes within the window."""
+        log.warning("the supervisor is gone; waiting for a restarted one to adopt the process",
+                    pid=os.getpid(), window_s=self.adoption_window_s)
+        deadline = time.monotonic() + self.adoption_window_s
+        while time.monotonic() < deadline:
+            self._read_fifo(min(0.2, max(0.0, deadline - time.monotonic())))
+            while self._lines:  # lines before the adoption are a dead adopter's: dropped
+                word, _, pid = self._lines.popleft().strip().partition(" ")
+                if word == ADOPT and pid.isdigit():
+                    self._adopter = (int(pid), process_start_time(int(pid)))
+                    log.info("adopted by a restarted supervisor", pid=os.getpid(), supervisor=int(pid))
+                    return True
+        log.warning("no supervisor adopted the process; ending its attempt", pid=os.getpid(),
+                    window_s=self.adoption_window_s)
+        self._released_up_to = 1 << 62
+        return False
+
+    def _follow_adopter(self) -> None:
+        """Take the adopter's lines until it dies."""
+        pid, started = self._adopter
+        while started is not None and process_start_time(pid) == started:
+            while self._lines:
+                self._take(self._lines.popleft())
+            self._read_fifo(0.2)
+
+    def _read_fifo(self, timeout_s: float) -> None:
+        """Add the complete lines the FIFO holds (waiting ``timeout_s`` at most) to ``_lines``."""
+        assert self._fifo_fd is not None
+        readable, _, _ = select.select([self._fifo_fd], [], [], timeout_s)
+        if not readable:
+            return
+        chunk = b""
+        while True:
+            try:
+                data = os.read(self._fifo_fd, 65536)
+            except BlockingIOError:
+                data = b""
+            if not data:
+                break
+            chunk += data
+        self._pending += chunk
+        *lines, self._pending = self._pending.split(b"\n")
+        self._lines.extend(line.decode("utf-8", "replace") for line in lines)
+
+    def released(self, epoch: int) -> bool:
+        """Whether the supervisor released attempt ``epoch``."""
+        return self._released_up_to >= epoch
+
+    def next_assignment(self) -> Assignment | None:
+        """The next attempt to run (blocks); None at the end of input."""
+        assignment = self._assignments.get()
+        if self._assignments.empty():
+            self.arrived.clear()
+        if assignment is None:
+            self._assignments.put(None)  # the end stays the end
+        return assignment
+
+
+class StageProcess:
+    """Runs attempts in one process (see the module docstring); ``spark``: a warm standby's session."""
+
+    def __init__(self, settings: TidemarkSettings, lines: SupervisorLines, spark: Any = None) -> None:
+        self.settings = settings
+        self.lines = lines
+        self.spark = spark
+        self._health: ThreadingHTTPServer | None = None
+        self._health_port: int | None = None
+        self._ready_file: Path | None = None
+        self._last: Attempt | None = None  # the newest attempt run
+
+    def run(self, attempt: Attempt | None) -> int:
+        """Run ``attempt`` (None: the first assignment read), and the next one after each
+        release; the exit status of the last attempt, or 0 when no next one comes."""
+        settings = self.settings
+        while True:
+            if attempt is None:
+                assignment = self.lines.next_assignment()
+                if assignment is None:
+                    log.info("no attempt to take; exiting")
+                    return self._exit(0)
+                FAULTS.configure(assignment.fault)
+                settings = (self.settings if assignment.http_port is None else
+                            self.settings.model_copy(update={"http_port": assignment.http_port}))
+                attempt = assignment.attempt
+                log.info("taking the attempt", stage=attempt.stage, worker=attempt.worker, epoch=attempt.epoch,
+                         restore=attempt.restore_path, warm=self.spark is not None)
+            self._serve_health(settings, attempt)
+            self._last = attempt
+            epoch = attempt.epoch
+            ended = run_attempt(settings, attempt, self.spark, lambda: self.lines.released(epoch))
+            if ended.spark is None:  # run_attempt stopped the session
+                self.spark = None
+                return self._exit(ended.code)
+            self.spark = ended.spark
+            gc.collect()  # the ended attempt's Kafka clients and state handles, held in reference cycles
+            attempt.released_file.parent.mkdir(parents=True, exist_ok=True)
+            attempt.released_file.write_text(json.dumps({"epoch": epoch}))
+            log.info("attempt released; the process waits for the next", stage=attempt.stage,
+                     worker=attempt.worker, epoch=epoch)
+            attempt = None
+
+    def _serve_health(self, settings: TidemarkSettings, attempt: Attempt) -> None:
+        """``/readyz`` answers for the running attempt; a new port moves the server there."""
+        self._ready_file = attempt.ready_file
+        if not settings.http_port or settings.http_port == self._health_port:
+            return
+        if self._health is not None:
+            self._health.shutdown()
+            self._health.server_close()
+        self._health = serve_health(settings.http_host, settings.http_port,
+                                    lambda: self._ready_file is not None and self._ready_file.exists())
+        self._health_port = settings.http_port
+
+    def _exit(self, code: int) -> int:
+        if self.spark is not None:  # released, and no next attempt came
+            self.spark.stop()
+            self.spark = None
+        if self._last is not None:  # for a supervisor that adopted the process (not its parent)
+            try:
+                exited_file(self._last.run_dir, self._last.process, self._last.epoch).write_text(str(code))
+            except OSError:
+                pass
+        return code

@@ -1,0 +1,219 @@
+"""Run one attempt of a stage worker as a PySpark Structured Streaming query.
+
+Lifecycle: ``run_attempt(settings, attempt, spark, released)`` wires and restores the attempt
+(:func:`tidemark.runtime.worker.bootstrap.bootstrap`, which returns its
+:class:`~tidemark.runtime.worker.runner.StageRunner`) while a local SparkSession starts in the background (or takes the session it is
+given: a warm standby's, or the one of the process's previous attempt,
+:mod:`tidemark.runtime.worker.process`), starts the streaming query (the stage's Kafka source,
+:mod:`tidemark.spark.stage_source`, -> ``foreachBatch``, whose batches a processing thread
+processes while Spark fetches the next: :mod:`tidemark.runtime.worker.batch_handoff`), writes the
+attempt's ready file, then loops: the control plane between micro-batches, consumer lag every
+few seconds, until the stage finishes (stop-with-savepoint completed: code 0), the supervisor
+releases the attempt (``released()``: the query stopped and the worker closed, the session kept
+and returned for the next attempt) or the query or a batch fails (raises). A broker outage
+neither ends the loop nor fails the query: every Kafka call of the stage waits for the broker,
+and a :class:`~tidemark.kafka.outage.BrokerWatch` reports the outage in the log.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from tidemark.config.settings import TidemarkSettings
+from tidemark.kafka.clients import base_config
+from tidemark.kafka.outage import BrokerWatch
+from tidemark.runtime.worker.batch_handoff import BatchHandoff
+from tidemark.runtime.worker.consumer_lag import REPORT_EVERY_S
+from tidemark.runtime.job.records import records_of
+from tidemark.exit_codes import EXIT_REFUSED
+from tidemark.runtime.job.start_errors import failed_file, not_retryable_reason
+from tidemark.runtime.job.attempt import Attempt
+from tidemark.runtime.worker.bootstrap import bootstrap, read_selection
+from tidemark.runtime.worker.runner import StageRunner
+from tidemark.chassis.logs import get_logger
+from tidemark.spark.session import LocalSessionOptions, local_session, query_checkpoint_location
+from tidemark.spark.stage_source import StageSource, stage_source
+
+log = get_logger(__name__)
+
+
+class QueryFailed(RuntimeError):
+    """The streaming query stopped with an error."""
+
+
+def session_options(settings: TidemarkSettings, app_name: str, source: StageSource) -> LocalSessionOptions:
+    """The local session of a stage worker (or its standby), with what its source needs."""
+    return LocalSessionOptions(app_name=app_name, java_options=settings.spark.java_options,
+                               class_archive=settings.spark.class_archive, extra_conf=source.session_conf())
+
+
+class _SessionStart(threading.Thread):
+    """Starts the SparkSession (JVM, SparkContext, data-source registration) while the worker
+    restores its state; :meth:`session` joins it."""
+
+    def __init__(self, options: LocalSessionOptions) -> None:
+        super().__init__(name="spark-session-start", daemon=True)
+        self.options = options
+        self._session: Any = None
+        self._error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self._session = local_session(self.options)
+        except BaseException as exc:
+            self._error = exc
+
+    def session(self) -> Any:
+        self.join()
+        if self._error is not None:
+            raise self._error
+        return self._session
+
+
+def _exit_on_sigterm(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)  # unwinds run_attempt, so its temp directory is removed
+
+
+@dataclass(frozen=True)
+class AttemptEnd:
+    """How an attempt ended: the process's exit status, and its session when it was released
+    (kept for the next attempt; otherwise stopped)."""
+
+    code: int
+    spark: Any = None
+
+
+def _never() -> bool:
+    return False
+
+
+def run_attempt(settings: TidemarkSettings, attempt: Attempt, spark: Any = None,
+                released: Callable[[], bool] = _never) -> AttemptEnd:
+    """Run the stage, in ``spark`` (a warm session) or a session started meanwhile, until it
+    finishes, fails or is ``released``; a failure a restart will not fix
+    (:mod:`tidemark.runtime.job.start_errors`) leaves its reason in the attempt's ``.failed`` file and
+    ends with ``EXIT_REFUSED``."""
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    try:
+        return _run_stage(settings, attempt, spark, released)
+    except Exception as exc:
+        reason = not_retryable_reason(exc)
+        if reason is None:
+            raise
+        log.error("stage cannot run; a restart will not fix it", job_ref=attempt.job_ref, stage=attempt.stage,
+                  epoch=attempt.epoch, reason=reason)
+        path = failed_file(attempt.run_dir, attempt.process, attempt.epoch)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(reason + "\n", encoding="utf-8")
+        return AttemptEnd(EXIT_REFUSED)
+
+
+def _run_stage(settings: TidemarkSettings, attempt: Attempt, spark: Any, released: Callable[[], bool]) -> AttemptEnd:
+    starting = None
+    source = stage_source(settings)
+    if spark is None:  # the JVM starts while the worker restores
+        starting = _SessionStart(session_options(settings, f"tidemark-{attempt.stage}", source))
+        starting.start()
+    watch = BrokerWatch(base_config(settings)).start()
+    try:
+        worker = bootstrap(settings, attempt)
+    except BaseException:
+        watch.stop()
+        raise
+    if starting is not None:
+        spark = starting.session()
+
+    def process(table: Any) -> None:
+        if released():  # the attempt is over: its records are the next attempt's to process
+            return
+        with worker.lock:
+            if not worker.closed:
+                worker.on_batch(records_of(table))
+
+    batches = BatchHandoff(process, name=f"batches-{attempt.stage}")
+
+    def on_batch(frame: Any, batch_id: int) -> None:
+        if released():
+            return
+        try:
+            table = frame.toArrow()  # while the batch before is processed
+        except Exception:
+            if released():  # stopping the query cancelled the batch's Spark job
+                return
+            raise
+        batches.hand_over(table)
+
+    with query_checkpoint_location(f"{worker.job}-{attempt.process}") as spark_checkpoints:
+        return _run_query(worker, attempt, spark, source, on_batch, batches, spark_checkpoints, watch, released,
+                          settings.http_port, settings.spark.trigger_ms)
+
+
+def _run_query(worker: StageRunner, attempt: Attempt, spark: Any, source: StageSource, on_batch: Any,
+               batches: BatchHandoff, spark_checkpoints: str, watch: BrokerWatch,
+               released: Callable[[], bool], metrics_port: int, trigger_ms: int) -> AttemptEnd:
+    ended = AttemptEnd(0)  # until it ends otherwise (an exception: the session is stopped)
+    try:
+        if released():  # released while it restored and its session started: no query to start
+            ended = AttemptEnd(0, spark)
+        else:
+            # What the process holds by now (modules, the session, the restored state) is never
+            # scanned again by the collector while the attempt runs: full collections scan only what
+            # the batches leave behind (unfrozen when the attempt ends, so its cycles are collected)
+            gc.freeze()
+            ended = _stream(worker, attempt, spark, source, on_batch, batches, spark_checkpoints, released,
+                            metrics_port, trigger_ms)
+        return ended
+    finally:
+        gc.unfreeze()
+        watch.stop()
+        worker.abandon()  # a batch waiting for a stop-with-savepoint gives up
+        batches.close()  # after a batch still being processed
+        with worker.lock:
+            worker.close()
+        if ended.spark is None:
+            spark.stop()
+
+
+def _stream(worker: StageRunner, attempt: Attempt, spark: Any, source: StageSource, on_batch: Any,
+            batches: BatchHandoff, spark_checkpoints: str, released: Callable[[], bool],
+            metrics_port: int, trigger_ms: int) -> AttemptEnd:
+    options = source.options(read_selection(worker))
+    source.prepare(spark)
+    stream = spark.readStream.format(source.format).options(**options).load()
+    query = (stream.writeStream.foreachBatch(on_batch).option("checkpointLocation", spark_checkpoints)
+             .trigger(processingTime=f"{trigger_ms} milliseconds").queryName(f"{worker.job}.{worker.stage.name}").start())
+    attempt.ready_file.parent.mkdir(parents=True, exist_ok=True)
+    attempt.ready_file.write_text(json.dumps({
+        "stage": worker.stage.name, "worker": attempt.worker, "epoch": attempt.epoch, "pid": os.getpid(), "metrics_port": metrics_port,
+        "restored_from": worker.restored_from.checkpoint_id if worker.restored_from else None}))
+    log.info("stage running", job=worker.job, stage=worker.stage.name, epoch=attempt.epoch,
+             parallelism=attempt.parallelism, worker=attempt.worker, workers=worker.stage.workers or 1,
+             tasks=[t.task_id for t in worker.tasks], source=source.format,
+             starting_offsets=options["startingOffsets"])
+    last_lag = 0.0
+    while not worker.finished:
+        if released():
+            worker.abandon()  # a batch waiting for a stop-with-savepoint gives up
+            query.stop()  # returns once the running batch has
+            log.info("attempt released: query stopped", job=worker.job, stage=worker.stage.name, epoch=attempt.epoch)
+            return AttemptEnd(0, spark)
+        batches.check()  # a batch that raised ends the attempt, also when no batch follows
+        if not query.isActive:
+            raise QueryFailed(f"stage {worker.stage.name} query stopped: {query.exception()}")
+        time.sleep(0.1)
+        with worker.lock:
+            worker.on_tick()  # processing-time timers, idle partitions, the control plane
+        if time.monotonic() - last_lag > REPORT_EVERY_S:
+            worker.report_lag()
+            last_lag = time.monotonic()
+    query.stop()
+    log.info("stage finished", job=worker.job, stage=worker.stage.name, epoch=attempt.epoch)
+    return AttemptEnd(0)

@@ -1,0 +1,229 @@
+"""The stage runner: one attempt of a stage worker once it is wired and restored
+(:func:`tidemark.runtime.worker.bootstrap.bootstrap`), driven by the streaming query
+(:mod:`tidemark.runtime.worker.query`).
+
+For every micro-batch (:meth:`StageRunner.on_batch`, under :attr:`StageRunner.lock`) the input
+(:mod:`tidemark.runtime.worker.inputs`: the job's input topics or a channel) takes each record to
+its task's operator; the runner hands what the operators emitted and the watermark, if news, to
+the stage's output (:meth:`StageRunner.flush_outputs`), then acts on the control plane. Between
+batches (:meth:`StageRunner.on_tick`) idle partitions may release the watermark and due
+processing-time timers fire.
+
+Checkpoints (:meth:`StageRunner.checkpoint`), at the coordinator's trigger in a source stage or
+at an aligned barrier in a channel stage: each task's ``prepare_snapshot_pre_barrier``, the output
+gets what that emitted, then :class:`~tidemark.runtime.worker.checkpoint.StageCheckpointer`
+pre-commits the output, snapshots the tasks and acks. Completed / aborted notifications commit /
+keep the output and reach every task's operator; a completed stop-with-savepoint finishes the
+operators and ends the attempt (exit 0); until then, after its snapshot, nothing is processed.
+The runner owns no Kafka client of its own: its parts do (the output, the control plane, the
+record failures, the clock's late records, the consumer lag's metadata consumer).
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tidemark.protocol.messages import (
+    CheckpointAborted,
+    CheckpointCompleted,
+    CheckpointMetadata,
+    CheckpointTrigger,
+    MaterializationEvent,
+)
+from tidemark.runtime.worker.alignment import Aligned
+from tidemark.api import Stage
+from tidemark.runtime.worker.consumer_lag import ConsumerLag
+from tidemark.runtime.job.control import ControlPlane
+from tidemark.runtime.job.faults import FAULTS
+from tidemark.runtime.job.metrics import RECORDS_IN, RECORDS_OUT
+from tidemark.runtime.worker.outputs import StageOutput
+from tidemark.runtime.worker.record_errors import RecordFailures
+from tidemark.runtime.job.records import InputRecord
+from tidemark.runtime.job.attempt import Attempt
+from tidemark.runtime.worker.checkpoint import StageCheckpointer
+from tidemark.runtime.worker.inputs import ChannelInput, SourceInput
+from tidemark.runtime.worker.clock import StageClock
+from tidemark.runtime.worker.task import StageTask
+from tidemark.chassis.logs import get_logger
+from tidemark.types import CheckpointId, CheckpointType, Epoch, JobId, TopicPartition
+
+log = get_logger(__name__)
+
+
+@dataclass(eq=False)
+class StageRunner:
+    """One wired and restored attempt of a stage worker (see the module)."""
+
+    job: JobId
+    stage: Stage
+    attempt: Attempt
+    tasks: Sequence[StageTask]
+    input: SourceInput | ChannelInput
+    output: StageOutput
+    control: ControlPlane
+    clock: StageClock
+    checkpointer: StageCheckpointer
+    failures: RecordFailures
+    lag: ConsumerLag
+    positions: dict[TopicPartition, int]
+    """The input positions: after the last record read of each partition (shared with the input)."""
+    read_partitions: Sequence[TopicPartition]
+    restored_from: CheckpointMetadata | None
+    local_dir: Path
+    """The attempt's local state files (RocksDB), removed on close."""
+    lock: threading.RLock = field(default_factory=threading.RLock)
+    stopping: CheckpointId | None = None
+    finished: bool = False
+    abandoned: bool = False  # the supervisor released the attempt (runtime.worker.process)
+    closed: bool = False
+    processing: bool = False  # set when the first records a task processed are counted (flush_outputs)
+
+    @property
+    def epoch(self) -> Epoch:
+        return self.attempt.epoch
+
+    # ------------------------------------------------------------------ records
+
+    def on_batch(self, records: Iterable[InputRecord]) -> None:
+        """One micro-batch, then the control plane (called under ``lock``)."""
+        if self.finished:
+            return
+        self.wait_while_stopping()
+        self.input.feed(records, self)
+        if self.finished:  # a stop-with-savepoint completed while aligning
+            return
+        self.flush_outputs()
+        FAULTS.hit("after-batch")
+        if FAULTS.armed("after-changelog-write"):  # make the batch's changes reach the changelog first
+            for task in self.tasks:
+                task.backend.flush()
+            FAULTS.hit("after-changelog-write")
+        self.handle_control()
+
+    def on_tick(self) -> None:
+        """Between micro-batches (called under ``lock``): idle partitions release the watermark,
+        due processing-time timers fire, and what that emits is written; then the control plane."""
+        if self.finished or self.stopping is not None:
+            return
+        self.input.tick()
+        self.flush_outputs()
+        self.handle_control()
+
+    def flush_outputs(self) -> None:
+        """Hand what the tasks' operators emitted so far and the watermark, if news, to the
+        output; count what the tasks read and the timers did meanwhile. The first records an
+        attempt processed are noticed here, where every count passes (also those of a batch whose
+        barrier completed an alignment, flushed before its checkpoint)."""
+        batch = {}
+        for task in self.tasks:
+            read, task.records_in = task.records_in, 0
+            if read:
+                RECORDS_IN.labels(self.job, task.task_id).inc(read)
+                if not self.processing:
+                    self._first_records_processed()
+            if task.output:
+                batch[task.task_id] = task.take_output()
+        clock = self.clock
+        clock.count_timers()
+        watermark = clock.to_emit()
+        if not batch and watermark is None:
+            return
+        self.output.write(batch, watermark)
+        if watermark is not None:
+            clock.emitted(watermark)
+        for task_id, records in batch.items():
+            RECORDS_OUT.labels(self.job, task_id).inc(len(records))
+
+    def _first_records_processed(self) -> None:
+        self.processing = True  # the moment a recovery ends (bench/bench_recovery.py)
+        log.info("first records processed", job=self.job, stage=self.stage.name, epoch=self.epoch)
+        self.attempt.processing_file.touch()
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def handle_control(self) -> None:
+        """Act on new notifications of this attempt (called under ``lock``)."""
+        for note in self.control.poll():
+            if isinstance(note, MaterializationEvent):
+                for task in self.tasks:
+                    task.on_materialization(note)
+                continue
+            if note.epoch != self.epoch:
+                continue
+            if isinstance(note, CheckpointTrigger):
+                if self.input.takes_triggers and not self.finished and self.stopping is None:
+                    self.checkpoint(note.checkpoint_id, note.checkpoint_type, None, note.target_location)
+            elif isinstance(note, CheckpointCompleted):
+                self._completed(note.checkpoint_id)
+            elif isinstance(note, CheckpointAborted):
+                self.output.abort(note.checkpoint_id)
+                for task in self.tasks:
+                    task.notify_aborted(note.checkpoint_id)
+                if note.checkpoint_id == self.stopping:
+                    log.warning("stop-with-savepoint aborted; resuming", job=self.job, reason=note.reason)
+                    self.stopping = None
+
+    def _completed(self, checkpoint_id: CheckpointId) -> None:
+        self.output.commit(checkpoint_id)
+        for number, task in enumerate(self.tasks, start=1):
+            task.notify_completed(checkpoint_id)
+            if number == 1 < len(self.tasks):
+                FAULTS.hit("during-notification")  # e.g. a sink's commit made for one task only
+        FAULTS.hit("after-notification")
+        if checkpoint_id == self.stopping:
+            self.finished = True
+            for task in self.tasks:
+                task.finish()
+            log.info("stop-with-savepoint completed; finishing", job=self.job, stage=self.stage.name,
+                     savepoint=checkpoint_id)
+
+    def wait_while_stopping(self) -> None:
+        """After a stop-with-savepoint snapshot: process nothing until it completes or aborts (or
+        the attempt is abandoned)."""
+        while self.stopping is not None and not self.finished and not self.abandoned:
+            self.handle_control()
+            time.sleep(0.05)
+
+    def checkpoint(self, checkpoint_id: CheckpointId, kind: CheckpointType, aligned: Aligned | None,
+                   target: str | None = None) -> None:
+        for task in self.tasks:  # what they emit now goes before the barrier
+            task.prepare_snapshot_pre_barrier(checkpoint_id)
+        self.flush_outputs()
+        taken = self.checkpointer.checkpoint(checkpoint_id, kind, self.positions, aligned, target,
+                                             self.clock.snapshot_item(checkpoint_id))
+        if taken and kind is CheckpointType.STOP_WITH_SAVEPOINT:
+            self.stopping = checkpoint_id
+            self.wait_while_stopping()
+
+    def decline(self, checkpoint_id: CheckpointId, reason: str) -> None:
+        """Decline a checkpoint for every task (an alignment overtaken by a newer barrier)."""
+        for task in self.tasks:
+            self.control.decline(checkpoint_id, task.task_id, reason, self.epoch)
+
+    # ------------------------------------------------------------------ monitoring and the end
+
+    def report_lag(self) -> None:
+        self.lag.report(self.positions, self.read_partitions)
+        self.clock.report_lag()
+
+    def abandon(self) -> None:
+        """The attempt is over (released): a batch waiting on the control plane stops waiting."""
+        self.abandoned = True
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        for task in self.tasks:
+            task.close()
+        self.output.close()
+        self.control.close()
+        self.failures.close()
+        self.clock.close()
+        self.lag.metadata.close()
+        shutil.rmtree(self.local_dir, ignore_errors=True)
