@@ -167,9 +167,98 @@ class KeyedCoProcessFunction(CoProcessFunction):
         """A timer of the current key fired; emit like ``process_element1``."""
 
 
+class ReadOnlyBroadcastState(Protocol):
+    """A broadcast state as ``process_element`` and ``on_timer`` see it (Flink's
+    ``ReadOnlyBroadcastState``): read, never written, so that every task's copy stays the same."""
+
+    def get(self, key: Any) -> Any: ...
+
+    def contains(self, key: Any) -> bool: ...
+
+    def keys(self) -> Any: ...
+
+    def values(self) -> Any: ...
+
+    def items(self) -> Any: ...
+
+    def is_empty(self) -> bool: ...
+
+
+class ReadOnlyBroadcastContext(ProcessContext, Protocol):
+    """What a broadcast function's ``process_element`` sees: a :class:`ProcessContext` (the key
+    and timers in a keyed stage) and the broadcast states, read-only."""
+
+    def get_broadcast_state(self, descriptor: Any) -> ReadOnlyBroadcastState: ...
+
+
+class BroadcastContext(Protocol):
+    """What ``process_broadcast_element`` sees (Flink's ``BroadcastProcessFunction.Context``): no
+    key (the element goes to every task), the broadcast states to write, the element's event time,
+    the clocks, an output collector and, in a keyed stage, every key's state of the task
+    (:meth:`apply_to_keyed_state`)."""
+
+    timestamp_ms: int
+
+    def emit(self, key: Any, value: Any) -> None: ...
+
+    def get_broadcast_state(self, descriptor: Any) -> Any:
+        """The broadcast state of ``descriptor`` (a :class:`~tidemark.state.BroadcastStateDescriptor`),
+        read-write: every task applies the same elements in the same order, so every copy is the same."""
+        ...
+
+    def apply_to_keyed_state(self, descriptor: Any, function: Callable[[Any, Any], None]) -> None:
+        """Call ``function(key, state)`` for every key of this task that holds state of
+        ``descriptor`` (Flink's ``applyToKeyedState``), with ``state`` that key's; a keyed stage only."""
+        ...
+
+    def current_watermark(self) -> int: ...
+
+    def current_processing_time(self) -> int: ...
+
+
+class BroadcastProcessFunction(ABC):
+    """User code of a stage without a key over a broadcast input (Flink's
+    ``BroadcastProcessFunction``): the stage's first input is its own (its records go to one task
+    each), its second a broadcast input (:attr:`Input.broadcast`: every record to every task).
+    ``process_broadcast_element`` writes the broadcast state, ``process_element`` reads it. Mix in
+    :class:`CheckpointedFunction` / :class:`CheckpointListener` as for one input."""
+
+    def open(self, ctx: StateContext) -> None:  # noqa: B027 - optional hook
+        """Register state; called once per attempt, after restore."""
+
+    @abstractmethod
+    def process_element(self, value: Any, ctx: ReadOnlyBroadcastContext) -> None:
+        """Handle one record of the first input, with the broadcast states read-only."""
+
+    @abstractmethod
+    def process_broadcast_element(self, value: Any, ctx: BroadcastContext) -> None:
+        """Handle one record of the broadcast input, on every task; update the broadcast states.
+        What it does must depend on the element and the broadcast states only, so that every task
+        ends with the same states."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release resources; state is not touched after this."""
+
+
+class KeyedBroadcastProcessFunction(BroadcastProcessFunction):
+    """User code of a keyed stage over a broadcast input (Flink's ``KeyedBroadcastProcessFunction``):
+    ``process_element`` runs with the record's key current (keyed state, timers) and reads the
+    broadcast states; ``process_broadcast_element`` writes them and may visit every key's state
+    of the task (``ctx.apply_to_keyed_state``); ``on_timer`` as in a :class:`KeyedProcessFunction`,
+    with the broadcast states read-only."""
+
+    def on_timer(self, timestamp_ms: int, ctx: OnTimerContext) -> None:  # noqa: B027 - optional hook
+        """A timer of the current key fired; emit like ``process_element``."""
+
+
 def two_inputs(function: Any) -> bool:
     """Whether a stage's function (its class or factory) takes two inputs."""
-    return isinstance(function, type) and issubclass(function, CoProcessFunction)
+    return isinstance(function, type) and issubclass(function, (CoProcessFunction, BroadcastProcessFunction))
+
+
+def takes_broadcast(function: Any) -> bool:
+    """Whether a stage's function (its class or factory) takes a broadcast input."""
+    return isinstance(function, type) and issubclass(function, BroadcastProcessFunction)
 
 
 class FunctionInitializationContext(Protocol):
@@ -342,16 +431,23 @@ class Input:
     """One input of a stage: a Kafka topic, either the job's input or another stage's output (a
     channel), with how its records decode, key and tell event time when that differs from the
     stage's (None: the stage's ``decode``, ``key_by`` and ``event_time``). A stage's inputs are
-    numbered in order: a two-input function's first input is ``inputs[0]``."""
+    numbered in order: a two-input function's first input is ``inputs[0]``.
+
+    ``broadcast``: every record goes to every task of the stage (Flink's broadcast stream), the
+    second input of a :class:`BroadcastProcessFunction` or :class:`KeyedBroadcastProcessFunction`;
+    it has no key."""
 
     topic: str
     decode: Callable[[bytes | None, bytes | None], Any] | None = None
     key_by: Callable[[Any], Any] | None = None
     event_time: EventTime | None = None
+    broadcast: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.topic, str) or not self.topic:
             raise ValueError(f"an input names a topic, got {self.topic!r}")
+        if self.broadcast and self.key_by is not None:
+            raise ValueError(f"input {self.topic}: a broadcast input goes to every task, so it has no key_by")
 
 
 @dataclass(frozen=True)
@@ -361,7 +457,7 @@ class Stage:
     name: str  # the operator id; stable across restarts and rescaling
     inputs: tuple[str | Input, ...]  # topics read (a name: an Input with the stage's defaults); another stage's output makes a channel
     key_by: Callable[[Any], Any] | None  # None: a stage without a key (operator state only), unless its inputs key
-    function: Callable[[], ProcessFunction | CoProcessFunction] | Windowed  # keyed functions in a keyed stage, or its windows
+    function: Callable[[], ProcessFunction | CoProcessFunction | BroadcastProcessFunction] | Windowed  # keyed functions in a keyed stage, or its windows
     output: str  # Kafka topic written
     decode: Callable[[bytes | None, bytes | None], Any] = json_decode
     encode_value: Callable[[Any], bytes] = json_encode
@@ -390,13 +486,21 @@ class Stage:
         if len(set(topics)) != len(topics):
             raise ValueError(f"stage {self.name}: reads a topic twice: {sorted({t for t in topics if topics.count(t) > 1})}")
         if self.key_by is None and any(i.key_by is not None for i in inputs):
-            unkeyed = [i.topic for i in inputs if i.key_by is None]
+            unkeyed = [i.topic for i in inputs if i.key_by is None and not i.broadcast]
             if unkeyed:
                 raise ValueError(f"stage {self.name}: a keyed stage keys every input: give key_by to the stage or to "
                                  f"input(s) {unkeyed}")
         if two_inputs(self.function) and len(inputs) != 2:
             raise ValueError(f"stage {self.name}: {self.function.__name__} takes two inputs, the stage has "  # type: ignore[union-attr]
                              f"{len(inputs)}")
+        broadcast = [i.topic for i in inputs if i.broadcast]
+        if self.forwards_to is None and takes_broadcast(self.function) and [i.broadcast for i in inputs] != [False, True]:
+            raise ValueError(f"stage {self.name}: {self.function.__name__} reads its own input first and a "  # type: ignore[union-attr]
+                             f"broadcast input second: inputs=(topic, Input(rules_topic, broadcast=True)), got "
+                             f"broadcast inputs {broadcast}")
+        if self.forwards_to is None and broadcast and not takes_broadcast(self.function):
+            raise ValueError(f"stage {self.name}: broadcast input(s) {broadcast} go to a BroadcastProcessFunction or "
+                             f"KeyedBroadcastProcessFunction (process_broadcast_element)")
         if (self.late_records is LateRecords.SIDE_OUTPUT) != (self.late_output is not None):
             raise ValueError(f"stage {self.name}: late_output names the topic of late_records=side-output, "
                              f"and only then (late_records={self.late_records.value}, late_output={self.late_output!r})")
@@ -416,6 +520,11 @@ class Stage:
         return self.key_by is not None or any(i.key_by is not None for i in self.input_list)
 
     @property
+    def broadcast_side(self) -> int | None:
+        """The index of the stage's broadcast input, if it has one."""
+        return next((n for n, i in enumerate(self.input_list) if i.broadcast), None)
+
+    @property
     def input_list(self) -> tuple[Input, ...]:
         """``inputs``, every one an :class:`Input` (as ``__post_init__`` made them)."""
         return self.inputs  # type: ignore[return-value]
@@ -430,7 +539,7 @@ class Stage:
         return item.decode or self.decode
 
     def key_of(self, item: Input) -> Callable[[Any], Any] | None:
-        return item.key_by or self.key_by
+        return None if item.broadcast else item.key_by or self.key_by
 
     def event_time_of(self, item: Input) -> EventTime | None:
         return item.event_time or self.event_time

@@ -1,10 +1,12 @@
 """The operators that run a user's function (Flink's ``KeyedProcessOperator`` and
 ``ProcessOperator``, both ``AbstractUdfStreamOperator`` s): they turn the operator lifecycle
 (:mod:`tidemark.operators.lifecycle`) into the function's hooks. :class:`KeyedProcessOperator`
-runs a :class:`~tidemark.api.KeyedProcessFunction` or :class:`~tidemark.api.KeyedCoProcessFunction`
-in a keyed stage; :class:`ProcessOperator` a :class:`~tidemark.api.ProcessFunction` or
-:class:`~tidemark.api.CoProcessFunction` in a stage without a key (no keyed state, no timers:
-``ctx.get_state`` and ``ctx.timer_service()`` raise, saying so).
+runs a :class:`~tidemark.api.KeyedProcessFunction`, :class:`~tidemark.api.KeyedCoProcessFunction` or
+:class:`~tidemark.api.KeyedBroadcastProcessFunction` in a keyed stage; :class:`ProcessOperator` a
+:class:`~tidemark.api.ProcessFunction`, :class:`~tidemark.api.CoProcessFunction` or
+:class:`~tidemark.api.BroadcastProcessFunction` in a stage without a key (no keyed state, no timers:
+``ctx.get_state`` and ``ctx.timer_service()`` raise, saying so). A broadcast function's
+broadcast side gets its own context (:mod:`tidemark.operators.broadcast`).
 
 =========================================  ==============================================================
 operator                                   function
@@ -13,8 +15,10 @@ operator                                   function
                                            (operator state of the user's names, keyed state, ``is_restored``)
 ``open()``                                 ``open(ctx)``
 ``process_element(value, key, ts)``        ``process(value, ctx)``, or ``process_element1`` of a
-                                           :class:`~tidemark.api.CoProcessFunction` (two inputs)
-``process_element2(value, key, ts)``       ``process_element2`` of a ``CoProcessFunction``; else ``process``
+                                           :class:`~tidemark.api.CoProcessFunction` (two inputs), or
+                                           ``process_element`` of a broadcast function
+``process_element2(value, key, ts)``       ``process_element2`` of a ``CoProcessFunction``,
+                                           ``process_broadcast_element`` of a broadcast function; else ``process``
 ``process_watermark(w)``                   ``on_timer`` of each event-time timer at or before ``w``
 ``on_processing_time(t)``                  ``on_timer`` of each processing-time timer at or before ``t``
 ``snapshot_state(context)``                ``snapshot_state(ctx)`` of a ``CheckpointedFunction``
@@ -31,26 +35,35 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, cast
 
+from tidemark.operators.broadcast import BroadcastSideContext, BroadcastStates, ReadOnlyBroadcastState
 from tidemark.operators.lifecycle import OutputRecord, StateInitializationContext
-from tidemark.operators.time import FunctionTimers, TimerServiceManager
+from tidemark.operators.time import FunctionTimers, StageTime, TimerServiceManager
 from tidemark.operators.udf import UNKEYED, UdfOperator, raise_error
-from tidemark.api import CoProcessFunction, KeyedProcessFunction, Stage
+from tidemark.api import BroadcastProcessFunction, CoProcessFunction, KeyedProcessFunction, Stage
 from tidemark.runtime.job.faults import FAULTS
 from tidemark.state import KeyedStateBackend
 from tidemark.state.timers import TimeDomain, Timer
 
 
 class _Context:
-    """The ``StateContext``, ``ProcessContext`` and ``OnTimerContext`` a function sees."""
+    """The ``StateContext``, ``ProcessContext`` and ``OnTimerContext`` a function sees (with a
+    broadcast function's ``get_broadcast_state``, read-only)."""
 
-    __slots__ = ("backend", "out", "stage", "key", "timestamp_ms", "time_domain", "timers")
+    __slots__ = ("backend", "out", "stage", "key", "timestamp_ms", "time_domain", "timers", "broadcast")
 
-    def __init__(self, backend: KeyedStateBackend | None, stage: Stage, out: list[OutputRecord]) -> None:
-        self.backend, self.stage, self.out = backend, stage, out
+    def __init__(self, backend: KeyedStateBackend | None, stage: Stage, out: list[OutputRecord],
+                 broadcast: BroadcastStates | None = None) -> None:
+        self.backend, self.stage, self.out, self.broadcast = backend, stage, out, broadcast
         self.key: Any = None
         self.timestamp_ms = 0
         self.time_domain: str | None = None  # in on_timer only
         self.timers: FunctionTimers | None = None
+
+    def get_broadcast_state(self, descriptor: Any) -> ReadOnlyBroadcastState:
+        if self.broadcast is None:
+            raise RuntimeError(f"stage {self.stage.name!r}: broadcast state is a BroadcastProcessFunction's, "
+                               f"read by process_element and written by process_broadcast_element")
+        return self.broadcast.read_only(descriptor)
 
     def get_state(self, descriptor: Any) -> Any:
         if self.backend is None:
@@ -75,13 +88,19 @@ class KeyedProcessOperator(UdfOperator):
     def __init__(self, stage: Stage, timer_failed: Callable[[Timer, Exception], None] | None = None) -> None:
         self.stage, self.stage_name = stage, stage.name
         self.function = cast(KeyedProcessFunction, stage.function())  # type: ignore[operator]  # not Windowed here
-        if isinstance(self.function, CoProcessFunction):
-            if len(stage.input_list) != 2:
-                raise ValueError(f"stage {stage.name}: {type(self.function).__name__} takes two inputs, the stage "
-                                 f"has {len(stage.input_list)}")
-            self._first, self._second = self.function.process_element1, self.function.process_element2
+        function: Any = self.function
+        if isinstance(function, (CoProcessFunction, BroadcastProcessFunction)) and len(stage.input_list) != 2:
+            raise ValueError(f"stage {stage.name}: {type(function).__name__} takes two inputs, the stage "
+                             f"has {len(stage.input_list)}")
+        self._second_context: Any = None  # the broadcast side's (None: process_element2 sees the first's)
+        self._first: Callable[[Any, Any], None]
+        self._second: Callable[[Any, Any], None]
+        if isinstance(function, CoProcessFunction):
+            self._first, self._second = function.process_element1, function.process_element2
+        elif isinstance(function, BroadcastProcessFunction):
+            self._first, self._second = function.process_element, function.process_broadcast_element
         else:
-            self._first = self._second = self.function.process
+            self._first = self._second = function.process
         self.timer_failed = timer_failed or raise_error
         self._timers: TimerServiceManager | None = None
         self._ctx: _Context | None = None
@@ -90,8 +109,18 @@ class KeyedProcessOperator(UdfOperator):
         if context.keyed_state_backend is None or context.timer_service_manager is None:
             raise ValueError(f"stage {self.stage.name!r}: a KeyedProcessFunction needs a keyed stage")
         self._timers = context.timer_service_manager
-        self._ctx = _Context(context.keyed_state_backend, self.stage, self.output)
+        self._ctx = self._contexts(context)
         self.initialize_function(context)
+
+    def _contexts(self, context: StateInitializationContext) -> _Context:
+        """The function's context; a broadcast function's broadcast side gets its own."""
+        backend = context.keyed_state_backend
+        if not isinstance(self.function, BroadcastProcessFunction):
+            return _Context(backend, self.stage, self.output)
+        states = BroadcastStates(context.operator_state_store)
+        self._second_context = BroadcastSideContext(states, backend, context.time or StageTime(), self.stage,
+                                                    self.output)
+        return _Context(backend, self.stage, self.output, states)
 
     def open(self) -> None:
         assert self._ctx is not None and self._timers is not None
@@ -104,6 +133,11 @@ class KeyedProcessOperator(UdfOperator):
         self._first(value, ctx)  # type: ignore[arg-type]
 
     def process_element2(self, value: Any, key: Any, timestamp_ms: int) -> None:
+        broadcast = self._second_context
+        if broadcast is not None:  # a broadcast element: no key, the broadcast states to write
+            broadcast.timestamp_ms = timestamp_ms
+            self._second(value, broadcast)
+            return
         ctx = self._ctx
         ctx.key, ctx.timestamp_ms, ctx.time_domain = key, timestamp_ms, None  # type: ignore[union-attr]
         self._second(value, ctx)  # type: ignore[arg-type]
@@ -134,7 +168,7 @@ class ProcessOperator(KeyedProcessOperator):
     """Runs one instance of ``stage.function`` in a stage without a key: operator state only."""
 
     def initialize_state(self, context: StateInitializationContext) -> None:
-        self._ctx = _Context(None, self.stage, self.output)
+        self._ctx = self._contexts(context)
         self.initialize_function(context)
 
     def open(self) -> None:

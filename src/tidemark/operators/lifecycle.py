@@ -39,7 +39,7 @@ from tidemark.state import KeyedStateBackend, OperatorStateBackend
 from tidemark.types import CheckpointId
 
 if TYPE_CHECKING:
-    from tidemark.operators.time import TimerServiceManager
+    from tidemark.operators.time import StageTime, TimerServiceManager
 
 OutputRecord = tuple[bytes | None, bytes, int]
 """One record an operator emits: key and value as written to Kafka, and its event time."""
@@ -57,6 +57,8 @@ class StateInitializationContext:
     """The task's operator state: even-split lists, union lists and broadcast maps."""
     timer_service_manager: TimerServiceManager | None
     """The task's timers (keyed state, so None in a stage without a key)."""
+    time: StageTime | None = None
+    """The stage's watermark and clock, which the worker's tasks share."""
 
     def is_restored(self) -> bool:
         return self.restored_checkpoint_id is not None

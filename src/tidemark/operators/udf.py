@@ -49,13 +49,13 @@ class FunctionInitializationContext:
         return self._context.operator_state_store.parallelism
 
     def get_list_state(self, descriptor: ListStateDescriptor) -> Any:
-        return self._operator_state.get_list_state(_users(descriptor))
+        return self._operator_state.get_list_state(users_descriptor(descriptor))
 
     def get_union_list_state(self, descriptor: ListStateDescriptor) -> Any:
-        return self._operator_state.get_union_list_state(_users(descriptor))
+        return self._operator_state.get_union_list_state(users_descriptor(descriptor))
 
     def get_broadcast_state(self, descriptor: BroadcastStateDescriptor) -> Any:
-        return self._operator_state.get_broadcast_state(_users(descriptor))
+        return self._operator_state.get_broadcast_state(users_descriptor(descriptor))
 
     def get_state(self, descriptor: Any) -> Any:
         backend = self._context.keyed_state_backend
@@ -68,7 +68,8 @@ class FunctionInitializationContext:
         return self._context.operator_state_store
 
 
-def _users(descriptor: Any) -> Any:
+def users_descriptor(descriptor: Any) -> Any:
+    """``descriptor``, refused when it names operator state the runtime reserves."""
     if descriptor.name.startswith(RESERVED_PREFIX):
         raise ValueError(f"operator state {descriptor.name!r}: names starting with {RESERVED_PREFIX!r} are the "
                          f"runtime's")

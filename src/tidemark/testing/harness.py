@@ -54,7 +54,17 @@ from tidemark.checkpoint_store.layout import checkpoint_dir, metadata_path, shar
 from tidemark.checkpoint_store.metadata_codec import encode_metadata
 from tidemark.checkpoint_store.persistent_store import read_metadata
 from tidemark.protocol.messages import CheckpointMetadata, StateHandleKind, TaskSnapshot
-from tidemark.api import CoProcessFunction, Input, JobSpec, ProcessFunction, Stage, StateBackendKind, two_inputs
+from tidemark.api import (
+    BroadcastProcessFunction,
+    CoProcessFunction,
+    Input,
+    JobSpec,
+    ProcessFunction,
+    Stage,
+    StateBackendKind,
+    takes_broadcast,
+    two_inputs,
+)
 from tidemark.runtime.worker.routing import KeyGroupRouter
 from tidemark.runtime.worker.restore import keyed_snapshots
 from tidemark.operators.time import StageTime
@@ -164,16 +174,21 @@ class KeyedProcessFunctionHarness:
                    job_id=job.job_id, **options)
 
     @classmethod
-    def for_function(cls, function: Callable[[], ProcessFunction | CoProcessFunction],
+    def for_function(cls, function: Callable[[], ProcessFunction | CoProcessFunction | BroadcastProcessFunction],
                      key_by: Callable[[Any], Any] | tuple[Callable[[Any], Any], Callable[[Any], Any]] | None, *,
                      name: str = "function", **options: Any) -> KeyedProcessFunctionHarness:
         """A harness for a function outside any job: ``key_by`` keys each value (None: a stage
         without a key, running a :class:`~tidemark.api.ProcessFunction`). A two-input function
         (a :class:`~tidemark.api.CoProcessFunction` class) gets two inputs, keyed by the two
-        functions of ``key_by`` when it is a pair."""
+        functions of ``key_by`` when it is a pair; a broadcast function (a
+        :class:`~tidemark.api.BroadcastProcessFunction` class) its input, keyed by ``key_by``,
+        and a broadcast input (``input=1``)."""
         if isinstance(key_by, tuple):
             keyed = tuple(Input(f"harness-input-{n}", key_by=key) for n, key in enumerate(key_by, 1))
             return cls(Stage(name, keyed, None, function, "harness-output"), **options)
+        if takes_broadcast(function):
+            inputs = (Input("harness-input-1"), Input("harness-broadcast", broadcast=True))
+            return cls(Stage(name, inputs, key_by, function, "harness-output"), **options)
         topics = ("harness-input-1", "harness-input-2") if two_inputs(function) else ("harness-input",)
         return cls(Stage(name, topics, key_by, function, "harness-output"), **options)
 
@@ -242,13 +257,21 @@ class KeyedProcessFunctionHarness:
         (else the stage's) unless ``key`` is given, routed by key group to its task; returns what
         this record emitted (also appended to :attr:`output`). In a stage without a key
         (``key_by=None``) the record goes, as in a worker, to the task of its input ``partition``
-        (task ``partition % parallelism``). ``timestamp_ms`` (``ctx.timestamp_ms``) defaults to
-        the clock's time."""
+        (task ``partition % parallelism``). A broadcast input's value goes to every task, in task
+        order, as a worker hands it (a broadcast function's ``process_broadcast_element``).
+        ``timestamp_ms`` (``ctx.timestamp_ms``) defaults to the clock's time."""
         if not self._opened or self._closed:
             raise RuntimeError("open() the harness first (or use it as a context manager)")
         inputs = self.stage.input_list
         if not 0 <= input < len(inputs):
             raise ValueError(f"stage {self.stage.name} has {len(inputs)} input(s), not an input {input}")
+        if inputs[input].broadcast:
+            stamp = self.clock.now_ms() if timestamp_ms is None else timestamp_ms
+            emitted = []
+            for task in self.tasks:
+                task.process(None, value, stamp, input)
+                emitted.extend(self._emitted(task))
+            return emitted
         if not self.stage.keyed:
             key, task = None, self.tasks[partition % len(self.tasks)]
         else:
@@ -322,6 +345,11 @@ class KeyedProcessFunctionHarness:
     def functions(self) -> list[Any]:
         """The function instance of each task, in task order (to look at what a function keeps)."""
         return [task.operator.function for task in self.tasks]  # type: ignore[attr-defined]
+
+    def broadcast_state(self, descriptor: Any) -> list[dict[Any, Any]]:
+        """Each task's broadcast state of ``descriptor`` (a
+        :class:`~tidemark.state.BroadcastStateDescriptor`), in task order, as dicts."""
+        return [dict(task.operator_state.get_broadcast_state(descriptor).items()) for task in self.tasks]
 
     def task_for(self, key: Any) -> StageTask:
         """The task whose key groups hold ``key``."""

@@ -21,6 +21,7 @@ POINTS = frozenset({
     "during-alignment",  # a channel delivered a barrier, others have not
     "after-channel-write",  # a micro-batch's channel records committed
     "after-changelog-write",  # changelog mode: a micro-batch's state changes delivered, no checkpoint yet
+    "during-broadcast",  # a broadcast element applied by the worker's first task, not by its others
     "during-timer-firing",  # on_timer ran for a due timer (its state change made), more may follow
     "during-window-firing",  # a window fired (its result emitted, its state changed), more may follow
     "during-session-merge",  # session windows merged (state and timers), the record not yet added

@@ -43,7 +43,8 @@ def reader_workers(spec: JobSpec, workers: Mapping[str, int], input_partitions: 
     """``workers`` with the exchange readers' counts: their stage's, but no more than the input
     partitions they read (a reader worker without a partition to read would have nothing to do); a
     stage without a key, whose workers divide its partitions, likewise gets no more workers than
-    it has partitions (a channel's: the job's ``output_partitions``)."""
+    it has partitions (a channel's: the job's ``output_partitions``), and one with a broadcast
+    input, whose workers each read a share of every channel, no more than a channel's."""
     out = dict(workers)
     channels = {s.output for s in spec.stages}
     for stage in spec.stages:
@@ -55,6 +56,8 @@ def reader_workers(spec: JobSpec, workers: Mapping[str, int], input_partitions: 
             partitions = sum(spec.output_partitions if i.topic in channels else input_partitions.get(i.topic, 0)
                              for i in stage.input_list)
             out[stage.name] = max(1, min(count, partitions))
+        if not stage.keyed and stage.broadcast_side is not None:  # each worker reads some of every channel
+            out[stage.name] = min(out.get(stage.name, count), spec.output_partitions)
     return out
 
 
@@ -90,7 +93,7 @@ def physical_job(spec: JobSpec, workers: Mapping[str, int], exchange_topic: Call
             readers = workers.get(name, count)
             plain = _plain_inputs(spec, stage)
             # the reader checks each record decodes and keys as its stage will, and tells its event time
-            inputs = tuple(Input(i.topic, stage.decode_of(i), stage.key_of(i), stage.event_time_of(i))
+            inputs = tuple(Input(i.topic, stage.decode_of(i), stage.key_of(i), stage.event_time_of(i), i.broadcast)
                            for i in stage.input_list if i.topic in plain)
             stages.append(Stage(name, inputs, key_by=_as_is if stage.keyed else None, function=_Forward,
                                 output=exchange, decode=_raw, max_records_per_batch=stage.max_records_per_batch,
@@ -108,13 +111,16 @@ def _plain_inputs(spec: JobSpec, stage: Stage) -> tuple[str, ...]:
 
 
 def _exchanged(spec: JobSpec, stage: Stage, workers: int) -> bool:
-    """A stage reads its input topics through an exchange when it is keyed and on more than one
-    worker, or reads other stages' outputs too; a stage without a key and without channels does
-    not need one: each worker's tasks take the records of its own partitions."""
+    """A stage reads its input topics through an exchange when it is keyed or has a broadcast
+    input and runs on more than one worker, or reads other stages' outputs too; a stage without a
+    key and without channels does not need one: each worker's tasks take the records of its own
+    partitions. (A broadcast input on several workers goes through the exchange so that its
+    elements come between the same barriers to every worker: every task's broadcast state is the
+    same at each checkpoint, runtime.worker.inputs.)"""
     plain = _plain_inputs(spec, stage)
     if not plain or stage.exchange is not None:
         return False
-    return len(plain) < len(stage.input_list) or (workers > 1 and stage.keyed)
+    return len(plain) < len(stage.input_list) or (workers > 1 and (stage.keyed or stage.broadcast_side is not None))
 
 
 def source_operators(stage: Stage) -> tuple[OperatorId, ...]:

@@ -134,7 +134,8 @@ class _Wiring:
             task.open()
         positions = dict(restored.positions) if restored else {}
         path = RecordPath(stage, tasks, KeyGroupRouter(spec.max_parallelism, [t.key_groups for t in tasks],
-                                                       complete=self.workers == 1), clock, self.failures)
+                                                       complete=self.workers == 1), clock, self.failures,
+                          self._broadcast_copies(reads))
         lag = ConsumerLag(self.client, self.metadata, self.job, stage.name, stage.topics)
         input_: SourceInput | ChannelInput
         if not self.upstreams:
@@ -250,10 +251,19 @@ class _Wiring:
     def _read_partitions(self) -> list[TopicPartition]:
         """The input partitions this worker reads (runtime.job.ownership): all of them with one worker;
         a share of them in a source stage's worker or a stage's without a key; the partitions of
-        its own key groups in a keyed channel stage's."""
+        its own key groups in a keyed channel stage's; every partition of a broadcast input."""
         partitions = sorted(list_partitions(self.metadata, self.stage.topics))
         if self.workers == 1:
             return partitions
+        if self.stage.broadcast_side is not None and not self.stage.keyed:
+            # each channel shared by itself, so that every worker reads some of the exchange's
+            # partitions (their copies of the broadcast elements, physical_plan.reader_workers)
+            # and all of a broadcast channel
+            broadcast = {i.topic for i in self.stage.input_list if i.broadcast}
+            return sorted(tp for topic in sorted({t for t, _ in partitions})
+                          for tp in ([tp for tp in partitions if tp.topic == topic] if topic in broadcast else
+                                     input_partitions_of(self.attempt.worker, self.workers,
+                                                         [tp for tp in partitions if tp.topic == topic])))
         if not self.upstreams or not self.stage.keyed:
             return input_partitions_of(self.attempt.worker, self.workers, partitions)
         parallelism, max_parallelism = self.attempt.parallelism, self.spec.max_parallelism
@@ -272,6 +282,8 @@ class _Wiring:
         stage's key group: this stage's exchange reader does, and a stage this one alone reads
         (:meth:`_partitioner`); a stage read by several writes where the producer puts it."""
         writer = next(s for s in self.spec.stages if s.output == topic)
+        if any(i.topic == topic and i.broadcast for i in self.stage.input_list):
+            return False  # every worker reads a broadcast input whole
         return writer.forwards_to == self.stage.name or self.spec.readers_of(writer) == (self.stage,)
 
     def _partitioner(self, writer: Stage) -> KeyPartitioner | None:
@@ -281,10 +293,20 @@ class _Wiring:
         readers = self.spec.readers_of(writer)
         if len(readers) != 1 or (readers[0].workers or 1) == 1 or not readers[0].keyed:
             return None
+        if any(i.topic == writer.output and i.broadcast for i in readers[0].input_list):
+            return None  # a broadcast input: every worker of its reader reads every partition
         max_parallelism, partitions = self.spec.max_parallelism, self._partitions(writer.output)
         if writer.forwards_to is not None:
             return KeyPartitioner(max_parallelism, partitions)
         return ChannelPartitioner(readers[0], writer.output, max_parallelism, partitions)
+
+    def _broadcast_copies(self, reads: list[TopicPartition]) -> dict[str, int]:
+        """Where this worker takes the copies of broadcast elements its exchange reader writes into
+        every partition of the exchange: the first partition of it that it reads."""
+        stage = self.stage
+        if stage.exchange is None or not any(i.broadcast and i.topic in stage.exchanged for i in stage.input_list):
+            return {}
+        return {stage.exchange: min(p for topic, p in reads if topic == stage.exchange)}
 
     def _channels(self, reads: list[TopicPartition]) -> set[Channel]:
         """Every (partition, writing task) this worker reads: of each channel, the tasks of the

@@ -18,7 +18,7 @@ partition of its key group instead.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 from tidemark.clock import now_ms
@@ -26,6 +26,7 @@ from tidemark.checkpoint.outcomes import DECLINED_SUBSUMED
 from tidemark.runtime.worker.alignment import Aligned, BarrierAligner, Cancelled, Process
 from tidemark.api import Input, Stage
 from tidemark.runtime.job.faults import FAULTS
+from tidemark.runtime.worker.outputs import EVERY_PARTITION
 from tidemark.runtime.worker.routing import KeyGroupRouter, KeyPartitioner
 from tidemark.runtime.worker.record_errors import FunctionFailed, MalformedHeaders, MalformedInput, RecordFailures
 from tidemark.runtime.job.records import InputRecord
@@ -47,22 +48,27 @@ class Checkpoints(Protocol):
 
 class _Way:
     """How the records of one input topic take the path: decode, key, and which of the stage's
-    inputs they are (a two-input function's ``process_element1`` or ``2``)."""
+    inputs they are (a two-input function's ``process_element1`` or ``2``); a broadcast input's
+    go to every task."""
 
-    __slots__ = ("decode", "key_by", "index")
+    __slots__ = ("decode", "key_by", "index", "broadcast")
 
     def __init__(self, stage: Stage, item: Input, index: int) -> None:
         self.decode = stage.decode_of(item)
         self.key_by = stage.key_of(item)
         self.index = index
+        self.broadcast = item.broadcast
 
 
 class RecordPath:
     """One record from the input to its task's operator (see the module)."""
 
     def __init__(self, stage: Stage, tasks: Sequence[StageTask], router: KeyGroupRouter, clock: StageClock,
-                 failures: RecordFailures) -> None:
+                 failures: RecordFailures, copies_from: Mapping[str, int] | None = None) -> None:
+        """``copies_from``: of each exchange topic carrying a broadcast input's elements, the
+        partition whose copies this worker takes (the first of the exchange's that it reads)."""
         self.stage, self.tasks, self.router, self.clock, self.failures = stage, tasks, router, clock, failures
+        self.copies_from = dict(copies_from or {})
         self.ways = {item.topic: _Way(stage, item, index) for index, item in enumerate(stage.input_list)}
         only = next(iter(self.ways.values())) if len(self.ways) == 1 else None
         exchanged = [self.ways[topic] for topic in stage.exchanged]
@@ -88,13 +94,16 @@ class RecordPath:
         try:
             way = self._only or self.way(record)  # one input: no lookup per record
             value = way.decode(record.key, record.value)
-            key = way.key_by(value)  # type: ignore[misc]
-            index = self.router.task_index(key)
+            broadcast = way.broadcast
+            key = None if broadcast else way.key_by(value)  # type: ignore[misc]
+            index = -1 if broadcast else self.router.task_index(key)
             stamp = self.clock.event_time_of(record, value)
         except Exception as exc:
             self.failures.record_failed(record, MalformedInput(f"{type(exc).__name__}: {exc}"))
             return
-        if index >= 0:  # else another worker's key group, in a partition both read (runtime.job.ownership)
+        if broadcast:
+            self._broadcast(record, value, stamp, way.index)
+        elif index >= 0:  # else another worker's key group, in a partition both read (runtime.job.ownership)
             self._run(record, index, key, value, stamp, way.index)
 
     def _unkeyed(self, record: InputRecord) -> None:
@@ -107,7 +116,31 @@ class RecordPath:
         except Exception as exc:
             self.failures.record_failed(record, MalformedInput(f"{type(exc).__name__}: {exc}"))
             return
-        self._run(record, record.partition % len(self.tasks), None, value, stamp, way.index)
+        if way.broadcast:
+            self._broadcast(record, value, stamp, way.index)
+        else:
+            self._run(record, record.partition % len(self.tasks), None, value, stamp, way.index)
+
+    def _broadcast(self, record: InputRecord, value: Any, stamp: int, side: int) -> None:
+        """A broadcast input's element: to every task of the worker, in task order, never late (it
+        is no event of the stage's own input, Flink's broadcast side). Through an exchange, each
+        partition carries a copy: the worker takes the one in the first partition it reads, whose
+        place between the barriers is every copy's. When the function raises on a task, the
+        others still apply it and the element goes to the error policy once."""
+        first = self.copies_from.get(record.topic)
+        if first is not None and record.partition != first:
+            return
+        self.clock.observe(record, stamp)
+        failed: Exception | None = None
+        for n, task in enumerate(self.tasks):
+            try:
+                task.process(None, value, stamp, side)
+            except Exception as exc:
+                failed = failed or exc
+            if n == 0:
+                FAULTS.hit("during-broadcast")
+        if failed is not None:
+            self.failures.record_failed(record, FunctionFailed(f"{type(failed).__name__}: {failed}"))
 
     def _run(self, record: InputRecord, index: int, key: Any, value: Any, stamp: int, side: int) -> None:
         """Event time and lateness, then the task's operator; a failure goes to the error policy."""
@@ -127,7 +160,7 @@ class RecordPath:
         """An exchange reader's record path: each record checked to decode and key as its stage
         will (its inputs here are its stage's), then forwarded unchanged with its event time and
         input topic into the partition of its key group (``partitioner``; None: its stage has one
-        worker or no key, any partition will do). The watermarks are the reader's: it reads the
+        worker or no key, any partition will do); a broadcast input's element into every partition. The watermarks are the reader's: it reads the
         partitions."""
         clock, tasks, failures, way_of = self.clock, self.tasks, self.failures, self.way
 
@@ -136,7 +169,8 @@ class RecordPath:
                 way = way_of(record)
                 value = way.decode(record.key, record.value)
                 key = way.key_by(value) if way.key_by is not None else None
-                partition = partitioner.of_key(key) if partitioner is not None else None
+                partition = (EVERY_PARTITION if way.broadcast else
+                             partitioner.of_key(key) if partitioner is not None else None)
                 stamp = clock.event_time_of(record, value)
             except Exception as exc:
                 failures.record_failed(record, MalformedInput(f"{type(exc).__name__}: {exc}"))

@@ -74,7 +74,9 @@ OutputRecord = tuple[bytes | None, bytes, int]
 """(key, value, event time in ms) as a function emitted it."""
 RoutedRecord = tuple[bytes | None, bytes, int, int | None, str]
 """(key, value, event time, partition or None, input topic): a record an exchange reader forwards
-(:mod:`tidemark.runtime.job.physical_plan`), its channel partition already known (None: any)."""
+(:mod:`tidemark.runtime.job.physical_plan`), its channel partition already known (None: any;
+:data:`EVERY_PARTITION`: a copy into each, a broadcast input's element)."""
+EVERY_PARTITION = -1
 SinkRecord = tuple[bytes | None, bytes]
 """(key, value) as the job's output topic gets it."""
 
@@ -229,9 +231,11 @@ class ChannelOutput:
                         topic = routed[4]  # type: ignore[misc]
                         if topic not in named:
                             named[topic] = [*headers, (INPUT_HEADER, topic.encode())]
-                        _produce(self._producer, self.topic, routed[0], routed[1],
-                                 [*named[topic], (EVENT_TIME_HEADER, str(routed[2]).encode())] if self.event_time
-                                 else named[topic], routed[3])  # type: ignore[misc]
+                        record_headers = ([*named[topic], (EVENT_TIME_HEADER, str(routed[2]).encode())]
+                                          if self.event_time else named[topic])
+                        partition = routed[3]  # type: ignore[misc]
+                        for target in (range(self.partitions) if partition == EVERY_PARTITION else (partition,)):
+                            _produce(self._producer, self.topic, routed[0], routed[1], record_headers, target)
                     continue
                 if self.partitioner is None and not self.event_time:  # the producer partitions
                     produce_all(self._producer, self.topic, (r[:2] for r in records), headers)

@@ -67,8 +67,13 @@ def restore_stage(metadata: CheckpointMetadata, operator_id: OperatorId, tasks: 
         restored.watermark_items.extend(task.restored_items(WATERMARK_STATE))
         for item in task.restored_items(CUT_STATE):
             doc: dict[str, Any] = json.loads(item)
-            if (doc["topic"], doc["partition"]) in reads:
-                restored.cut[Channel(doc["topic"], doc["partition"], TaskId(doc["task"]))] = doc["offset"]
+            if (doc["topic"], doc["partition"]) not in reads:
+                continue
+            # a channel several old workers read (a border partition, a broadcast input) has the same
+            # offset in each after an aligned checkpoint; else the least, so that nothing is skipped
+            channel = Channel(doc["topic"], doc["partition"], TaskId(doc["task"]))
+            offset = restored.cut.get(channel)
+            restored.cut[channel] = doc["offset"] if offset is None else min(offset, doc["offset"])
     restored.positions = source_positions(metadata, source_operators, reads)
     owners = inherited_tasks(metadata, operator_id, [task.key_groups for task in tasks])
     restored.sink_items = [item for item in sink_items if PendingBuffer.decode(item).task in owners]

@@ -69,6 +69,7 @@ class StageTask:
         self.restored_checkpoint_id: CheckpointId | None = None  # restore(): where the state came from
         self._process = self.operator.process_element
         self._process2 = self.operator.process_element2
+        self._broadcast_side = stage.broadcast_side  # its elements come to every task, without a key
 
     @property
     def key_groups(self) -> KeyGroupRange:
@@ -93,14 +94,15 @@ class StageTask:
         if self.keyed:
             self.timers = TimerServiceManager(self.backend, self.time)
         self.operator.initialize_state(StateInitializationContext(
-            self.restored_checkpoint_id, self.backend if self.keyed else None, self.operator_state, self.timers))
+            self.restored_checkpoint_id, self.backend if self.keyed else None, self.operator_state, self.timers,
+            self.time))
         self.operator.open()
 
     def process(self, key: Any, value: Any, timestamp_ms: int, side: int = 0) -> bool | None:
         """One record of the stage's input number ``side``, into :attr:`output`; a record whose
         function raises emits nothing (and the error propagates: the stage's error policy takes
         it). False: the operator found the record too late (``StreamOperator.judges_lateness``)."""
-        if self.keyed:
+        if self.keyed and side != self._broadcast_side:
             self.backend.set_current_key(key)
         emitted = len(self.output)
         try:
