@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from record_paths import record_path
 from tidemark.api import (
     BroadcastProcessFunction,
     Input,
@@ -20,18 +21,10 @@ from tidemark.api import (
     KeyedProcessFunction,
     Stage,
 )
-from tidemark.checkpoint.restore_planner import plan_assignments
-from tidemark.keygroups import KeyGroupRange
-from tidemark.operators.time import StageTime
 from tidemark.runtime.job.physical_plan import READER_SUFFIX, physical_job, reader_workers
 from tidemark.runtime.job.records import InputRecord
-from tidemark.runtime.worker.clock import StageClock
-from tidemark.runtime.worker.inputs import RecordPath
 from tidemark.runtime.worker.outputs import EVERY_PARTITION
-from tidemark.runtime.worker.routing import KeyGroupRouter
-from tidemark.runtime.worker.task import StageTask
 from tidemark.state import BroadcastStateDescriptor, ValueStateDescriptor
-from tidemark.state.backend_registry import BackendContext, create_backend
 from tidemark.testing import KeyedProcessFunctionHarness
 from tidemark.types import Epoch, TaskId
 
@@ -221,29 +214,6 @@ def test_on_several_workers_a_broadcast_input_goes_through_the_exchange() -> Non
 # ---------------------------------------------------------------- the record path
 
 
-class Failures:
-    def __init__(self) -> None:
-        self.failed: list[tuple[InputRecord, Exception]] = []
-
-    def record_failed(self, record: InputRecord, error: Exception) -> None:
-        self.failed.append((record, error))
-
-
-def _path(stage: Stage, tmp_path: Any, copies_from: dict[str, int] | None = None
-          ) -> tuple[RecordPath, list[StageTask], Failures]:
-    tasks = []
-    for assignment in plan_assignments((stage.operator_id,), 2, 128):
-        context = BackendContext(KeyGroupRange(assignment.key_group_start, assignment.key_group_end), 128,
-                                 stage.name, tmp_path / str(assignment.subtask_index))
-        task = StageTask(stage, assignment, 2, create_backend("heap", context), StageTime())
-        task.open()
-        tasks.append(task)
-    failures = Failures()
-    clock = StageClock("job", stage, 0, None, tasks, StageTime(), {}, channels=set())
-    path = RecordPath(stage, tasks, KeyGroupRouter(128, [t.key_groups for t in tasks]), clock, failures, copies_from)
-    return path, tasks, failures
-
-
 def _record(topic: str, value: bytes, partition: int = 0, origin: str | None = None) -> InputRecord:
     return InputRecord(topic, partition, 0, 0, None, value, Epoch(1), TaskId("up#0"), origin=origin)
 
@@ -251,7 +221,7 @@ def _record(topic: str, value: bytes, partition: int = 0, origin: str | None = N
 def test_the_record_path_hands_a_broadcast_element_to_every_task_and_an_exchange_copy_once(tmp_path) -> None:
     stage = Stage("s", (Input("tx", key_by=lambda v: v["account"]), Input("rules", broadcast=True)), None, Limits,
                   "out", exchange="exchange.s", exchanged=("tx", "rules"))
-    path, tasks, failures = _path(stage, tmp_path, {"exchange.s": 2})
+    path, tasks, failures = record_path(stage, tmp_path, {"exchange.s": 2})
     rule = b'{"category": "food", "limit": 3}'
     path.process(_record("exchange.s", rule, partition=3, origin="rules"))  # another partition's copy
     assert all(t.operator_state.get_broadcast_state(LIMITS).is_empty() for t in tasks)
@@ -264,7 +234,7 @@ def test_the_record_path_hands_a_broadcast_element_to_every_task_and_an_exchange
 def test_an_exchange_reader_forwards_a_broadcast_element_into_every_partition(tmp_path) -> None:
     reader = Stage("s.read", (Input("tx", key_by=lambda v: v["account"]), Input("rules", broadcast=True)),
                    lambda v: v, _Plain, "exchange.s", forwards_to="s")
-    path, tasks, _ = _path(reader, tmp_path)
+    path, tasks, _ = record_path(reader, tmp_path)
     forward = path.forwarder(None)
     forward(_record("rules", b'{"category": "food", "limit": 3}'))
     forward(_record("tx", b'{"account": "a"}'))

@@ -11,16 +11,10 @@ from typing import Any
 
 import pytest
 
+from record_paths import record_path
 from tidemark.api import Input, KeyedCoProcessFunction, KeyedProcessFunction, Stage
-from tidemark.checkpoint.restore_planner import plan_assignments
-from tidemark.keygroups import KeyGroupRange
-from tidemark.operators.time import StageTime
 from tidemark.runtime.job.records import InputRecord
-from tidemark.runtime.worker.clock import StageClock
-from tidemark.runtime.worker.inputs import RecordPath
-from tidemark.runtime.worker.routing import KeyGroupRouter
 from tidemark.runtime.worker.task import StageTask
-from tidemark.state.backend_registry import BackendContext, create_backend
 from tidemark.types import Epoch, TaskId
 
 pytestmark = pytest.mark.unit
@@ -43,27 +37,6 @@ class _OneInput(KeyedProcessFunction):
         ctx.emit(ctx.key, value)
 
 
-class Failures:
-    def __init__(self) -> None:
-        self.failed: list[tuple[InputRecord, Exception]] = []
-
-    def record_failed(self, record: InputRecord, error: Exception) -> None:
-        self.failed.append((record, error))
-
-
-def _path(stage: Stage, tmp_path: Any) -> tuple[RecordPath, list[StageTask], Failures]:
-    tasks = []
-    for assignment in plan_assignments((stage.operator_id,), 2, 128):
-        context = BackendContext(KeyGroupRange(assignment.key_group_start, assignment.key_group_end), 128,
-                                 stage.name, tmp_path / str(assignment.subtask_index))
-        task = StageTask(stage, assignment, 2, create_backend("heap", context), StageTime())
-        task.open()
-        tasks.append(task)
-    failures = Failures()
-    clock = StageClock("job", stage, 0, None, tasks, StageTime(), {}, channels=set())
-    return RecordPath(stage, tasks, KeyGroupRouter(128, [t.key_groups for t in tasks]), clock, failures), tasks, failures
-
-
 def _emitted(tasks: list[StageTask]) -> list[Any]:
     return [json.loads(value) for task in tasks for _, value, _ in task.take_output()]
 
@@ -75,7 +48,7 @@ def _record(topic: str, value: bytes, origin: str | None = None) -> InputRecord:
 def test_each_channel_is_its_inputs_side(tmp_path) -> None:
     stage = Stage("s", (Input("a.out", key_by=lambda v: v["k"]), Input("b.out", decode=_csv, key_by=lambda v: v[0])),
                   None, Sides, "out")
-    path, tasks, failures = _path(stage, tmp_path)
+    path, tasks, failures = record_path(stage, tmp_path)
     path.process(_record("a.out", b'{"k": "x"}'))
     path.process(_record("b.out", b"x,1"))
     assert _emitted(tasks) == [["first", {"k": "x"}], ["second", ["x", "1"]]]
@@ -89,7 +62,7 @@ def test_an_exchanges_records_are_known_by_the_input_they_name(tmp_path) -> None
               None, Sides, "out"),
         exchange="x.exchange.s", exchanged=("orders", "users"))
     assert stage.topics == ("x.exchange.s",)
-    path, tasks, failures = _path(stage, tmp_path)
+    path, tasks, failures = record_path(stage, tmp_path)
     path.process(_record("x.exchange.s", b"y,2", origin="users"))
     path.process(_record("x.exchange.s", b'{"k": "y"}', origin="orders"))
     assert _emitted(tasks) == [["second", ["y", "2"]], ["first", {"k": "y"}]]
@@ -103,6 +76,6 @@ def test_an_exchanges_records_are_known_by_the_input_they_name(tmp_path) -> None
 def test_an_exchange_record_from_before_records_named_their_input_is_its_only_inputs(tmp_path) -> None:
     stage = dataclasses.replace(Stage("s", ("orders",), lambda v: v["k"], _OneInput, "out"),
                                 exchange="x.exchange.s", exchanged=("orders",))
-    path, tasks, failures = _path(stage, tmp_path)
+    path, tasks, failures = record_path(stage, tmp_path)
     path.process(_record("x.exchange.s", b'{"k": "z"}'))
     assert _emitted(tasks) == [{"k": "z"}] and not failures.failed
