@@ -43,7 +43,7 @@ _LONGEST_FIRST = {name: rank for rank, name in enumerate((  # seconds in a whole
     "test_chart_worker_hosts.py",  # ~200: 4 worker-host pods, a host pod's and the supervisor's restarts
     "test_readme_commands.py",  # ~200
     "test_job_graph.py",  # ~170: a five-worker graph, 4 SIGKILLs
-    "test_broadcast_rules.py",  # ~70 alone: a four-worker broadcast job, 4 SIGKILLs
+    "test_rules_and_enrichment.py",  # ~95 alone (190 in a whole run): two jobs, six workers, 6 SIGKILLs
     "test_windows.py",  # ~110 alone: two windowed jobs, 8 SIGKILLs, late records, a savepoint rescale
     "test_exactly_once.py",  # ~180
     "test_postgres_sink.py",  # ~110 alone: 5 SIGKILLs of the PostgreSQL sink, a rescale 2 -> 3 -> 2

@@ -1,0 +1,118 @@
+"""Broadcast state and a stream-table join end to end, two jobs in one pipeline while their inputs
+change, each kind of their workers SIGKILLed; every output, read_committed, must be exactly what
+its input topics imply (computed without the jobs' code), each record once.
+
+* :mod:`tidemark.examples.fraud_rules`: a rules topic broadcast to a stage keyed by account, on two
+  workers of two tasks each (so both topics come through its exchange reader), rules changing
+  while transactions flow. Killed: the keyed stage while a broadcast element is half applied (its
+  first task has it, its other not), while timers fire, after its sink's ack; the exchange reader
+  after writing a broadcast element's copies.
+* :mod:`tidemark.examples.url_owners`: the access log joined with a compacted topic of URL
+  owners, owners changing and leaving while records flow. Killed: the join while it fires (events
+  joined and emitted, not checkpointed) and after its sink's ack.
+
+(What the broadcast state does on a rescale 2 -> 3 -> 2 through savepoints, and that every task
+holds the same copy, the test harness shows: ``tests/unit/graph/test_broadcast_state.py``.)"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+from confluent_kafka.admin import AdminClient
+
+from pipeline_support import pipeline, worker_deaths
+from tidemark.examples import fraud_rules, url_owners
+from tidemark.examples.generator import generate, produce
+from tidemark.examples.verify import read_committed
+from tidemark.kafka.admin import ensure_topics
+from tidemark.kafka.topics import TopicSpec
+from tidemark.verification.comparison import compare
+
+pytestmark = pytest.mark.timeout(900)
+
+FRAUD_KILLS = (
+    "0@fraud@during-broadcast:2",  # a rule version applied by one task of the worker, not by the other
+    "1@fraud.read@after-channel-write:4",  # copies of rules and transactions in the exchange, no checkpoint yet
+    "2@fraud@during-timer-firing:40",  # some transactions judged and their alerts emitted, not checkpointed
+    "3@fraud@after-ack:2",  # the alerts' transaction pre-committed, not committed
+)
+ENRICH_KILLS = (
+    "0@enrich@during-timer-firing:60",  # some records joined and emitted, not checkpointed
+    "1@enrich@after-ack:2",
+)
+
+
+def _write_in_background(target: Callable[[], None]) -> threading.Thread:
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_rules_and_an_enrichment_change_while_running_and_both_outputs_are_exactly_once_across_sigkills(
+        tmp_path, kafka_bootstrap, unique_name):
+    fraud_id, txns, rules, alerts = (unique_name(n) for n in ("fraud", "txns", "rules", "alerts"))
+    enrich_id, log, owners, enriched = (unique_name(n) for n in ("enrich", "access-log", "owners", "by-owner"))
+    written: dict[str, list] = {"transactions": [], "rules": [], "records": [], "owners": []}
+    with pipeline(tmp_path, kafka_bootstrap, unique_name, env={"TIDEMARK_CHECKPOINT__INTERVAL_MS": "1000"}) as pipe:
+        pipe.create_topic(txns, 4)
+        pipe.create_topic(rules, 1)
+        pipe.create_topic(log, 4)
+        ensure_topics(AdminClient({"bootstrap.servers": kafka_bootstrap}), [TopicSpec(owners, 1, url_owners.COMPACTED)])
+        fraud = pipe.start_job("tidemark.examples.fraud_rules:fraud_rules", {
+            "job_id": fraud_id, "transactions_topic": txns, "rules_topic": rules, "output_topic": alerts,
+            "parallelism": 4, "workers": 2}, faults=FRAUD_KILLS, max_restarts=len(FRAUD_KILLS) + 2)
+        enrich = pipe.start_job("tidemark.examples.url_owners:url_owners", {
+            "job_id": enrich_id, "input_topic": log, "owners_topic": owners, "output_topic": enriched},
+            faults=ENRICH_KILLS, max_restarts=len(ENRICH_KILLS) + 2)
+        killed = lambda job, kills: len(job.events("starting attempt")) > len(kills) or job.process.poll() is not None  # noqa: E731
+        more = lambda: not (killed(fraud, FRAUD_KILLS) and killed(enrich, ENRICH_KILLS))  # noqa: E731
+
+        def write_fraud() -> None:
+            for kind, records in fraud_rules.feed(1_500, chunk=100, every=3, more=more):
+                produce(kafka_bootstrap, txns if kind == "transactions" else rules, records,
+                        4 if kind == "transactions" else 1)
+                written[kind].extend(records)
+                time.sleep(0.5)
+
+        def write_enrichment() -> None:  # each owner change before the records of its time
+            first = 0
+            while first < 1_500 or more():
+                part = list(generate(100, 3, per_minute=250, first=first))
+                if first // 100 % 2 == 0:
+                    ahead = json.loads(next(generate(1, 3, per_minute=250, first=first + 200)))["ts"]
+                    changes = url_owners.owner_changes(first // 200, ahead)
+                    url_owners.write_owners(kafka_bootstrap, owners, changes)
+                    written["owners"].extend(changes)
+                produce(kafka_bootstrap, log, part, 4)
+                written["records"].extend(part)
+                first += 100
+                time.sleep(0.5)
+            last = json.loads(written["records"][-1])["ts"]  # a row past every record: once idle, the
+            url_owners.write_owners(kafka_bootstrap, owners, [("/sentinel", {"owner": "none"}, last + 3_600_000)])
+            # watermark passes them all
+
+        writers = [_write_in_background(write_fraud), _write_in_background(write_enrichment)]
+        for writer in writers:
+            writer.join(timeout=600)
+        assert not any(w.is_alive() for w in writers), "a feed did not end"
+        expected_alerts = fraud_rules.expected_alerts(written["transactions"], written["rules"])
+        expected_enriched = url_owners.expected_enriched(written["records"], written["owners"])
+        got_alerts = read_committed(kafka_bootstrap, alerts, expect=len(expected_alerts), timeout_s=240)
+        got_enriched = read_committed(kafka_bootstrap, enriched, expect=len(expected_enriched), timeout_s=120)
+        deaths = worker_deaths(fraud) + worker_deaths(enrich)
+        fraud.stop()
+        enrich.stop()
+    alerts_verdict = compare(((fraud_rules.alert_identity(a), a) for a in got_alerts), expected_alerts)
+    enriched_verdict = compare(((r["ts"], r) for r in got_enriched), expected_enriched)
+    assert alerts_verdict.exactly_once, alerts_verdict
+    assert enriched_verdict.exactly_once, enriched_verdict
+    # each kill took worker 0 of its stage (process "<stage>.w0" when the stage has several, else "<stage>")
+    assert sorted(d["stage"] for d in deaths) == sorted(
+        [f"{k.split('@')[1]}.w0" for k in FRAUD_KILLS] + [k.split("@")[1] for k in ENRICH_KILLS]), deaths
+    assert len({a["version"] for a in expected_alerts.values() if a["rule"] == "large"}) > 3  # rules changed
+    owners_seen = [r["owner"] for r in expected_enriched.values()]
+    assert owners_seen.count(None) > 10 and len(set(owners_seen)) > 3  # owners set, changed and gone
