@@ -525,6 +525,11 @@ class Stage:
         return next((n for n, i in enumerate(self.input_list) if i.broadcast), None)
 
     @property
+    def broadcast_topics(self) -> frozenset[str]:
+        """The topics of its broadcast inputs (read whole by every worker, or through its exchange)."""
+        return frozenset(i.topic for i in self.input_list if i.broadcast)
+
+    @property
     def input_list(self) -> tuple[Input, ...]:
         """``inputs``, every one an :class:`Input` (as ``__post_init__`` made them)."""
         return self.inputs  # type: ignore[return-value]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import time
 from collections.abc import Iterable
+from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition as KafkaTopicPartition
@@ -31,7 +32,8 @@ def ensure_topics(
     the broker refuses for a passing state (fenced, not available, timed out) is tried again
     within the same ``listed_within_s``."""
     specs = list(specs)
-    existing = set(admin.list_topics(timeout=timeout_s).topics)
+    deadline = time.monotonic() + listed_within_s
+    existing = set(_listed(admin, timeout_s, deadline).topics)
     wanted = [
         NewTopic(spec.name, num_partitions=spec.partitions, replication_factor=replication_factor,
                  config=dict(spec.config))
@@ -40,15 +42,28 @@ def ensure_topics(
     ]
     if not wanted:
         return []
-    created = _create(admin, wanted, timeout_s, time.monotonic() + listed_within_s)
+    created = _create(admin, wanted, timeout_s, deadline)
     _wait_until_listed(admin, [topic.topic for topic in wanted], timeout_s, listed_within_s)
     return created
 
 
+def _listed(admin: AdminClient, timeout_s: float, deadline: float) -> Any:
+    """The broker's topic metadata, asked again while it times out until ``deadline``."""
+    while True:
+        try:
+            return admin.list_topics(timeout=timeout_s)
+        except KafkaException as exc:
+            if not _passing(exc.args[0]) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
 def _create(admin: AdminClient, wanted: list[NewTopic], timeout_s: float, deadline: float) -> list[str]:
-    """CreateTopics, again for the topics a passing state of the broker refused until ``deadline``:
-    a single-node KRaft broker that missed its heartbeats under load is fenced for a moment, and
-    then refuses every new topic ("All brokers are currently fenced")."""
+    """CreateTopics, again for the topics a passing state of the broker refused or left unanswered
+    until ``deadline``: a single-node KRaft broker that missed its heartbeats under load is fenced
+    for a moment, and then refuses every new topic ("All brokers are currently fenced"), and its
+    overloaded controller may answer after the request's timeout (a topic created meanwhile
+    answers TOPIC_ALREADY_EXISTS the next time)."""
     created: list[str] = []
     while wanted:
         refused = []
@@ -56,6 +71,11 @@ def _create(admin: AdminClient, wanted: list[NewTopic], timeout_s: float, deadli
             try:
                 future.result(timeout=timeout_s)
                 created.append(name)
+            except FutureTimeout:
+                if time.monotonic() > deadline:
+                    raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"creating topic {name}: the broker did "
+                                                    f"not answer within {timeout_s:g}s until the deadline")) from None
+                refused.append(name)
             except KafkaException as exc:
                 error = exc.args[0]
                 if error.code() == KafkaError.TOPIC_ALREADY_EXISTS:

@@ -22,15 +22,24 @@ TOO_FEW = KafkaError(KafkaError.INVALID_REPLICATION_FACTOR,
                      "cannot be reached because only 1 broker(s) are registered.")
 
 
-class ScriptedAdmin:
-    """Answers CreateTopics with the scripted errors in turn, then creates; lists what it created."""
+UNANSWERED = None
+"""A scripted answer: the request's future never completes (an overloaded controller)."""
 
-    def __init__(self, refusals: list[KafkaError]) -> None:
+
+class ScriptedAdmin:
+    """Answers CreateTopics with the scripted errors in turn (UNANSWERED: no answer), then creates;
+    lists what it created, after ``list_failures`` failed listings."""
+
+    def __init__(self, refusals: list[KafkaError | None], list_failures: int = 0) -> None:
         self.refusals = list(refusals)
+        self.list_failures = list_failures
         self.topics: dict[str, object] = {}
         self.attempts = 0
 
     def list_topics(self, topic=None, timeout=None):
+        if self.list_failures:
+            self.list_failures -= 1
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "Failed while waiting for controller"))
         listed = {name: SimpleNamespace(error=None, partitions={0: None}) for name in self.topics}
         return SimpleNamespace(topics=listed)
 
@@ -40,7 +49,9 @@ class ScriptedAdmin:
         for topic in new_topics:
             future: Future = Future()
             if self.refusals:
-                future.set_exception(KafkaException(self.refusals.pop(0)))
+                refusal = self.refusals.pop(0)
+                if refusal is not UNANSWERED:
+                    future.set_exception(KafkaException(refusal))
             else:
                 self.topics[topic.topic] = topic
                 future.set_result(None)
@@ -66,3 +77,15 @@ def test_a_broker_fenced_past_the_deadline_fails_naming_the_reason():
     with pytest.raises(KafkaException, match="fenced"):
         ensure_topics(admin, [TopicSpec("access-log", 4)], listed_within_s=1)
     assert 2 <= admin.attempts <= 4
+
+
+def test_a_request_the_overloaded_broker_does_not_answer_and_a_listing_that_times_out_are_asked_again():
+    admin = ScriptedAdmin([UNANSWERED, UNANSWERED], list_failures=2)
+    assert ensure_topics(admin, [TopicSpec("access-log", 4)], timeout_s=0.05, listed_within_s=10) == ["access-log"]
+    assert admin.attempts == 3
+
+
+def test_a_broker_that_never_answers_fails_in_one_line_at_the_deadline():
+    admin = ScriptedAdmin([UNANSWERED] * 100)
+    with pytest.raises(KafkaException, match="creating topic access-log: the broker did not answer"):
+        ensure_topics(admin, [TopicSpec("access-log", 4)], timeout_s=0.05, listed_within_s=0.3)

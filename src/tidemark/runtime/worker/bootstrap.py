@@ -259,7 +259,7 @@ class _Wiring:
             # each channel shared by itself, so that every worker reads some of the exchange's
             # partitions (their copies of the broadcast elements, physical_plan.reader_workers)
             # and all of a broadcast channel
-            broadcast = {i.topic for i in self.stage.input_list if i.broadcast}
+            broadcast = self.stage.broadcast_topics
             return sorted(tp for topic in sorted({t for t, _ in partitions})
                           for tp in ([tp for tp in partitions if tp.topic == topic] if topic in broadcast else
                                      input_partitions_of(self.attempt.worker, self.workers,
@@ -282,7 +282,7 @@ class _Wiring:
         stage's key group: this stage's exchange reader does, and a stage this one alone reads
         (:meth:`_partitioner`); a stage read by several writes where the producer puts it."""
         writer = next(s for s in self.spec.stages if s.output == topic)
-        if any(i.topic == topic and i.broadcast for i in self.stage.input_list):
+        if topic in self.stage.broadcast_topics:
             return False  # every worker reads a broadcast input whole
         return writer.forwards_to == self.stage.name or self.spec.readers_of(writer) == (self.stage,)
 
@@ -293,7 +293,7 @@ class _Wiring:
         readers = self.spec.readers_of(writer)
         if len(readers) != 1 or (readers[0].workers or 1) == 1 or not readers[0].keyed:
             return None
-        if any(i.topic == writer.output and i.broadcast for i in readers[0].input_list):
+        if writer.output in readers[0].broadcast_topics:
             return None  # a broadcast input: every worker of its reader reads every partition
         max_parallelism, partitions = self.spec.max_parallelism, self._partitions(writer.output)
         if writer.forwards_to is not None:
@@ -304,7 +304,7 @@ class _Wiring:
         """Where this worker takes the copies of broadcast elements its exchange reader writes into
         every partition of the exchange: the first partition of it that it reads."""
         stage = self.stage
-        if stage.exchange is None or not any(i.broadcast and i.topic in stage.exchanged for i in stage.input_list):
+        if stage.exchange is None or not stage.broadcast_topics & set(stage.exchanged):
             return {}
         return {stage.exchange: min(p for topic, p in reads if topic == stage.exchange)}
 
