@@ -21,7 +21,7 @@ from typing import Any
 
 from tidemark.operators.lifecycle import OutputRecord
 from tidemark.operators.time import StageTime
-from tidemark.operators.udf import UNKEYED, users_descriptor
+from tidemark.operators.udf import UNKEYED, encoded, users_descriptor
 from tidemark.api import Stage
 from tidemark.state import BroadcastState, BroadcastStateDescriptor, KeyedStateBackend, OperatorStateBackend
 
@@ -83,8 +83,7 @@ class BroadcastSideContext:
         self.timestamp_ms = 0
 
     def emit(self, key: Any, value: Any) -> None:
-        self.out.append((None if key is None else self.stage.encode_key(key), self.stage.encode_value(value),
-                         self.timestamp_ms))
+        self.out.append(encoded(self.stage, key, value, self.timestamp_ms))
 
     def get_broadcast_state(self, descriptor: BroadcastStateDescriptor) -> BroadcastState:
         return self.states.writable(descriptor)

@@ -38,7 +38,7 @@ from typing import Any, cast
 from tidemark.operators.broadcast import BroadcastSideContext, BroadcastStates, ReadOnlyBroadcastState
 from tidemark.operators.lifecycle import OutputRecord, StateInitializationContext
 from tidemark.operators.time import FunctionTimers, StageTime, TimerServiceManager
-from tidemark.operators.udf import UNKEYED, UdfOperator, raise_error
+from tidemark.operators.udf import UNKEYED, UdfOperator, encoded, raise_error
 from tidemark.api import BroadcastProcessFunction, CoProcessFunction, KeyedProcessFunction, Stage
 from tidemark.runtime.job.faults import FAULTS
 from tidemark.state import KeyedStateBackend
@@ -71,8 +71,7 @@ class _Context:
         return self.backend.get_state(descriptor)
 
     def emit(self, key: Any, value: Any) -> None:
-        self.out.append((None if key is None else self.stage.encode_key(key), self.stage.encode_value(value),
-                         self.timestamp_ms))
+        self.out.append(encoded(self.stage, key, value, self.timestamp_ms))
 
     def timer_service(self) -> FunctionTimers:
         if self.timers is None:

@@ -12,14 +12,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from tidemark.api import CheckpointedFunction, CheckpointListener
-from tidemark.operators.lifecycle import StateInitializationContext, StateSnapshotContext, StreamOperator
+from tidemark.api import CheckpointedFunction, CheckpointListener, Stage
+from tidemark.operators.lifecycle import OutputRecord, StateInitializationContext, StateSnapshotContext, StreamOperator
 from tidemark.runtime.job.operator_states import RESERVED_PREFIX
 from tidemark.state import BroadcastStateDescriptor, ListStateDescriptor, OperatorStateBackend
 from tidemark.state.timers import Timer
 
 UNKEYED = ("{what}: stage {stage!r} has no key (key_by=None), so it has no keyed state or timers; "
            "keep state in operator state (a CheckpointedFunction)")
+
+
+def encoded(stage: Stage, key: Any, value: Any, timestamp_ms: int) -> OutputRecord:
+    """What a function's ``ctx.emit(key, value)`` puts out: key and value as the stage encodes them."""
+    return None if key is None else stage.encode_key(key), stage.encode_value(value), timestamp_ms
 
 
 def raise_error(timer: Timer, error: Exception) -> None:

@@ -31,7 +31,7 @@ from typing import Any
 from tidemark.api import Stage
 from tidemark.operators.lifecycle import OutputRecord, StateInitializationContext
 from tidemark.operators.time import StageTime, TimerServiceManager
-from tidemark.operators.udf import UdfOperator, raise_error
+from tidemark.operators.udf import UdfOperator, encoded, raise_error
 from tidemark.runtime.job.faults import FAULTS
 from tidemark.state import KeyedStateBackend
 from tidemark.state.timer_queue import MAX_TIMESTAMP
@@ -142,8 +142,7 @@ class _WindowContext:
         self.timestamp_ms = 0
 
     def emit(self, key: Any, value: Any) -> None:
-        self.out.append((None if key is None else self.stage.encode_key(key), self.stage.encode_value(value),
-                         self.timestamp_ms))
+        self.out.append(encoded(self.stage, key, value, self.timestamp_ms))
 
     def window_state(self, descriptor: Any) -> Any:
         if self.merging:
