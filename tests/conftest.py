@@ -33,28 +33,29 @@ _INTEGRATION_FIXTURES = {"kafka_bootstrap", "spark", "topic_names", "postgres_ds
 # ``make test`` runs three lanes: the first three files start together, and the short ones fill
 # in at the end
 _LONGEST_FIRST = {name: rank for rank, name in enumerate((  # seconds in a whole run on the 2-core machine
-    "test_scale_out.py",  # ~540: 5 SIGKILLs of one of 3 workers (each successor a warm standby), a rescale 2 -> 3 -> 2
-    "test_production_continuity.py",  # ~470
-    "test_changelog_exactly_once.py",  # ~420
-    "test_demo.py",  # ~320: a demo interrupted by Ctrl-C, then a whole one (6 workers, 3 warm standbys)
-    "test_corrupted_checkpoint.py",  # ~300
-    "test_chart_started_worker.py",  # ~300 (the pods with the image's cache and C1, chart_pods)
-    "test_chaos.py",  # ~270: each process kind SIGKILLed once, a broker pause
-    "test_chart_worker_hosts.py",  # ~200: 4 worker-host pods, a host pod's and the supervisor's restarts
-    "test_readme_commands.py",  # ~200
-    "test_job_graph.py",  # ~170: a five-worker graph, 4 SIGKILLs
-    "test_rules_and_enrichment.py",  # ~95 alone (190 in a whole run): two jobs, six workers, 6 SIGKILLs
-    "test_windows.py",  # ~110 alone: two windowed jobs, 8 SIGKILLs, late records, a savepoint rescale
-    "test_exactly_once.py",  # ~180
-    "test_postgres_sink.py",  # ~110 alone: 5 SIGKILLs of the PostgreSQL sink, a rescale 2 -> 3 -> 2
-    "test_event_time.py",  # ~160
-    "test_broker_faults.py",  # ~120
-    "test_savepoints_and_modes.py",  # ~115
-    "test_no_leaks.py",  # ~100: 100 checkpoints by definition, little CPU
+    "test_changelog_exactly_once.py",  # ~400: 3 SIGKILLs in changelog mode, then a savepoint resumed rescaled
+    "test_production_continuity.py",  # ~400: an upgrade, a tree SIGKILL and a restore call; a checkpoint timeout
+    "test_exactly_once.py",  # ~370: 6 SIGKILLs of one of 4 workers (each successor a warm standby)
+    "test_demo.py",  # ~290: a demo interrupted by Ctrl-C, then a whole one (6 workers, 3 warm standbys)
+    "test_chart_worker_hosts.py",  # ~280: 4 worker-host pods, a host pod's and the supervisor's restarts
+    "test_job_graph.py",  # ~270: a five-worker graph, 4 SIGKILLs
+    "test_chaos.py",  # ~260: each process kind SIGKILLed once, a broker pause
+    "test_scale_out.py",  # ~250: a rescale 2 -> 3 -> 2 through savepoints, a renamed stage
+    "test_windows.py",  # ~250: two windowed jobs, 3 SIGKILLs, late records, a savepoint rescale
+    "test_chart_started_worker.py",  # ~240 (the pods with the image's cache and C1, chart_pods)
+    "test_postgres_sink.py",  # ~230: 4 SIGKILLs of the PostgreSQL sink, a rescale 2 -> 3
+    "test_rules_and_enrichment.py",  # ~230: two jobs, six workers, 4 SIGKILLs
+    "test_corrupted_checkpoint.py",  # ~190
+    "test_event_time.py",  # ~140
+    "test_broker_faults.py",  # ~110
+    "test_savepoints_and_modes.py",  # ~100
+    "test_no_leaks.py",  # ~80: 100 checkpoints by definition, little CPU
+    "test_readme_commands.py",  # ~80, 60 alone: late, when the other lanes run lighter files (its job waits
+    # for its first checkpoint under whatever else runs; it took 7 minutes beside the heaviest ones)
+    "test_job_states.py",  # ~90
     "test_monitoring_live_pipeline.py",  # ~65 (tests/monitoring, e2e by its fixtures)
-    "test_job_states.py",  # ~60
     "test_checkpoints_page.py",  # ~50
-    "test_poison_records.py",  # ~40
+    "test_poison_records.py",  # ~45
 ))}
 
 

@@ -1,16 +1,19 @@
-"""Exactly-once under failure: the two-stage access-log job (a one-minute event-time window),
-killed with SIGKILL at many points.
+"""Exactly-once under failure: the two-stage access-log job (a one-minute event-time window), its
+second stage on three workers, killed with SIGKILL at many points.
 
 Every attempt of the job is killed once at a different point of the checkpoint protocol or while
-its timers fire (the worker SIGKILLs itself there, see ``tidemark.runtime.job.faults``); the
-supervisor restores all stages from the newest completed checkpoint each time. Input keeps
-arriving throughout. At the end, read_committed output must hold each closed minute's top URLs
-exactly once, equal to those computed from the input.
+its timers fire (the worker SIGKILLs itself there, see ``tidemark.runtime.job.faults``): the
+one-worker first stage after its snapshot, after a write to the key-group-partitioned channel
+and while its timers fire; one of the three workers of the second stage while its timers fire,
+while its sink's transaction is written and not committed, and after it committed (the other
+workers may not have). The supervisor restores all stages from the newest completed checkpoint
+each time: the workers not killed in place, the killed one's successor from its stage's warm
+standby. Input keeps arriving throughout. At the end, read_committed output must hold each
+closed minute's top URLs exactly once, record by record, equal to those computed from the input.
 
-The sink's commit protocol points (during alignment, after the ack, during and after the commit)
-and a kill mid-stream are made across three workers of a stage in ``test_scale_out.py``, which
-runs the same code per task; this test keeps the points only a one-worker job or the first stage
-reaches (its snapshot, timers firing in either stage).
+A barrier half aligned and a sink pre-committed, not committed, are killed in
+``test_job_graph.py`` and ``test_changelog_exactly_once.py``; a worker killed mid-stream, no
+checkpoint in progress, in ``test_chaos.py`` and the demo (``test_demo.py``).
 """
 
 from __future__ import annotations
@@ -18,34 +21,51 @@ from __future__ import annotations
 import pytest
 
 from pipeline_support import TOP_URLS, pipeline, topics_for, verify_two_stage, worker_deaths
-from tidemark.local.pipeline import InputFeeder
+from tidemark.local.pipeline import InputFeeder, stage_logs
 
 pytestmark = pytest.mark.timeout(900)
 
+# the first attempts kill the first stage, so that the second stage's standby is warm when one of
+# its workers is killed
 KILLS = (
     "0@minute_counts@after-snapshot:2",  # state written, not acked
-    "1@top_urls@during-timer-firing:2",  # a minute's window emitted and cleared, not checkpointed
-    "2@minute_counts@during-timer-firing:40",  # minutes' counts dropped by their timers, mid-round
+    "1@minute_counts@after-channel-write:2",  # a batch of the key-group-partitioned channel written
+    "2@top_urls.w0@during-commit:1",  # one worker's sink transaction written, not committed
+    "3@minute_counts@during-timer-firing:40",  # minutes' counts dropped by their timers, mid-round
+    "4@top_urls.w1@after-commit:1",  # one worker committed; the others may not have
+    "5@top_urls.w2@during-timer-firing:2",  # a minute's window emitted and cleared, not checkpointed
 )
 
 
-def test_two_stage_job_is_exactly_once_across_sigkills(tmp_path, kafka_bootstrap, unique_name):
+def test_two_stage_job_on_four_workers_is_exactly_once_across_sigkills_of_one_worker(
+        tmp_path, kafka_bootstrap, unique_name):
     topics = topics_for(unique_name)
-    with pipeline(tmp_path, kafka_bootstrap, unique_name, standby=True,
-                  env={"TIDEMARK_CHECKPOINT__INTERVAL_MS": "1500"}) as pipe:
+    with pipeline(tmp_path, kafka_bootstrap, unique_name, standby=True,  # the killed worker's successor warms
+                  env={"TIDEMARK_CHECKPOINT__INTERVAL_MS": "1500"}) as pipe:  # while the attempt before runs
         pipe.create_topic(topics.input, 4)
-        job = pipe.start_job(TOP_URLS, topics.args(), faults=KILLS, max_restarts=len(KILLS) + 2)
+        job = pipe.start_job(TOP_URLS, topics.args(parallelism=3, top_urls_workers=3), faults=KILLS,
+                             max_restarts=len(KILLS) + 2)
         all_killed = lambda: len(job.events("starting attempt")) > len(KILLS) or job.process.poll() is not None  # noqa: E731
-        feeder = InputFeeder(kafka_bootstrap, topics.input, total=4000, chunk=100, pause_s=0.5,
-                             until=all_killed).start()  # input flows until every kill happened
-        records = feeder.join(timeout_s=720)
+        feeder = InputFeeder(kafka_bootstrap, topics.input, total=1000, chunk=25, pause_s=0.5,
+                             until=all_killed).start()  # 50 records/s: each restored attempt's backlog stays short
+        records = feeder.join(timeout_s=780)
         verdict = verify_two_stage(kafka_bootstrap, topics, records, timeout_s=300)
         failures = worker_deaths(job)
         restores = job.events("restore issued")
-        taken_over = job.events("a warm standby takes the attempt")
+        in_place = job.events("a released worker takes the attempt in place")
+        from_standby = job.events("a warm standby takes the attempt")
+        started = job.events("starting attempt")
+        registered = job.events("attempt registered")
+        logs = stage_logs(pipe.home)
         job.stop()
-    assert len(failures) == len(KILLS), [(f["stage"], f["epoch"]) for f in failures]
-    assert taken_over, "no attempt was taken over by a warm standby"
+    assert started[0]["workers"] == {"minute_counts": 1, "top_urls": 3}
+    assert registered[0]["tasks"] == 6
+    assert [f["stage"] for f in failures] == [k.split("@")[1] for k in KILLS], failures
     assert len(restores) >= len(KILLS) - 1  # the first kill may come before any checkpoint completed
+    # the 3 processes not killed restore in place at each failover; only one still starting (the
+    # last kill's new process) may be too slow to end its attempt and be replaced
+    assert len(in_place) >= 2 * len(KILLS), in_place
+    assert from_standby, "no killed worker's successor was its stage's standby"
+    assert {"minute_counts.log", "top_urls.w0.log", "top_urls.w1.log", "top_urls.w2.log"} <= set(logs)
     assert verdict.exactly_once, verdict
     assert verdict.records == verdict.expected_records

@@ -1,16 +1,16 @@
 """The exactly-once PostgreSQL sink example (``tidemark.examples.postgres_sink``), the whole job
-on the local pipeline, SIGKILLed at each point of its commit protocol while input flows: the
-sink stage while its channel's barriers align, after its snapshot (transactions prepared, not
-acked), after the ack (the checkpoint may complete, nothing committed), during the completed
-checkpoint's notification (one task's transactions committed, the other's not: the sink's
-commit is its notification) and after it (every one committed). The table must then hold exactly
-the rows the input implies, checked by a query: for each URL the hits 1..n once each, n its
-count in the input; and no transaction of the job is left prepared. Then the job is rescaled
-through stop-with-savepoints, parallelism 2 on one worker per stage to 3 with the sink stage on
-two workers (each reading its share of the channel's partitions; the sink's operator state
-redistributed) and back to 2 on one, with more input each time, and the table checked again; the last
-savepoint's operator state, read back with the harness at parallelism 3, holds the rows written
-once (even-split) and the table on every task (broadcast)."""
+on the local pipeline, SIGKILLed at each point of its commit protocol while input flows: after
+its snapshot (transactions prepared, not acked), after the ack (the checkpoint may complete,
+nothing committed), during the completed checkpoint's notification (one task's transactions
+committed, the other's not: the sink's commit is its notification) and after it (every one
+committed). The table must then hold exactly the rows the input implies, checked by a query: for
+each URL the hits 1..n once each, n its count in the input; and no transaction of the job is
+left prepared. Then the job is rescaled through a stop-with-savepoint, parallelism 2 on one
+worker per stage to 3 with the sink stage on two workers (each reading its share of the
+channel's partitions; the sink's operator state redistributed), with more input, and the table
+checked again; the last savepoint's operator state, read back with the harness at parallelism 3,
+holds the rows written once (even-split) and the table on every task (broadcast). (Operator
+state merged back to fewer tasks is the harness's, ``tests/unit/testing/test_function_checkpoint_hooks.py``.)"""
 
 from __future__ import annotations
 
@@ -28,11 +28,10 @@ pytestmark = pytest.mark.timeout(900)
 
 SINK = "tidemark.examples.postgres_sink:hits_to_postgres"
 KILLS = (
-    "0@to_postgres@during-alignment:3",  # one channel's barrier in, the other's not
-    "1@to_postgres@after-snapshot:2",  # transactions prepared, the checkpoint not acked
-    "2@to_postgres@after-ack:2",  # acked: the checkpoint may complete, nothing committed
-    "3@to_postgres@during-notification:2",  # task 0's transactions committed, task 1's not
-    "4@to_postgres@after-notification:2",  # every one committed, nothing after
+    "0@to_postgres@after-snapshot:2",  # transactions prepared, the checkpoint not acked
+    "1@to_postgres@after-ack:2",  # acked: the checkpoint may complete, nothing committed
+    "2@to_postgres@during-notification:2",  # task 0's transactions committed, task 1's not
+    "3@to_postgres@after-notification:2",  # every one committed, nothing after
 )
 
 
@@ -52,20 +51,18 @@ def test_the_postgres_sink_is_exactly_once_across_sigkills_and_rescales(tmp_path
         records = feeder.join(timeout_s=600)
         _wait_for_rows(db, table, len(records))
         failures = worker_deaths(job)
-        # then rescaled through savepoints: parallelism 2 on one worker per stage -> 3, the sink on two
-        # workers (each reading its share of the channel's partitions) -> 2 on one
+        # then rescaled through a savepoint: parallelism 2 on one worker per stage -> 3, the sink on two
+        # workers (each reading its share of the channel's partitions)
         client = pipe.client()
-        for round_, (parallelism, workers) in enumerate(((3, 2), (2, 1)), start=1):
-            request = client.trigger_savepoint(topics.job_id, stop=True)
-            done = client.wait_for_savepoint(topics.job_id, request["request_id"], timeout_s=120)
-            assert done["status"] == "COMPLETED", done
-            assert job.wait(timeout_s=120) == 0, "every worker finishes after the savepoint"
-            more = list(generate(600, seed=40 + round_, first=len(records)))
-            produce(kafka_bootstrap, topics.input, more, 4)
-            records += more
-            job = pipe.start_job(SINK, {**args, "sink_workers": workers}, parallelism=parallelism,
-                                 from_savepoint=done["metadata_path"])
-            _wait_for_rows(db, table, len(records))
+        request = client.trigger_savepoint(topics.job_id, stop=True)
+        done = client.wait_for_savepoint(topics.job_id, request["request_id"], timeout_s=120)
+        assert done["status"] == "COMPLETED", done
+        assert job.wait(timeout_s=120) == 0, "every worker finishes after the savepoint"
+        more = list(generate(600, seed=41, first=len(records)))
+        produce(kafka_bootstrap, topics.input, more, 4)
+        records += more
+        job = pipe.start_job(SINK, {**args, "sink_workers": 2}, parallelism=3, from_savepoint=done["metadata_path"])
+        _wait_for_rows(db, table, len(records))
         request = client.trigger_savepoint(topics.job_id, stop=True)
         final = client.wait_for_savepoint(topics.job_id, request["request_id"], timeout_s=120)
         assert final["status"] == "COMPLETED", final
@@ -83,7 +80,7 @@ def test_the_postgres_sink_is_exactly_once_across_sigkills_and_rescales(tmp_path
     assert sum(written) == len(records)  # even-split: each task's count once, summed
     assert sinks == [{"table": table}] * 3  # broadcast: the same map on every task
     assert len(failures) == len(KILLS), [(f["stage"], f["epoch"]) for f in failures]
-    assert (attempt["parallelism"], attempt["workers"]["to_postgres"]) == (2, 1)
+    assert (attempt["parallelism"], attempt["workers"]["to_postgres"]) == (3, 2)
     expected = expected_url_counts(records)
     assert found == {url: list(range(1, n + 1)) for url, n in expected.items()}  # no duplicate, no gap
     assert sum(len(hits) for hits in found.values()) == len(records)

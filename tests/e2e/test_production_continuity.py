@@ -5,8 +5,8 @@ failures on a running job fail it over; every case keeps the read_committed outp
   ``test_chart_started_worker.py``'s, through the chart's rendered arguments);
 * stop-with-savepoint, a new version of the job code started in savepoint mode
   (``--from-savepoint``, the arguments the Helm chart renders for ``job.upgradeMode=savepoint``),
-  then that process tree SIGKILLed and started again with the same arguments;
-* the restore API called on a running job;
+  then that process tree SIGKILLed and started again with the same arguments, then the restore
+  API called on the running job (its newest checkpoint, at parallelism 3);
 * a checkpoint timeout (a stage worker paused past it) with no tolerable failures.
 """
 
@@ -47,7 +47,7 @@ def verified_output(pipe, topics, bootstrap: str, milestone: Milestone, feeder: 
     return records, verify_two_stage(bootstrap, topics, records, timeout_s=300)
 
 
-def test_stop_with_savepoint_upgrade_in_savepoint_mode_survives_a_sigkill_of_the_tree(
+def test_stop_with_savepoint_upgrade_in_savepoint_mode_survives_a_sigkill_of_the_tree_and_a_restore_call(
         tmp_path, kafka_bootstrap, unique_name):
     topics = topics_for(unique_name)
     with pipeline(tmp_path, kafka_bootstrap, unique_name) as pipe:
@@ -63,34 +63,24 @@ def test_stop_with_savepoint_upgrade_in_savepoint_mode_survives_a_sigkill_of_the
         wait_for(lambda: pipe.completed_checkpoints(topics.job_id) >= done + 2, 300, "2 checkpoints of the new version")
         upgraded.kill_tree()
         again = pipe.start_job(UPGRADED_TOP_URLS, topics.args(), from_savepoint=path, env=UPGRADED_ENV)
-        records, verdict = verified_output(pipe, topics, kafka_bootstrap, milestone, feeder)
+        done = pipe.completed_checkpoints(topics.job_id)
+        wait_for(lambda: pipe.completed_checkpoints(topics.job_id) > done, 300, "a checkpoint after the restart")
+        # the restore API on the running job: its attempt replaced, at another parallelism
+        newest = max(c["id"] for c in client.retained_checkpoints(topics.job_id)["checkpoints"])
+        restored = client.restore(topics.job_id, parallelism=3, checkpoint_id=newest)
+        wait_for(lambda: restored["epoch"] in registered_epochs(again), 240, "the restored attempt registered")
+        records, verdict = verified_output(pipe, topics, kafka_bootstrap, milestone, feeder)  # its checkpoints go on
+        state = next(j for j in client.jobs()["jobs"] if j["job"] == topics.job_id)
         first_start = upgraded.events("starting attempt")[0]
-        restart = again.events("starting attempt")[0]
+        restart, *_, last = again.events("starting attempt")
         newer = again.events("the job has newer state than the requested restore source; resuming it")
+        replaced = again.events("restore issued through the API; replacing the attempt")
         again.stop()
     assert first_start["restore"] == path
     assert newer and restart["restore"] != path and "/chk-" in restart["restore"], restart
-    assert verdict.exactly_once, verdict
-    assert verdict.records == verdict.expected_records
-
-
-def test_restore_api_on_a_running_job_replaces_the_attempt_and_checkpoints_go_on(
-        tmp_path, kafka_bootstrap, unique_name):
-    topics = topics_for(unique_name)
-    with pipeline(tmp_path, kafka_bootstrap, unique_name) as pipe:
-        job, milestone, feeder = start_fed_job(pipe, topics, kafka_bootstrap, checkpoints=2)
-        client = pipe.client()
-        newest = max(c["id"] for c in client.retained_checkpoints(topics.job_id)["checkpoints"])
-        restored = client.restore(topics.job_id, parallelism=3, checkpoint_id=newest)
-        wait_for(lambda: restored["epoch"] in registered_epochs(job), 240, "the restored attempt registered")
-        records, verdict = verified_output(pipe, topics, kafka_bootstrap, milestone, feeder)  # its checkpoints go on
-        state = next(j for j in client.jobs()["jobs"] if j["job"] == topics.job_id)
-        replaced = job.events("restore issued through the API; replacing the attempt")
-        attempts = job.events("starting attempt")
-        job.stop()
     assert replaced and replaced[0]["restore_epoch"] == restored["epoch"]
-    assert attempts[-1]["epoch"] == restored["epoch"] and attempts[-1]["parallelism"] == 3
-    assert attempts[-1]["restore"] == restored["metadata_path"]
+    assert last["epoch"] == restored["epoch"] and last["parallelism"] == 3
+    assert last["restore"] == restored["metadata_path"]
     assert state["state"] == "RUNNING" and state["epoch"] == restored["epoch"]
     assert verdict.exactly_once, verdict
     assert verdict.records == verdict.expected_records

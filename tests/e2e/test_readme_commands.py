@@ -25,7 +25,7 @@ import pytest
 from pipeline_support import processes_mentioning
 from tidemark.processes import port_free
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1800)]
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 SERVICE_PORTS = (9400, 9401)  # the coordinator's and checkpoint store's defaults, as the README uses them
@@ -77,7 +77,7 @@ def test_readme_everyday_commands_run_as_written(tmp_path):
     process = subprocess.Popen(["bash", str(script)], cwd=workdir, env=env, stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
-        output, _ = process.communicate(timeout=720)
+        output, _ = process.communicate(timeout=1500)
     finally:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)

@@ -5,11 +5,14 @@ its input topics imply (computed without the jobs' code), each record once.
 * :mod:`tidemark.examples.fraud_rules`: a rules topic broadcast to a stage keyed by account, on two
   workers of two tasks each (so both topics come through its exchange reader), rules changing
   while transactions flow. Killed: the keyed stage while a broadcast element is half applied (its
-  first task has it, its other not), while timers fire, after its sink's ack; the exchange reader
-  after writing a broadcast element's copies.
+  first task has it, its other not) and while timers fire; the exchange reader after writing a
+  broadcast element's copies.
 * :mod:`tidemark.examples.url_owners`: the access log joined with a compacted topic of URL
   owners, owners changing and leaving while records flow. Killed: the join while it fires (events
-  joined and emitted, not checkpointed) and after its sink's ack.
+  joined and emitted, not checkpointed).
+
+(A sink's pre-committed transaction across a SIGKILL after its ack, the same for every stage, is
+the SIGKILL tests' of ``test_job_graph.py`` and ``test_changelog_exactly_once.py``.)
 
 (What the broadcast state does on a rescale 2 -> 3 -> 2 through savepoints, and that every task
 holds the same copy, the test harness shows: ``tests/unit/graph/test_broadcast_state.py``.)"""
@@ -38,11 +41,9 @@ FRAUD_KILLS = (
     "0@fraud@during-broadcast:2",  # a rule version applied by one task of the worker, not by the other
     "1@fraud.read@after-channel-write:4",  # copies of rules and transactions in the exchange, no checkpoint yet
     "2@fraud@during-timer-firing:40",  # some transactions judged and their alerts emitted, not checkpointed
-    "3@fraud@after-ack:2",  # the alerts' transaction pre-committed, not committed
 )
 ENRICH_KILLS = (
     "0@enrich@during-timer-firing:60",  # some records joined and emitted, not checkpointed
-    "1@enrich@after-ack:2",
 )
 
 
