@@ -69,8 +69,13 @@ def stopped(*pids: int) -> Iterator[None]:
 def worker_deaths(job: JobRun) -> list[dict[str, Any]]:
     """Every worker process the supervisor saw die, in order: after its attempt registered
     ("worker failed") or before ("worker died while starting": with processes restoring in place,
-    a fault point can be reached before the slowest process of the attempt has started)."""
-    return [e for e in job.log_events() if e.get("event") in ("worker failed", "worker died while starting")]
+    a fault point can be reached before the slowest process of the attempt has started). Each
+    must be a SIGKILL, a fault point's: a worker that exited on an error fails the test (the job
+    would recover from it, so the output alone would not show it)."""
+    deaths = [e for e in job.log_events() if e.get("event") in ("worker failed", "worker died while starting")]
+    errors = [e for e in deaths if e.get("code") != -9]
+    assert not errors, f"workers exited on an error, not a fault point's SIGKILL: {errors}"
+    return deaths
 
 
 def verify_two_stage(bootstrap: str, topics: Topics, records: list[bytes], timeout_s: float) -> Verdict:

@@ -75,6 +75,23 @@ def test_rows_commit_with_their_checkpoint_and_an_aborted_ones_with_the_next(sin
         assert _rows(sink) == _expected("/a", 7) and _prepared(sink) == []
 
 
+def test_a_completion_arriving_while_the_next_rows_are_open_commits_only_the_prepared_ones(sink) -> None:
+    """The runtime delivers a completed checkpoint's notification between micro-batches, when the
+    task may already hold rows of the next checkpoint in an open transaction (in the whole job the
+    worker failed there: PostgreSQL finishes a prepared transaction only outside a transaction
+    block)."""
+    with _harness(sink, parallelism=1) as harness:
+        _feed(harness, "/a", 1, 4)
+        harness.snapshot(1, savepoint=False)
+        _feed(harness, "/a", 5, 6)  # the next checkpoint's transaction, open
+        harness.notify_checkpoint_complete(1)
+        assert _rows(sink) == _expected("/a", 4)
+        _feed(harness, "/a", 7, 7)  # still the same open transaction
+        harness.snapshot(2, savepoint=False)
+        harness.notify_checkpoint_complete(2)
+        assert _rows(sink) == _expected("/a", 7) and _prepared(sink) == []
+
+
 @pytest.mark.parametrize("parallelism", [2, 3, 1])
 def test_a_restore_commits_the_restored_checkpoints_rows_and_rolls_back_later_ones(sink, parallelism: int) -> None:
     first = _harness(sink).open()

@@ -15,7 +15,10 @@ row of ``table`` (``url text, hits bigint``) from a second stage without a key
    task, the rows the checkpoint's state has committed or will commit);
 3. ``notify_checkpoint_complete(id)``: ``COMMIT PREPARED`` of every prepared transaction of a
    checkpoint up to ``id`` (an aborted checkpoint's transaction waits for the next completed one,
-   as its records are not read again), then they leave the state.
+   as its records are not read again), then they leave the state. The notification comes while
+   the next checkpoint's transaction may already be open, and PostgreSQL finishes a prepared
+   transaction only outside a transaction block, so the task finishes them on a second
+   connection of its own (a prepared transaction belongs to no session).
 
 On a restore (``initialize_state`` with ``is_restored``) the restored state lists the prepared
 transactions of the restored checkpoint and before: they are committed (one already committed is
@@ -70,12 +73,13 @@ class PostgresSink(ProcessFunction, CheckpointedFunction, CheckpointListener):
 
     def __init__(self, dsn: str, table: str, job: str, stage: str) -> None:
         self.dsn, self.table, self.prefix = dsn, table, f"tidemark:{job}:{stage}:"
-        self.connection: Any = None
+        self.connection: Any = None  # the rows' transactions
+        self.finisher: Any = None  # COMMIT / ROLLBACK PREPARED, outside the open transaction
         self.open_transaction = False
         self.rows = 0  # in the open transaction
 
     def initialize_state(self, ctx: Any) -> None:
-        self.connection = _connect(self.dsn)
+        self.connection, self.finisher = _connect(self.dsn), _connect(self.dsn)
         self.connection.execute(_sql("CREATE TABLE IF NOT EXISTS {} (url text NOT NULL, hits bigint NOT NULL)",
                                      self.table))
         self.insert = _sql("INSERT INTO {} (url, hits) VALUES (%s, %s)", self.table)
@@ -120,11 +124,12 @@ class PostgresSink(ProcessFunction, CheckpointedFunction, CheckpointListener):
         self.prepared.update([list(entry) for entry in pending if entry[0] > checkpoint_id])
 
     def close(self) -> None:
-        if self.connection is not None:
-            self.connection.close()  # an open transaction rolls back; prepared ones stay prepared
+        for connection in (self.connection, self.finisher):
+            if connection is not None:
+                connection.close()  # an open transaction rolls back; prepared ones stay prepared
 
     def _prepared_here(self) -> list[str]:
-        rows = self.connection.execute("SELECT gid FROM pg_prepared_xacts WHERE gid LIKE %s AND database = "
+        rows = self.finisher.execute("SELECT gid FROM pg_prepared_xacts WHERE gid LIKE %s AND database = "
                                        "current_database()", (self.prefix.replace("%", r"\%") + "%",)).fetchall()
         return [row[0] for row in rows]
 
@@ -134,7 +139,7 @@ class PostgresSink(ProcessFunction, CheckpointedFunction, CheckpointListener):
         import psycopg
 
         try:
-            self.connection.execute(_sql(command + " {}", literal=gid))
+            self.finisher.execute(_sql(command + " {}", literal=gid))
         except psycopg.errors.UndefinedObject:
             pass
 
