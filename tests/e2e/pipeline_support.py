@@ -66,6 +66,12 @@ def stopped(*pids: int) -> Iterator[None]:
                 os.kill(pid, signal.SIGCONT)
 
 
+def killed_at_every_point(job: JobRun, kills: tuple[str, ...]) -> bool:
+    """Whether every attempt ``kills`` plans a SIGKILL for is behind the job (an attempt started
+    after each), or the job ended: until then its input keeps flowing."""
+    return len(job.events("starting attempt")) > len(kills) or job.process.poll() is not None
+
+
 def worker_deaths(job: JobRun) -> list[dict[str, Any]]:
     """Every worker process the supervisor saw die, in order: after its attempt registered
     ("worker failed") or before ("worker died while starting": with processes restoring in place,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline_support import TOP_URLS, pipeline, topics_for, verify_two_stage, worker_deaths
+from pipeline_support import TOP_URLS, killed_at_every_point, pipeline, topics_for, verify_two_stage, worker_deaths
 from tidemark.examples.generator import generate, produce
 from tidemark.local.pipeline import InputFeeder, json_events, wait_for
 
@@ -40,7 +40,7 @@ def test_changelog_mode_is_exactly_once_across_sigkills_then_resumes_rescaled_fr
     with pipeline(tmp_path, kafka_bootstrap, unique_name, services=SERVICES, env=env, standby=True) as pipe:
         pipe.create_topic(topics.input, 4)
         job = pipe.start_job(TOP_URLS, args, faults=KILLS, max_restarts=len(KILLS) + 2)
-        all_killed = lambda: len(job.events("starting attempt")) > len(KILLS) or job.process.poll() is not None  # noqa: E731
+        all_killed = lambda: killed_at_every_point(job, KILLS)  # noqa: E731
         feeder = InputFeeder(kafka_bootstrap, topics.input, total=4000, chunk=100, pause_s=0.5, until=all_killed)
         records = feeder.start().join(timeout_s=720)
         verdict = verify_two_stage(kafka_bootstrap, topics, records, timeout_s=300)

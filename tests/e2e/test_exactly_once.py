@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline_support import TOP_URLS, pipeline, topics_for, verify_two_stage, worker_deaths
+from pipeline_support import TOP_URLS, killed_at_every_point, pipeline, topics_for, verify_two_stage, worker_deaths
 from tidemark.local.pipeline import InputFeeder, stage_logs
 
 pytestmark = pytest.mark.timeout(900)
@@ -45,7 +45,7 @@ def test_two_stage_job_on_four_workers_is_exactly_once_across_sigkills_of_one_wo
         pipe.create_topic(topics.input, 4)
         job = pipe.start_job(TOP_URLS, topics.args(parallelism=3, top_urls_workers=3), faults=KILLS,
                              max_restarts=len(KILLS) + 2)
-        all_killed = lambda: len(job.events("starting attempt")) > len(KILLS) or job.process.poll() is not None  # noqa: E731
+        all_killed = lambda: killed_at_every_point(job, KILLS)  # noqa: E731
         feeder = InputFeeder(kafka_bootstrap, topics.input, total=1000, chunk=25, pause_s=0.5,
                              until=all_killed).start()  # 50 records/s: each restored attempt's backlog stays short
         records = feeder.join(timeout_s=780)

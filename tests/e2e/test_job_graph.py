@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline_support import pipeline, worker_deaths
+from pipeline_support import killed_at_every_point, pipeline, worker_deaths
 from tidemark.examples.verify import EXAMPLES, read_committed, verify_example
 from tidemark.local.pipeline import InputFeeder
 
@@ -36,7 +36,7 @@ def test_a_graph_with_a_fan_out_and_a_fan_in_is_exactly_once_across_a_sigkill_of
     with pipeline(tmp_path, kafka_bootstrap, unique_name, env={"TIDEMARK_CHECKPOINT__INTERVAL_MS": "1000"}) as pipe:
         pipe.create_topic(source, 4)
         job = pipe.start_job(GRAPH, args, faults=KILLS, max_restarts=len(KILLS) + 2)
-        all_killed = lambda: len(job.events("starting attempt")) > len(KILLS) or job.process.poll() is not None  # noqa: E731
+        all_killed = lambda: killed_at_every_point(job, KILLS)  # noqa: E731
         feeder = InputFeeder(kafka_bootstrap, source, total=1500, chunk=100, pause_s=0.5, until=all_killed).start()
         records = feeder.join(timeout_s=600)
         expected_totals = EXAMPLES["hit_graph"].expectation(records)

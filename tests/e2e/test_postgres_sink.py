@@ -17,7 +17,7 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from pipeline_support import pipeline, topics_for, worker_deaths
+from pipeline_support import killed_at_every_point, pipeline, topics_for, worker_deaths
 from tidemark.examples.generator import expected_url_counts, generate, produce
 from tidemark.examples.postgres_sink import hits_to_postgres
 from tidemark.local.pipeline import InputFeeder, wait_for
@@ -45,7 +45,7 @@ def test_the_postgres_sink_is_exactly_once_across_sigkills_and_rescales(tmp_path
             psycopg.connect(postgres_dsn, autocommit=True) as db:
         pipe.create_topic(topics.input, 4)
         job = pipe.start_job(SINK, args, faults=KILLS, max_restarts=len(KILLS) + 2)
-        all_killed = lambda: len(job.events("starting attempt")) > len(KILLS) or job.process.poll() is not None  # noqa: E731
+        all_killed = lambda: killed_at_every_point(job, KILLS)  # noqa: E731
         feeder = InputFeeder(kafka_bootstrap, topics.input, total=2000, chunk=100, pause_s=0.4,
                              until=all_killed).start()
         records = feeder.join(timeout_s=600)

@@ -27,7 +27,7 @@ from collections.abc import Callable
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from pipeline_support import pipeline, worker_deaths
+from pipeline_support import killed_at_every_point, pipeline, worker_deaths
 from tidemark.examples import fraud_rules, url_owners
 from tidemark.examples.generator import generate, produce
 from tidemark.examples.verify import read_committed
@@ -69,8 +69,8 @@ def test_rules_and_an_enrichment_change_while_running_and_both_outputs_are_exact
         enrich = pipe.start_job("tidemark.examples.url_owners:url_owners", {
             "job_id": enrich_id, "input_topic": log, "owners_topic": owners, "output_topic": enriched},
             faults=ENRICH_KILLS, max_restarts=len(ENRICH_KILLS) + 2)
-        killed = lambda job, kills: len(job.events("starting attempt")) > len(kills) or job.process.poll() is not None  # noqa: E731
-        more = lambda: not (killed(fraud, FRAUD_KILLS) and killed(enrich, ENRICH_KILLS))  # noqa: E731
+        more = lambda: not (killed_at_every_point(fraud, FRAUD_KILLS)  # noqa: E731
+                            and killed_at_every_point(enrich, ENRICH_KILLS))
 
         def write_fraud() -> None:
             for kind, records in fraud_rules.feed(1_500, chunk=100, every=3, more=more):

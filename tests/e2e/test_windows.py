@@ -28,7 +28,7 @@ import time
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from pipeline_support import pipeline, worker_deaths
+from pipeline_support import killed_at_every_point, pipeline, worker_deaths
 from tidemark.examples.generator import final_watermark, generate, produce
 from tidemark.examples.verify import read_committed, sessions_expectation, sliding_url_counts_expectation, verify_example
 from tidemark.local.pipeline import InputFeeder
@@ -66,7 +66,7 @@ def test_session_and_sliding_windows_are_exactly_once_across_sigkills_lateness_a
         pipe.create_topic(late_topic, 1)
         sessions = pipe.start_job(SESSIONS, sessions_args, faults=SESSION_KILLS, max_restarts=len(SESSION_KILLS) + 2)
         sliding = pipe.start_job(SLIDING, sliding_args, faults=SLIDING_KILLS, max_restarts=len(SLIDING_KILLS) + 2)
-        all_killed = lambda: all(len(job.events("starting attempt")) > len(kills) or job.process.poll() is not None  # noqa: E731
+        all_killed = lambda: all(killed_at_every_point(job, kills)  # noqa: E731
                                  for job, kills in ((sessions, SESSION_KILLS), (sliding, SLIDING_KILLS)))
         feeder = InputFeeder(kafka_bootstrap, topic, total=3_000, chunk=100, pause_s=0.5, per_minute=PER_MINUTE,
                              until=all_killed).start()

@@ -74,7 +74,7 @@ def closed_minutes(largest_ts: int, max_out_of_orderness_ms: int = OUT_OF_ORDERN
     return minute_of(watermark + 1)
 
 
-def _text_field(name: str) -> Any:
+def text_field(name: str) -> Any:
     """A key selector: the record's non-empty string field ``name`` (a record without one is malformed)."""
     def key(record: dict[str, Any]) -> str:
         value = record[name]
@@ -84,8 +84,8 @@ def _text_field(name: str) -> Any:
     return key
 
 
-_url = _text_field("url")
-_ip = _text_field("ip")
+_url = text_field("url")
+_ip = text_field("ip")
 
 
 class CountHits(KeyedProcessFunction):

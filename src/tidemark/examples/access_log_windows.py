@@ -28,8 +28,8 @@ from tidemark.examples.access_log import (
     IDLE_TIMEOUT_MS,
     MINUTE_MS,
     OUT_OF_ORDERNESS_MS,
-    _text_field,
     event_ts,
+    text_field,
     top_of,
 )
 from tidemark.types import CheckpointingMode, JobId
@@ -107,7 +107,7 @@ def sessions(job_id: str = "access-log-sessions", input_topic: str = "access-log
                         allowed_lateness_ms=allowed_lateness_ms)
     return JobSpec(
         job_id=JobId(job_id),
-        stages=(Stage("sessions", (input_topic,), _text_field("ip"), windowed, output_topic,
+        stages=(Stage("sessions", (input_topic,), text_field("ip"), windowed, output_topic,
                       on_error=ErrorPolicy(on_error), event_time=_event_time(max_out_of_orderness_ms, idle_timeout_ms),
                       late_records=LateRecords(late_records), late_output=late_output),),
         mode=CheckpointingMode(mode), parallelism=parallelism, workers=workers,
@@ -124,7 +124,7 @@ def sliding_url_counts(job_id: str = "access-log-sliding-counts", input_topic: s
                         allowed_lateness_ms=allowed_lateness_ms)
     return JobSpec(
         job_id=JobId(job_id),
-        stages=(Stage("url_windows", (input_topic,), _text_field("url"), windowed, output_topic,
+        stages=(Stage("url_windows", (input_topic,), text_field("url"), windowed, output_topic,
                       on_error=ErrorPolicy(on_error), event_time=_event_time(max_out_of_orderness_ms, idle_timeout_ms),
                       late_records=LateRecords(late_records), late_output=late_output),),
         mode=CheckpointingMode(mode), parallelism=parallelism, workers=workers,
@@ -142,7 +142,7 @@ def windowed_top_urls(job_id: str = "access-log-windowed-top-urls", input_topic:
     return JobSpec(
         job_id=JobId(job_id),
         stages=(
-            Stage("minute_counts", (input_topic,), _text_field("url"),
+            Stage("minute_counts", (input_topic,), text_field("url"),
                   Windowed(minute, aggregate=Count(), process=MinuteCount), channel_topic, on_error=policy,
                   event_time=_event_time(max_out_of_orderness_ms, idle_timeout_ms)),
             Stage("top_urls", (channel_topic,), lambda v: int(v["minute"]), Windowed(minute, process=MinuteTop),
