@@ -72,12 +72,14 @@ def free_port_block(count: int) -> int:
     raise RuntimeError(f"no block of {count} free ports in {low}-{high - 1}")
 
 
-def port_free(port: int) -> bool:
-    """True when ``port`` on 127.0.0.1 can be bound now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+def port_free(port: int, host: str = "127.0.0.1") -> bool:
+    """True when ``port`` on ``host`` can be bound now (as a server binds it: address reuse on,
+    so a port a stopped process left in TIME_WAIT counts as free)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            sock.bind(("127.0.0.1", port))
+            sock.bind((host, port))
         except OSError:
             return False
         return True

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import struct
 import subprocess
 import sys
@@ -111,6 +112,30 @@ def test_sigterm_stops_cleanly_within_bound(coordinator):
     code = cluster.stop_one("coordinator", sig=signal.SIGTERM, timeout_s=30)
     assert code == 0
     assert time.monotonic() - started < 20
+
+
+def test_a_service_whose_picked_port_is_taken_before_it_binds_starts_on_another(
+        kafka_bootstrap, topic_names, tmp_path, monkeypatch):
+    """A free port is free only until someone binds it: another test lane's process took one
+    between the cluster's pick and the service's bind (run65). The cluster starts the service
+    again on another port instead of failing the pipeline."""
+    import tidemark.local.cluster as cluster_module
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        taken_port = taken.getsockname()[1]
+        picks = iter([taken_port])
+        real_free_port = cluster_module.free_port
+        monkeypatch.setattr(cluster_module, "free_port", lambda: next(picks, None) or real_free_port())
+        with LocalCluster(tmp_path, kafka_bootstrap, topic_prefix=topic_names.prefix) as cluster:
+            cluster.start(["coordinator"])
+            cluster.wait_ready(timeout_s=60)
+            service = cluster.services["coordinator"]
+            assert service.port != taken_port  # the first start exited 78 on the taken one
+            assert service.get("/readyz")[0] == 200
+    assert (f"error: coordinator: TIDEMARK_HTTP_PORT: 127.0.0.1:{taken_port} cannot be bound: address already in use"
+            in service.log_path.read_text().splitlines())  # one line, not a trace, for who set the port
 
 
 @pytest.mark.parametrize(

@@ -36,13 +36,14 @@ from faust.app.base import BootStrategy
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from tidemark import __version__
-from tidemark.exit_codes import EXIT_SHUTDOWN_TIMEOUT, EXIT_UNREACHABLE
+from tidemark.exit_codes import EXIT_CONFIG, EXIT_SHUTDOWN_TIMEOUT, EXIT_UNREACHABLE
 from tidemark.config.settings import TidemarkSettings
 from tidemark.kafka.admin import ensure_topics
 from tidemark.kafka.clients import KafkaSecurity, base_config, kafka_security, resolve_bootstrap
 from tidemark.kafka.outage import BrokerWatch
 from tidemark.kafka.reachability import BrokerUnreachable, require_broker
 from tidemark.kafka.topics import TopicNames, TopicSpec
+from tidemark.processes import port_free
 from tidemark.protocol import codec
 from tidemark.chassis.dead_letter_publisher import RawRecord, record_failure
 from tidemark.chassis.replay import EventLogReader
@@ -242,7 +243,13 @@ class ServiceApp:
 
     def run(self) -> None:
         """Create topics, then run until SIGTERM/SIGINT. Raises SystemExit with the exit code
-        (69 with one line on stderr when Kafka cannot be reached at all: :mod:`tidemark.kafka.reachability`)."""
+        (69 with one line on stderr when Kafka cannot be reached at all: :mod:`tidemark.kafka.reachability`;
+        78 with one line when its HTTP port is taken)."""
+        port = self.settings.http_port
+        if port and not port_free(port, self.settings.http_host):
+            print(f"error: {self.name}: TIDEMARK_HTTP_PORT: {self.settings.http_host}:{port} cannot be bound: "
+                  "address already in use", file=sys.stderr)
+            raise SystemExit(EXIT_CONFIG)
         try:
             require_broker(base_config(self.settings, self.bootstrap))
         except BrokerUnreachable as exc:

@@ -2,7 +2,8 @@
 
 Lifecycle: ``LocalCluster(home, bootstrap)`` -> ``start(names)`` (spawns ``tidemark run <name>``
 per service, each on a free HTTP port, tied to this process so none outlives it) ->
-``wait_ready()`` -> ... -> ``stop()`` (SIGTERM, bounded wait, SIGKILL). Use it as a context
+``wait_ready()`` (a service that lost its picked port to another process before binding it starts
+again on another) -> ... -> ``stop()`` (SIGTERM, bounded wait, SIGKILL). Use it as a context
 manager so Ctrl-C or an exception at any moment still stops everything. Job runs started
 through the coordinator's API outlive the coordinator (:mod:`tidemark.services.coordinator.runs`);
 ``stop()`` also stops those recorded in the home that still run (:func:`stop_job_runs`), so none
@@ -27,6 +28,9 @@ import httpx2
 from tidemark.processes import die_with_parent, free_port, process_start_time, stop_process, stop_processes
 
 
+PORT_RETRIES = 3  # starts on another free port when a service's picked port was taken before it bound it
+
+
 class ServiceStartError(RuntimeError):
     """A service exited or did not become ready in time; the message carries its log tail."""
 
@@ -38,6 +42,9 @@ class LocalService:
     process: subprocess.Popen[bytes]
     log_path: Path
     env: dict[str, str] = field(default_factory=dict)
+    pinned: bool = False  # its port was asked for (a restart keeps the address); else picked free
+    log_start: int = 0  # where this process's output begins in the log
+    start_env: dict[str, str] = field(default_factory=dict)  # what start_one was given
 
     @property
     def url(self) -> str:
@@ -58,6 +65,16 @@ class LocalService:
             code, body = self.get("/readyz")
             return code == 200 and json.loads(body).get("service") == self.name
         except (OSError, ValueError, AttributeError):
+            return False
+
+    def lost_its_port(self) -> bool:
+        """It exited because another process bound its port first (a free port is only free
+        until someone binds it: a test lane or a job on the same machine may pick it meanwhile)."""
+        try:
+            with open(self.log_path, "rb") as log:
+                log.seek(self.log_start)
+                return b"address already in use" in log.read()
+        except OSError:
             return False
 
     def log_tail(self, lines: int = 30) -> str:
@@ -110,6 +127,7 @@ class LocalCluster:
     def start_one(self, name: str, env: dict[str, str] | None = None, *, port: int | None = None) -> LocalService:
         logs = self.home / "logs"
         logs.mkdir(parents=True, exist_ok=True)
+        pinned = port is not None
         port = port or free_port()
         child_env = {
             **os.environ,
@@ -122,21 +140,30 @@ class LocalCluster:
         }
         log_path = logs / f"{name}.log"
         with open(log_path, "ab") as log:
+            log_start = log.tell()
             process = subprocess.Popen(
                 [sys.executable, "-m", "tidemark.cli", "run", name],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 env=child_env, preexec_fn=die_with_parent,
             )
-        service = LocalService(name, port, process, log_path, child_env)
+        service = LocalService(name, port, process, log_path, child_env, pinned, log_start, dict(env or {}))
         self.services[name] = service
         return service
 
     def wait_ready(self, timeout_s: float = 60.0, names: list[str] | None = None) -> None:
+        """Wait until each service answers ready; one that lost its picked port to another
+        process before binding it starts again on another (``PORT_RETRIES`` times at most)."""
         deadline = time.monotonic() + timeout_s
         pending = list(names or self.services)
+        retries = dict.fromkeys(pending, PORT_RETRIES)
         while pending:
             for name in list(pending):
                 service = self.services[name]
+                if service.process.poll() is not None and not service.pinned and retries[name] > 0 \
+                        and service.lost_its_port():
+                    retries[name] -= 1
+                    self.start_one(name, service.start_env)
+                    continue
                 if service.process.poll() is not None:
                     raise ServiceStartError(
                         f"{name} exited with {service.process.returncode}:\n{service.log_tail()}")
