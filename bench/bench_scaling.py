@@ -1,4 +1,5 @@
-"""Scale-out of one stage: records/s of the single-stage job with W = 1, 2 and 4 worker processes.
+"""Scale-out of one stage: records/s of the single-stage job with W = 1, 2 and 4 workers, each
+worker held to the same CPU quota, as if each had its own machine.
 
 Runs ``url_counts`` (count per URL, exactly-once, one output record per input record) at
 parallelism 4 with ``--workers W`` on the local pipeline, rounds interleaved over W on the same
@@ -9,10 +10,20 @@ moment every worker process has started its query until every result is committe
 medians to W = 1, the share of the machine's CPU time that was busy meanwhile (all processes,
 from ``/proc/stat``: what W = 1 leaves for more workers), and the peak resident set (VmHWM,
 summed over each worker's process tree: Python driver, JVM, Spark's Python workers) of the
-largest worker. No warm standbys run (as in ``bench_vs_quix.py``): they are not part of a stage's
+largest worker.
+
+Each worker gets its own CPU quota (``--cpu-per-worker`` CPUs, a Linux cgroup:
+:mod:`tidemark.local.cpu_quota`): its process tree, and with W > 1 its exchange reader's beside it
+(worker ``n`` is the keyed process ``n`` and the reader ``n``, one machine each), from the moment the
+supervisor starts it. W workers so get W times the CPU of one, and the ratio to W = 1 says how the
+job scales on machines of its own, not how it shares this one. Beside records/s the table gives the
+workers' CPU-seconds per million records (the groups' own accounting, ended processes included),
+how often their quota ran out (the share of scheduling periods it held them back in), and the broker's CPU-seconds in the window (the
+embedded broker's process; none for a ``KAFKA_BOOTSTRAP_SERVERS`` broker). The quotas must fit the
+machine beside the broker and the services: 4 workers at 0.4 CPUs take 1.6 of 2 cores. No warm standbys run (as in ``bench_vs_quix.py``): they are not part of a stage's
 throughput.
 
-    .venv/bin/python bench/bench_scaling.py --records 100000 --rounds 3 --workers 1 2 4
+    .venv/bin/python bench/bench_scaling.py --records 100000 --rounds 3 --workers 1 2 4 --cpu-per-worker 0.4
 
 Uses ``KAFKA_BOOTSTRAP_SERVERS`` when set, else starts the embedded broker for the run.
 """
@@ -20,14 +31,17 @@ Uses ``KAFKA_BOOTSTRAP_SERVERS`` when set, else starts the embedded broker for t
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import tempfile
 import threading
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 from tidemark.broker.embedded import kafka_or_embedded
+from tidemark.local.cpu_quota import CpuController, CpuQuota, QuotaUnavailable, cpu_controller
 from tidemark.examples.generator import generate, produce
 from tidemark.examples.verify import read_committed
 from tidemark.local.pipeline import LocalPipeline, process_tree, wait_for
@@ -64,6 +78,73 @@ class PeakRss(threading.Thread):
             time.sleep(1.0)
 
 
+class WorkerQuotas(threading.Thread):
+    """Puts each worker process under the supervisor, as soon as it appears, into the quota of its
+    worker index (``--worker n``), with what it has started so far; what it starts later is born
+    there."""
+
+    def __init__(self, controller: CpuController, supervisor: int, cores: float, run: str) -> None:
+        super().__init__(daemon=True)
+        self.controller = controller
+        self.supervisor = supervisor
+        self.cores = cores
+        self.run_name = run
+        self.quotas: dict[int, CpuQuota] = {}  # worker index -> its group
+        self._placed: set[int] = set()
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.is_set():
+            for pid in process_tree(self.supervisor)[1:]:
+                if pid in self._placed:
+                    continue
+                command = _cmdline(pid).split()
+                if "worker" not in command or "--worker" not in command:
+                    continue  # not a stage worker (a child of one is placed with it)
+                index = int(command[command.index("--worker") + 1])
+                if index not in self.quotas:
+                    self.quotas[index] = CpuQuota(self.controller, f"{self.run_name}-w{index}", self.cores)
+                for member in process_tree(pid):
+                    if self.quotas[index].add(member):
+                        self._placed.add(member)
+            self.done.wait(0.02)
+
+    def usage_s(self) -> float:
+        return sum(quota.usage_s() for quota in self.quotas.values())
+
+    def periods(self) -> tuple[int, int]:
+        """(periods, throttled periods) over every worker's group."""
+        each = [quota.periods() for quota in self.quotas.values()]
+        return sum(p for p, _ in each), sum(t for _, t in each)
+
+    def close(self) -> None:
+        self.done.set()
+        self.join(timeout=5)
+        for quota in self.quotas.values():
+            quota.close()
+
+
+def _process_cpu_s(pid: int | None) -> float:
+    """CPU time of one process so far (0 when unknown)."""
+    if pid is None:
+        return 0.0
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class Round:
+    rate: float  # records/s
+    busy: float  # share of the machine's CPU busy
+    peak_gib: float  # peak RSS of the largest worker's tree
+    worker_cpu_s: float  # the workers' quotas' CPU time in the window
+    throttled: float  # share of the workers' scheduling periods in which their quota ran out
+    broker_cpu_s: float
+
+
 def _cmdline(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
@@ -78,8 +159,8 @@ def _cpu_jiffies() -> tuple[int, int]:
     return sum(fields) - idle, sum(fields)
 
 
-def one_round(bootstrap: str, root: Path, workers: int, records: int,
-              interval_ms: int) -> tuple[float, float, float]:
+def one_round(bootstrap: str, broker_pid: int | None, controller: CpuController, cores: float, root: Path,
+              workers: int, records: int, interval_ms: int) -> Round:
     run = uuid.uuid4().hex[:6]
     home = root / f"w{workers}-{run}"
     args = {"job_id": f"scale-{run}", "input_topic": f"scale-in-{run}", "output_topic": f"scale-out-{run}",
@@ -89,10 +170,14 @@ def one_round(bootstrap: str, root: Path, workers: int, records: int,
         pipe.create_topic(args["input_topic"], 4)
         produce(bootstrap, args["input_topic"], generate(records), 4, chunk=10_000)
         job = pipe.start_job(JOB, args)
+        quotas = WorkerQuotas(controller, job.process.pid, cores, f"scale-{run}")
+        quotas.start()
         expected = 1 if workers == 1 else 2 * workers
         wait_for(lambda: len(list((home / "runs").glob("*/*.epoch-1.ready"))) >= expected, 600,
                  f"{expected} worker processes running", poll_s=0.05)
         started, cpu_before = time.monotonic(), _cpu_jiffies()
+        worker_before, periods_before = quotas.usage_s(), quotas.periods()
+        broker_before = _process_cpu_s(broker_pid)
         rss = PeakRss(job.process.pid)
         rss.start()
         print(f"  W={workers}: {expected} worker process(es) running; waiting for {records} results ...", flush=True)
@@ -102,9 +187,14 @@ def one_round(bootstrap: str, root: Path, workers: int, records: int,
             print(f"  W={workers}:   {len(output)} results", flush=True)
         elapsed = time.monotonic() - started
         busy, total = (after - before for after, before in zip(_cpu_jiffies(), cpu_before))
+        worker_cpu = quotas.usage_s() - worker_before
+        periods, throttled = (after - before for after, before in zip(quotas.periods(), periods_before))
+        broker_cpu = _process_cpu_s(broker_pid) - broker_before
         rss.done = True
         job.stop()
-    return records / elapsed, busy / max(total, 1), max(rss.peak.values(), default=0) / 1024 / 1024
+        quotas.close()
+    return Round(records / elapsed, busy / max(total, 1), max(rss.peak.values(), default=0) / 1024 / 1024,
+                 worker_cpu, throttled / max(periods, 1), broker_cpu)
 
 
 def main() -> None:
@@ -113,28 +203,39 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4])
     parser.add_argument("--interval-ms", type=int, default=2000)
+    parser.add_argument("--cpu-per-worker", type=float, default=0.4,
+                        help="CPUs each worker's process tree may use (a cgroup quota)")
     options = parser.parse_args()
-    rates: dict[int, list[float]] = {w: [] for w in options.workers}
-    peaks: dict[int, list[float]] = {w: [] for w in options.workers}
-    busy: dict[int, list[float]] = {w: [] for w in options.workers}
+    if options.cpu_per_worker <= 0:
+        parser.error("--cpu-per-worker: needs a share of CPUs above 0")
+    try:
+        controller = cpu_controller()
+    except QuotaUnavailable as exc:
+        raise SystemExit(f"bench_scaling: cannot give the workers CPU quotas: {exc}") from None
+    rounds: dict[int, list[Round]] = {w: [] for w in options.workers}
     with tempfile.TemporaryDirectory(prefix="tidemark-bench-scaling-") as tmp, \
-            kafka_or_embedded(Path(tmp) / "broker") as (bootstrap, _):
+            kafka_or_embedded(Path(tmp) / "broker") as (bootstrap, status):
+        broker_pid = status.pid if status is not None else None
         for index in range(options.rounds):
             for workers in options.workers:
                 print(f"round {index + 1}/{options.rounds}, W={workers}", flush=True)
-                rate, cpu, peak = one_round(bootstrap, Path(tmp), workers, options.records, options.interval_ms)
-                rates[workers].append(rate)
-                busy[workers].append(cpu)
-                peaks[workers].append(peak)
-    base = statistics.median(rates[options.workers[0]])
-    print(f"\nurl_counts, parallelism {PARALLELISM}, {options.records} records, {options.rounds} round(s)")
-    print(f"{'W':>3} {'processes':>9} {'min rec/s':>10} {'median':>10} {'max':>10} {'ratio':>6} "
-          f"{'CPU busy':>9} {'peak RSS GiB':>13}")
+                rounds[workers].append(one_round(bootstrap, broker_pid, controller, options.cpu_per_worker, Path(tmp),
+                                                 workers, options.records, options.interval_ms))
+    base = statistics.median(r.rate for r in rounds[options.workers[0]])
+    print(f"\nurl_counts, parallelism {PARALLELISM}, {options.records} records, {options.rounds} round(s), "
+          f"{options.cpu_per_worker} CPUs per worker (cgroup v{controller.version} quota)")
+    print(f"{'W':>3} {'processes':>9} {'quota CPUs':>10} {'min rec/s':>10} {'median':>10} {'max':>10} {'ratio':>6} "
+          f"{'worker CPU-s/M rec':>18} {'throttled':>9} {'broker CPU-s':>12} {'machine busy':>12} {'peak RSS GiB':>12}")
     for workers in options.workers:
-        values = rates[workers]
-        print(f"{workers:>3} {1 if workers == 1 else 2 * workers:>9} {min(values):>10.0f} "
-              f"{statistics.median(values):>10.0f} {max(values):>10.0f} {statistics.median(values) / base:>6.2f} "
-              f"{statistics.median(busy[workers]):>9.0%} {max(peaks[workers]):>13.2f}")
+        done = rounds[workers]
+        rates = [r.rate for r in done]
+        print(f"{workers:>3} {1 if workers == 1 else 2 * workers:>9} {workers * options.cpu_per_worker:>10.1f} "
+              f"{min(rates):>10.0f} {statistics.median(rates):>10.0f} {max(rates):>10.0f} "
+              f"{statistics.median(rates) / base:>6.2f} "
+              f"{statistics.median(r.worker_cpu_s for r in done) / options.records * 1e6:>18.1f} "
+              f"{statistics.median(r.throttled for r in done):>9.0%} "
+              f"{statistics.median(r.broker_cpu_s for r in done):>12.1f} "
+              f"{statistics.median(r.busy for r in done):>12.0%} {max(r.peak_gib for r in done):>12.2f}")
 
 
 if __name__ == "__main__":
