@@ -133,8 +133,11 @@ class KeyedStateBackend(ABC):
         records); the same name with another definition raises :class:`StateRegistrationError`."""
 
     @abstractmethod
-    def cleanup_expired_state(self) -> int:
-        """Remove every expired TTL value now; returns how many stored items changed."""
+    def cleanup_expired_state(self, limit: int | None = None) -> int:
+        """Remove expired TTL values: every one now (``limit`` None), or incrementally, in the
+        next ``limit`` stored items from where the last call stopped (a running task calls it
+        after each batch and tick, :meth:`tidemark.runtime.worker.task.StageTask.clean_up_expired`);
+        returns how many stored items changed."""
 
     # ------------------------------------------------------------------ changes
 

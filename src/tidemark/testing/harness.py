@@ -298,10 +298,14 @@ class KeyedProcessFunctionHarness:
         return self._fire(TimeDomain.EVENT_TIME, self.time.watermark)
 
     def advance_processing_time(self, ms: int) -> list[Emitted]:
-        """Move the clock by ``ms`` and fire the processing-time timers due by then."""
+        """Move the clock by ``ms``, fire the processing-time timers due by then, and run each
+        task's incremental TTL cleanup, as a worker's tick does."""
         self._check_open()
         self.clock.advance(ms)
-        return self._fire(TimeDomain.PROCESSING_TIME, self.clock.now_ms())
+        emitted = self._fire(TimeDomain.PROCESSING_TIME, self.clock.now_ms())
+        for task in self.tasks:  # as a worker's tick does
+            task.clean_up_expired()
+        return emitted
 
     def _fire(self, domain: TimeDomain, until: int) -> list[Emitted]:
         emitted = []
@@ -367,7 +371,9 @@ class KeyedProcessFunctionHarness:
         return state
 
     def cleanup_expired_state(self) -> int:
-        """Remove expired TTL entries now (as a full snapshot does); returns how many."""
+        """Remove every expired TTL entry now (as a full snapshot does; a running task removes
+        them a bounded number at a time after each batch and tick, as ``advance_processing_time``
+        does here); returns how many."""
         return sum(task.backend.cleanup_expired_state() for task in self.tasks)  # type: ignore[union-attr]
 
     # ------------------------------------------------------------------ snapshots

@@ -202,6 +202,39 @@ def test_every_state_kind_and_ttl_under_the_manual_clock(backend: str) -> None:
         assert restored.state(STATUSES, "10.0.0.1").get() == [200, 500]
 
 
+SEEN_ONCE = ValueStateDescriptor("seen", ttl=StateTtlConfig(ttl_seconds=10))
+
+
+class FirstVisit(KeyedProcessFunction):
+    """Remembers each client for 10 s; most are never seen again, so no read ever removes them."""
+
+    def open(self, ctx: Any) -> None:
+        self.seen = ctx.get_state(SEEN_ONCE)
+
+    def process(self, value: Any, ctx: Any) -> None:
+        if self.seen.value() is None:
+            ctx.emit(ctx.key, {"ip": ctx.key})
+        self.seen.update(True)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_keys_never_seen_again_leave_the_state_with_the_ticks_not_only_at_a_full_scan(backend: str) -> None:
+    """A running task cleans TTL state a bounded number of values per batch and tick
+    (``StageTask.clean_up_expired``), as the harness's ``advance_processing_time`` does: 5,000 keys
+    written once are gone after a few ticks past their TTL, with nothing left for a full scan."""
+    harness = Harness.for_function(FirstVisit, lambda v: v["ip"], name="first_visit", parallelism=2,
+                                   state_backend=backend)
+    with harness:
+        harness.process_all(request(f"10.0.{i // 250}.{i % 250}") for i in range(5000))
+        harness.advance_processing_time(9_999)
+        assert harness.state(SEEN_ONCE, "10.0.0.1").value() is True  # nothing expired yet: nothing removed
+        for _ in range(3):  # 2,500 keys per task, 2,000 values a tick
+            harness.advance_processing_time(1)
+        assert harness.cleanup_expired_state() == 0  # the ticks removed every one
+        harness.process(request("10.0.0.1"))
+        assert harness.output_values()[-1] == {"ip": "10.0.0.1"}  # a new visit after its TTL
+
+
 def test_the_harness_must_be_open_to_process() -> None:
     harness = Harness.for_stage(url_counts(), "count_hits")
     with pytest.raises(RuntimeError, match="open"):

@@ -156,9 +156,9 @@ class ChangelogStateBackend(KeyedStateBackend):
         self.backend.apply_change(change)
         self._on_change(change)
 
-    def cleanup_expired_state(self) -> int:
+    def cleanup_expired_state(self, limit: int | None = None) -> int:
         """TTL cleanup of the wrapped backend; not logged (expired values stay invisible)."""
-        return self.backend.cleanup_expired_state()
+        return self.backend.cleanup_expired_state(limit)
 
     # ------------------------------------------------------------------ restore
 

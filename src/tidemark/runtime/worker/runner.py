@@ -53,6 +53,7 @@ from tidemark.chassis.logs import get_logger
 from tidemark.types import CheckpointId, CheckpointType, Epoch, JobId, TopicPartition
 
 log = get_logger(__name__)
+IDLE_CLEANUP_EVERY_S = 1.0  # ticks without a batch clean TTL state at most this often
 
 
 @dataclass(eq=False)
@@ -82,6 +83,7 @@ class StageRunner:
     abandoned: bool = False  # the supervisor released the attempt (runtime.worker.process)
     closed: bool = False
     processing: bool = False  # set when the first records a task processed are counted (flush_outputs)
+    _cleaned_at: float = 0.0  # the last incremental TTL cleanup (time.monotonic)
 
     @property
     def epoch(self) -> Epoch:
@@ -97,6 +99,7 @@ class StageRunner:
         self.input.feed(records, self)
         if self.finished:  # a stop-with-savepoint completed while aligning
             return
+        self.clean_up_expired()
         self.flush_outputs()
         FAULTS.hit("after-batch")
         if FAULTS.armed("after-changelog-write"):  # make the batch's changes reach the changelog first
@@ -111,8 +114,18 @@ class StageRunner:
         if self.finished or self.stopping is not None:
             return
         self.input.tick()
+        if time.monotonic() - self._cleaned_at >= IDLE_CLEANUP_EVERY_S:
+            self.clean_up_expired()
         self.flush_outputs()
         self.handle_control()
+
+    def clean_up_expired(self) -> None:
+        """Each task's incremental TTL cleanup (:meth:`StageTask.clean_up_expired`): after every
+        batch, and on ticks at most every ``IDLE_CLEANUP_EVERY_S`` (an idle stage ticks ten
+        times a second)."""
+        self._cleaned_at = time.monotonic()
+        for task in self.tasks:
+            task.clean_up_expired()
 
     def flush_outputs(self) -> None:
         """Hand what the tasks' operators emitted so far and the watermark, if news, to the

@@ -40,6 +40,7 @@ from tidemark.storage.base import CheckpointStorage
 from tidemark.types import CheckpointId, TaskId
 
 TimerFailed = Callable[[Timer, Exception], None]
+CLEANUP_SLOTS = 2000  # stored values a task checks for expired TTL after each batch and tick (about 2 ms)
 OperatorFactory = Callable[[Stage, TimerFailed | None], StreamOperator]
 """Makes a task's operator for its stage: by default :class:`WindowOperator` in a windowed stage,
 :class:`KeyedProcessOperator` in another keyed stage, :class:`ProcessOperator` in one without a key."""
@@ -130,6 +131,13 @@ class StageTask:
             self.operator.process_watermark(time)
         else:
             self.operator.on_processing_time(time)
+
+    def clean_up_expired(self) -> int:
+        """The task's share of TTL cleanup after a batch or a tick: the next
+        ``CLEANUP_SLOTS`` stored values of its keyed state, from where the last call stopped,
+        lose what has expired (so keys that are never read again do not stay in the state and its
+        checkpoints for ever); how many changed."""
+        return self.backend.cleanup_expired_state(CLEANUP_SLOTS) if self.keyed else 0
 
     def pending_timers(self, domain: TimeDomain) -> int:
         return self.timers.pending(domain) if self.timers is not None else 0

@@ -8,7 +8,8 @@ state is carried over unchanged into later snapshots. Timers are in heap timer q
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 from tidemark.keygroups import KeyGroupRange
 from tidemark.protocol.messages import StateChangeOp
@@ -40,6 +41,7 @@ class HashMapStateBackend(LocalKeyedStateBackend):
         self._tables: dict[str, HeapStateTable] = {}
         self._raw: dict[str, RawStateStore] = {}
         self._heap_timers: dict[str, HeapTimerQueue] = {}
+        self._cleanup_cursor: Iterator[tuple[HeapStateTable, dict[Any, Any], Any]] | None = None
 
     def _create_table(self, descriptor: StateDescriptor) -> HeapStateTable:
         table = HeapStateTable(self, descriptor)
@@ -67,10 +69,24 @@ class HashMapStateBackend(LocalKeyedStateBackend):
         else:
             self._raw.setdefault(change.state_name, RawStateStore()).apply(change)
 
-    def cleanup_expired_state(self) -> int:
-        """Remove every expired TTL value now (Flink's incremental heap cleanup, all at once)."""
+    def cleanup_expired_state(self, limit: int | None = None) -> int:
+        """Remove expired TTL values: every one now (``limit`` None), or, as Flink's incremental
+        heap cleanup, in the next ``limit`` stored slots from where the last call stopped, a
+        new pass starting once one has gone over every table."""
         now = self.clock.now_ms()
-        return sum(table.cleanup_expired(now) for table in self._tables.values())
+        if limit is None:
+            return sum(table.cleanup_expired(now) for table in self._tables.values())
+        if self._cleanup_cursor is None:
+            self._cleanup_cursor = ((table, m, slot) for table in list(self._tables.values())
+                                    for m, slot in table.expirable_slots())
+        changed = checked = 0
+        for table, m, slot in self._cleanup_cursor:
+            changed += table.cleanup_slot(m, slot, now)
+            checked += 1
+            if checked >= limit:
+                return changed
+        self._cleanup_cursor = None  # the pass ended: the next call starts another
+        return changed
 
     def snapshot(self, checkpoint_id: CheckpointId, storage: CheckpointStorage, *,
                  canonical: bool = False) -> KeyedSnapshot:

@@ -155,26 +155,36 @@ class HeapStateTable:
 
     def cleanup_expired(self, now_ms: int) -> int:
         """Drop every expired value, element or entry; returns how many slots changed."""
-        ttl = self._ttl_ms
-        if ttl is None:
-            return 0
-        changed = 0
+        return sum(self.cleanup_slot(m, slot, now_ms) for m, slot in self.expirable_slots())
+
+    def expirable_slots(self) -> Iterator[tuple[dict[tuple[Any, Any], Any], tuple[Any, Any]]]:
+        """(key-group map, slot) of every stored value, as they are when each map is reached
+        (none without TTL): what an incremental cleanup walks."""
+        if self._ttl_ms is None:
+            return
         for m in self._maps:
-            for slot, stored in list(m.items()):
-                if self._is_map:
-                    live: Any = {k: v for k, v in stored.items() if not is_expired(v[1], ttl, now_ms)}
-                elif self._is_list:
-                    live = [e for e in stored if not is_expired(e[1], ttl, now_ms)]
-                else:
-                    live = None if is_expired(stored[1], ttl, now_ms) else stored
-                if live is stored or (live is not None and len(live) == len(stored)):
-                    continue
-                changed += 1
-                if live:
-                    m[slot] = live
-                else:
-                    del m[slot]
-        return changed
+            for slot in list(m):
+                yield m, slot
+
+    def cleanup_slot(self, m: dict[tuple[Any, Any], Any], slot: tuple[Any, Any], now_ms: int) -> int:
+        """Drop the expired value, elements or entries of one slot; 1 when it changed (a slot
+        already gone counts 0)."""
+        ttl, stored = self._ttl_ms, m.get(slot)
+        if ttl is None or stored is None:
+            return 0
+        if self._is_map:
+            live: Any = {k: v for k, v in stored.items() if not is_expired(v[1], ttl, now_ms)}
+        elif self._is_list:
+            live = [e for e in stored if not is_expired(e[1], ttl, now_ms)]
+        else:
+            live = None if is_expired(stored[1], ttl, now_ms) else stored
+        if live is stored or (live is not None and len(live) == len(stored)):
+            return 0
+        if live:
+            m[slot] = live
+        else:
+            del m[slot]
+        return 1
 
     def snapshot_entries(self, now_ms: int) -> Iterator[Entry]:
         """Canonical entries in key-group order; expired TTL values are left out."""

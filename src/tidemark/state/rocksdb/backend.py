@@ -81,6 +81,7 @@ class RocksDBStateBackend(LocalKeyedStateBackend):
         self._resources = RocksDBResources(options)
         self._prefix = b""
         self._tables: dict[str, RocksStateTable] = {}
+        self._cleanup_at: tuple[int, bytes | None] = (0, None)  # where the incremental TTL cleanup goes on
         self._cfs: dict[str, rocksdict.Rdict] = {}  # by state name
         self._timer_cfs: dict[str, rocksdict.Rdict] = {}  # by column-family name
         self._rocks_timers: dict[str, RocksDBTimerQueue] = {}
@@ -173,20 +174,33 @@ class RocksDBStateBackend(LocalKeyedStateBackend):
         else:
             cf.delete_range(slot, successor(slot))
 
-    def cleanup_expired_state(self) -> int:
-        """Remove every expired TTL value by a full scan (what a compaction filter would do,
-        which rocksdict cannot host); returns how many entries were removed or rewritten."""
-        now, removed = self.clock.now_ms(), 0
-        for name, table in self._tables.items():
-            descriptor = self._states[name].descriptor
-            if descriptor.ttl is None:
-                continue
-            ttl, cf = descriptor.ttl.ttl_ms, self._cf(name)
-            for db_key, value in list(cf.items()):
-                kept = _live_value(value, ttl, now, descriptor.kind is StateKind.LIST)
+    def cleanup_expired_state(self, limit: int | None = None) -> int:
+        """Remove expired TTL values (what a compaction filter would do, which rocksdict cannot
+        host): a full scan (``limit`` None), or the next ``limit`` entries from where the last
+        call stopped, state by state in key order, a new pass starting once one has gone over
+        every state; returns how many entries were removed or rewritten."""
+        now, removed, checked = self.clock.now_ms(), 0, 0
+        states = sorted(name for name in self._tables if self._states[name].descriptor.ttl is not None)
+        index, start = (0, None) if limit is None else self._cleanup_at
+        while index < len(states) and (limit is None or checked < limit):
+            descriptor = self._states[states[index]].descriptor
+            assert descriptor.ttl is not None
+            ttl, cf, is_list = descriptor.ttl.ttl_ms, self._cf(states[index]), descriptor.kind is StateKind.LIST
+            entries = cf.iter()
+            entries.seek_to_first() if start is None else entries.seek(start)
+            while entries.valid() and (limit is None or checked < limit):
+                db_key, value = entries.key(), entries.value()
+                kept = _live_value(value, ttl, now, is_list)
                 if kept != value:
                     removed += 1
                     cf.delete(db_key) if kept is None else cf.put(db_key, kept)
+                checked += 1
+                entries.next()
+            if entries.valid():  # the budget ran out inside this state
+                start = entries.key()
+                break
+            index, start = index + 1, None
+        self._cleanup_at = (index, start) if index < len(states) else (0, None)
         return removed
 
     def settle(self, timeout_s: float = 120.0) -> bool:

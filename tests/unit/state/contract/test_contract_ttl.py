@@ -131,3 +131,37 @@ def test_cleanup_scan_removes_expired(backend, clock) -> None:
     assert state.get() == [] and values.value() is None  # gone, not merely hidden
     backend.set_current_key("b")
     assert state.get() == [3]
+
+
+def test_incremental_cleanup_goes_on_where_it_stopped_and_starts_over_after_a_pass(backend, clock) -> None:
+    """What a running task calls after each batch and tick: a bounded number of stored values
+    per call, resumed where the last call stopped, over every TTL state (the plain one is not
+    touched), until a pass has gone over all; the next pass finds what expired since."""
+    config = ttl(visibility="return_expired_if_not_cleaned_up")
+    values = backend.get_state(ValueStateDescriptor("v", ttl=config))
+    entries = backend.get_state(MapStateDescriptor("m", ttl=config))
+    plain = backend.get_state(ValueStateDescriptor("plain"))
+    for key in range(40):
+        backend.set_current_key(key)
+        values.update(key)
+        if key % 2:
+            entries.put("e", key)
+        plain.update(key)
+    clock.advance(6_000)
+    for key in range(20, 40):  # refreshed: only keys 0..19 expire
+        backend.set_current_key(key)
+        values.update(-key)
+        if key % 2:
+            entries.put("e", -key)
+    clock.advance(5_000)
+    changes = [backend.cleanup_expired_state(limit=7) for _ in range(9)]  # 60 stored values, 7 a call
+    assert all(n <= 7 for n in changes) and sum(changes) == 20 + 10  # keys 0..19 in "v", odd ones in "m"
+    for key in range(40):
+        backend.set_current_key(key)
+        assert values.value() == (None if key < 20 else -key)  # gone, not merely hidden
+        assert entries.get("e") == (None if key < 20 or key % 2 == 0 else -key)
+        assert plain.value() == key
+    clock.advance(11_000)  # now every value has expired: the next pass removes the rest
+    assert sum(backend.cleanup_expired_state(limit=7) for _ in range(5)) == 20 + 10
+    backend.set_current_key(39)
+    assert values.value() is None and entries.get("e") is None and plain.value() == 39
