@@ -19,6 +19,7 @@ cores)`` creates ``tidemark-quota/<name>`` -> :meth:`CpuQuota.add` for each proc
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -127,19 +128,26 @@ class CpuQuota:
         stat = _stat(self.dirs[0] / "cpu.stat")
         return stat.get("nr_periods", 0), stat.get("nr_throttled", 0)
 
-    def close(self) -> None:
-        """Move what still runs back to the root group and remove the group."""
-        roots = dict.fromkeys([self.controller.cpu, self.controller.accounting])
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Move what still runs back to the root group and remove the group. A process may be
+        born into it meanwhile, or one that ended may not be reaped yet (the kernel refuses to
+        remove a group that still counts it): tried again until ``timeout_s``; a group left
+        behind is empty, and harmless."""
+        roots = list(dict.fromkeys([self.controller.cpu, self.controller.accounting]))
+        deadline = time.monotonic() + timeout_s
         for root, path in zip(roots, self.dirs):
-            for pid in _procs(path):
+            while path.exists():
+                for pid in _procs(path):
+                    try:
+                        (root / "cgroup.procs").write_text(str(pid))
+                    except OSError:
+                        pass  # ended meanwhile
                 try:
-                    (root / "cgroup.procs").write_text(str(pid))
+                    path.rmdir()
                 except OSError:
-                    pass  # ended meanwhile
-            try:
-                path.rmdir()
-            except OSError:
-                pass  # a process moved in meanwhile: the group is left to the next close
+                    if time.monotonic() > deadline:
+                        break
+                    time.sleep(0.05)
 
     def _usage_ns(self) -> int:
         if self.controller.version == 2:
