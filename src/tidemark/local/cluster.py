@@ -159,12 +159,11 @@ class LocalCluster:
         while pending:
             for name in list(pending):
                 service = self.services[name]
-                if service.process.poll() is not None and not service.pinned and retries[name] > 0 \
-                        and service.lost_its_port():
-                    retries[name] -= 1
-                    self.start_one(name, service.start_env)
-                    continue
                 if service.process.poll() is not None:
+                    if not service.pinned and retries[name] > 0 and service.lost_its_port():
+                        retries[name] -= 1
+                        self.start_one(name, service.start_env)
+                        continue
                     raise ServiceStartError(
                         f"{name} exited with {service.process.returncode}:\n{service.log_tail()}")
                 if service.ready():

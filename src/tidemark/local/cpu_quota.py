@@ -105,12 +105,8 @@ class CpuQuota:
         try:
             for path in self.dirs:
                 (path / "cgroup.procs").write_text(str(pid))
-        except (ProcessLookupError, FileNotFoundError):
+        except ProcessLookupError:  # ESRCH: the process ended meanwhile
             return False
-        except OSError as exc:  # ESRCH on some kernels: the process ended meanwhile
-            if exc.errno == 3:
-                return False
-            raise
         return True
 
     def pids(self) -> list[int]:
