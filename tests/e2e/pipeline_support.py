@@ -40,10 +40,14 @@ def topics_for(unique_name: Callable[[str], str]) -> Topics:
 
 
 def pipeline(tmp_path: Path, bootstrap: str, unique_name: Callable[[str], str], *, standby: bool = False,
-             **kwargs: Any) -> LocalPipeline:
+             env: dict[str, str] | None = None, **kwargs: Any) -> LocalPipeline:
     """Jobs here run without warm standbys unless ``standby``: each would cost a JVM start for
-    nothing in a test that fails over little (the SIGKILL tests at every fault point use them)."""
-    return LocalPipeline(tmp_path / "home", bootstrap, topic_prefix=unique_name("tm"), standby=standby, **kwargs)
+    nothing in a test that fails over little (the SIGKILL tests at every fault point use them).
+    The jobs of one test process share idle workers (runtime.placement.idle_workers): a test's
+    job takes the worker processes the test before it left, their SparkSessions started."""
+    idle = {"TIDEMARK_IDLE_WORKERS__DIR": str(tmp_path.parent / "idle-workers"), "TIDEMARK_IDLE_WORKERS__MAX": "6"}
+    return LocalPipeline(tmp_path / "home", bootstrap, topic_prefix=unique_name("tm"), standby=standby,
+                         env={**idle, **(env or {})}, **kwargs)
 
 
 def stage_pids(home: Path, process: str = "*") -> dict[str, int]:

@@ -91,6 +91,23 @@ class SparkSettings(BaseModel):
     )
 
 
+class IdleWorkerSettings(BaseModel):
+    """Warm worker processes a job's run leaves behind for the next job on the machine
+    (tidemark.runtime.placement.idle_workers)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    dir: Path | None = Field(
+        None,
+        description="where idle warm workers register, shared by the jobs of one machine (or pod); unset: "
+                    "a run's workers end with it. Set: at the end of a run its workers that ended their attempt "
+                    "in place, and its warm standbys, wait there, their SparkSession started, for a later job "
+                    "whose workers would start the same session; that job starts in seconds, without a JVM start",
+    )
+    keep_s: float = Field(60.0, ge=1, le=3600, description="how long an idle worker waits to be taken before it exits")
+    max: int = Field(4, ge=1, le=64, description="idle workers kept at most per kind of session; more end")
+
+
 class _ConfigFileSource(YamlConfigSettingsSource):
     """pydantic-settings' YAML source, failing with a :class:`ConfigurationError` that names the
     file when it cannot be read, is not YAML or does not hold a mapping."""
@@ -161,6 +178,7 @@ class TidemarkSettings(BaseSettings):
                     "restarted supervisor to adopt them, before they end their attempt and exit "
                     "(tidemark.runtime.supervisor.adoption)",
     )
+    idle_workers: IdleWorkerSettings = IdleWorkerSettings()
     api_token: str | None = Field(None, repr=False)
 
     @classmethod

@@ -75,8 +75,14 @@ class JobRun:
 
     def kill_tree(self) -> list[int]:
         """SIGKILL the supervisor and every process under it (workers, their JVMs) at once, as a
-        lost pod does; the pids killed."""
+        lost pod does, and the worker processes it took from the idle workers of an earlier run
+        (runtime.placement.idle_workers: not under it, its record lists them); the pids killed."""
         pids = process_tree(self.process.pid)
+        for path in (self.log_path.parent.parent / "runs").glob("*.supervisor.json"):
+            record = read_record(path)
+            if record is not None and record.pid == self.process.pid:
+                pids += [pid for entry in (*record.processes.values(), *record.standbys.values()) if entry.alive()
+                         for pid in process_tree(entry.pid) if pid not in pids]
         for pid in pids:
             try:
                 os.kill(pid, signal.SIGKILL)

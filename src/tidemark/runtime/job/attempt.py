@@ -71,6 +71,10 @@ class Assignment:
     attempt: Attempt
     fault: str | None = None  # TIDEMARK_FAULT for this attempt (runtime.job.faults)
     http_port: int | None = None  # where the stage serves its metrics
+    # for an idle worker another job's run left (runtime.placement.idle_workers): the Tidemark
+    # variables of the environment a new worker would get, and where its output goes
+    env: dict[str, str] | None = None
+    log: str | None = None
 
     def to_line(self) -> bytes:
         doc = asdict(self)
@@ -84,7 +88,7 @@ class Assignment:
         return cls(Attempt(attempt["job_ref"], attempt["stage"], Epoch(attempt["epoch"]), attempt["parallelism"],
                            Path(attempt["run_dir"]), attempt["job_args"], attempt["restore_path"],
                            attempt.get("workers", {}), attempt.get("worker", 0)),
-                   doc["fault"], doc["http_port"])
+                   doc["fault"], doc["http_port"], doc.get("env"), doc.get("log"))
 
 
 RELEASE = "release"

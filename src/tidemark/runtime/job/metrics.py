@@ -65,3 +65,12 @@ RESTARTS = Counter("tidemark_job_restarts_total", "Failovers of a job (a worker 
                    ["job"])
 EPOCH = Gauge("tidemark_job_epoch", "Epoch of the job's current attempt", ["job"])
 RUNNING = Gauge("tidemark_job_running", "1 while every stage of the job's current attempt runs", ["job"])
+
+
+def clear_worker_metrics() -> None:
+    """Drop every series of the worker's metrics (a process that moves to another job's run,
+    runtime.placement.idle_workers: the earlier job's series would be reported on)."""
+    for metric in (RECORDS_IN, RECORDS_OUT, CONSUMER_LAG, ALIGNMENT, SNAPSHOT_SYNC, SNAPSHOT_ASYNC, RECORDS_SKIPPED,
+                   RESTORE_DURATION, WATERMARK, WATERMARK_LAG, TIMERS_REGISTERED, TIMERS_FIRED, TIMERS_PENDING,
+                   LATE_RECORDS):
+        metric.clear()

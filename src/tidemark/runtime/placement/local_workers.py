@@ -11,6 +11,11 @@ the run directory (``<process>.epoch-<n>.ready`` / ``.processing`` / ``.released
 ``<run_dir>/<process>.log``. A worker host's children die with it (``die_with_parent``); a
 supervisor's (``adoptable``) run on when it is killed, for a restarted supervisor to adopt
 (:mod:`tidemark.runtime.supervisor.adoption`: :meth:`LocalWorkers.adopt`, :meth:`LocalWorkers.records`).
+
+With idle workers on (``idle``, :mod:`tidemark.runtime.placement.idle_workers`), a launch that
+finds neither takes an idle worker an earlier run left before it starts a new process; a graceful
+end releases the processes (they end their attempt in place, as at a failover) and ``close`` hands
+the released ones and the standbys to the idle workers instead of killing them.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from tidemark.chassis.logs import get_logger
@@ -36,6 +42,7 @@ from tidemark.runtime.supervisor.adoption import (
 )
 from tidemark.runtime.job.attempt import Assignment, Attempt, release_line
 from tidemark.runtime.job.start_errors import failed_file
+from tidemark.runtime.placement.idle_workers import IdleOrder, IdleWorkers
 from tidemark.runtime.placement.pool import Launch, ProcessPhase, ProcessState
 
 log = get_logger(__name__)
@@ -60,9 +67,12 @@ class LocalWorkers:
     """See the module docstring. ``run_dir``: where the processes' logs go (each attempt's
     files go to its own ``Attempt.run_dir``)."""
 
-    def __init__(self, run_dir: Path, *, adoptable: bool = False) -> None:
+    def __init__(self, run_dir: Path, *, adoptable: bool = False, idle: IdleOrder | None = None,
+                 idle_max: int = 4) -> None:
         self.run_dir = run_dir
         self.adoptable = adoptable
+        self.idle = idle if adoptable else None  # only a process with a control FIFO can be taken
+        self.idle_max = idle_max
         self._launched: dict[str, tuple[Launch, Process]] = {}
         self._released: dict[str, tuple[Attempt, Process]] = {}  # ending their attempt
         self._standbys: dict[str, Process] = {}  # stage -> a warm worker
@@ -149,16 +159,37 @@ class LocalWorkers:
         self._launched = {}
 
     def kill(self, *, graceful: bool) -> None:
+        if graceful and self.idle is not None:  # they end the attempt in place, then go idle at close
+            self.release()
+            return
         stop_processes([process for _, process in self._launched.values()],
                        signal.SIGTERM if graceful else signal.SIGKILL, KILL_WAIT_S)
 
     def close(self) -> None:
         """Everything still running ends with the run (as with ``die_with_parent``; only a killed
-        supervisor leaves processes for a successor to adopt)."""
-        stop_processes([*self._standbys.values(), *(p for _, p in self._released.values()),
-                        *(p for _, p in self._launched.values())], signal.SIGKILL)
+        supervisor leaves processes for a successor to adopt), except what goes idle."""
+        idle = self._go_idle() if self.idle is not None else []
+        stop_processes([p for p in (*self._standbys.values(), *(p for _, p in self._released.values()),
+                                    *(p for _, p in self._launched.values())) if p not in idle], signal.SIGKILL)
         self._standbys.clear()
         self._released.clear()
+
+    def _go_idle(self) -> list[Process]:
+        """Hand the released processes and the standbys to the idle workers, as many as there is
+        room for; the ones handed."""
+        assert self.idle is not None
+        self._await_released()
+        room = self.idle_max - len(IdleWorkers(Path(self.idle.dir)).waiting(self.idle.fingerprint))
+        handed: list[Process] = []
+        for process in [*(p for _, p in self._released.values()), *self._standbys.values()]:
+            if len(handed) >= room or not _write(process, self.idle.to_line()):
+                continue
+            handed.append(process)
+            if isinstance(process, subprocess.Popen) and process.stdin is not None:
+                process.stdin.close()  # the end of its input: it registers (an adopted one, when this process ends)
+        if handed:
+            log.info("worker processes handed to the idle workers", pids=[p.pid for p in handed], dir=self.idle.dir)
+        return handed
 
     # ------------------------------------------------------------------ processes
 
@@ -214,6 +245,9 @@ class LocalWorkers:
             log.info("a warm standby takes the attempt", stage=attempt.stage, worker=attempt.worker,
                      epoch=attempt.epoch, pid=standby.pid)
             return standby
+        idle = self._take_idle(launch)
+        if idle is not None:
+            return idle
         env = dict(os.environ)
         env.pop("TIDEMARK_FAULT", None)
         if assignment.http_port is not None:
@@ -221,6 +255,29 @@ class LocalWorkers:
         if assignment.fault is not None:
             env["TIDEMARK_FAULT"] = assignment.fault
         return self._start_process(launch.name, worker_command(assignment), env)
+
+    def _take_idle(self, launch: Launch) -> Process | None:
+        """An idle worker of an earlier run, claimed and running the launch; None when none is
+        waiting (or each claimed one refused)."""
+        if self.idle is None:
+            return None
+        pool, fingerprint = IdleWorkers(Path(self.idle.dir)), self.idle.fingerprint
+        attempt = launch.assignment.attempt
+        path = self.run_dir / f"{launch.name}.log"
+        env = {k: v for k, v in os.environ.items() if (k.startswith("TIDEMARK_") or k == "KAFKA_BOOTSTRAP_SERVERS")
+               and k not in ("TIDEMARK_HTTP_PORT", "TIDEMARK_FAULT")}
+        assignment = replace(launch.assignment, env=env, log=str(path))
+        while (worker := pool.claim(fingerprint)) is not None:
+            process = AdoptedProcess(ProcessRecord(worker.pid, worker.start_time), Path(worker.fifo),
+                                     exited_file(attempt.run_dir, launch.name, attempt.epoch))
+            if (_write(process, adopt_line(os.getpid())) and _write(process, assignment.to_line())
+                    and pool.accepted(fingerprint, worker)):
+                log.info("an idle worker of an earlier run takes the attempt", stage=attempt.stage,
+                         worker=attempt.worker, epoch=attempt.epoch, pid=worker.pid)
+                self._logs[worker.pid] = path
+                return process
+            stop_process(process, signal.SIGKILL)  # it refused (it exits), or cannot be reached
+        return None
 
     def _start_process(self, name: str, command: list[str], env: dict[str, str]) -> Process:
         self.run_dir.mkdir(parents=True, exist_ok=True)

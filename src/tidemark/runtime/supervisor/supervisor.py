@@ -76,6 +76,7 @@ from tidemark.runtime.job.control import AttemptSignals, ControlPublisher
 from tidemark.runtime.job.health import serve_health
 from tidemark.runtime.supervisor.heartbeat import SupervisorHeartbeats
 from tidemark.runtime.placement.hosted_workers import HostedWorkers
+from tidemark.runtime.placement.idle_workers import idle_order
 from tidemark.runtime.placement.local_workers import LocalWorkers
 from tidemark.runtime.job.metrics import EPOCH, RESTARTS, RUNNING
 from tidemark.runtime.job.ownership import worker_of
@@ -108,8 +109,9 @@ class JobSupervisor:
         self._stop_signal: int | None = None
         self._control: ControlPublisher | None = None  # created at the first registration
         self._watching: AttemptWatch | None = None  # created before the first attempt
-        self.pool: WorkerPool = (HostedWorkers(settings, self.topics, self.spec.job_id)
-                                 if options.worker_hosts else LocalWorkers(self.run_dir, adoptable=True))
+        self.pool: WorkerPool = (HostedWorkers(settings, self.topics, self.spec.job_id) if options.worker_hosts else
+                                 LocalWorkers(self.run_dir, adoptable=True, idle=idle_order(settings),
+                                              idle_max=settings.idle_workers.max))
         self.record_path = record_path(settings.home, self.spec.job_id)
         self._registered_at_ms = 0  # when the running attempt registered (0: not yet)
         self.planner = AttemptPlanner(settings, options, coordinator, self.spec, self.storage)

@@ -22,6 +22,10 @@ The supervisor talks to the process through its standard input, one line per mes
   :mod:`tidemark.runtime.supervisor.adoption`): it waits ``adoption_window_s`` for ``adopt <pid>`` on its
   control FIFO, running its attempt meanwhile, then reads its adopter's lines there for as long
   as the adopter lives; not adopted in time, it ends its attempt and exits 0.
+* ``idle <order>``: once the supervisor is gone, join the idle workers another job may take
+  (:mod:`tidemark.runtime.placement.idle_workers`) instead of exiting: the process registers there
+  and waits on its control FIFO; a claimer's assignment carries the new job's environment and log
+  file, and the process moves to them (:meth:`StageProcess.move_to`).
 """
 
 from __future__ import annotations
@@ -39,9 +43,13 @@ from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import IO, Any
 
-from tidemark.chassis.logs import get_logger
-from tidemark.config.settings import TidemarkSettings
+from tidemark.chassis.logs import configure_logging, get_logger
+from tidemark.config.settings import ConfigurationError, TidemarkSettings, load_settings
+from tidemark.exit_codes import EXIT_CONFIG
 from tidemark.processes import process_start_time
+from tidemark.runtime.job.metrics import clear_worker_metrics
+from tidemark.runtime.placement.idle_workers import ACCEPT_WAIT_S, IDLE, IdleOrder, IdleWorker, IdleWorkers
+from tidemark.runtime.worker import loaded_code
 from tidemark.runtime.supervisor.adoption import ADOPT, control_fifo, exited_file
 from tidemark.runtime.job.faults import FAULTS
 from tidemark.runtime.job.health import serve_health
@@ -69,6 +77,7 @@ class SupervisorLines(threading.Thread):
         self._lines: collections.deque[str] = collections.deque()  # complete FIFO lines not taken yet
         self._fifo: Path | None = None
         self._fifo_fd: int | None = None
+        self._idle: IdleOrder | None = None  # where to go idle once the supervisor is gone
         if control_dir is not None:  # opened now, so an adopter can open it for writing at any time
             control_dir.mkdir(parents=True, exist_ok=True)
             self._fifo = control_fifo(control_dir, os.getpid())
@@ -79,7 +88,7 @@ class SupervisorLines(threading.Thread):
     def run(self) -> None:
         for line in self.stream:
             self._take(line)
-        while self._fifo_fd is not None and self._adopted():
+        while self._fifo_fd is not None and (self._taken_from_idle() if self._idle else self._adopted()):
             self._follow_adopter()
         if self._fifo is not None:
             self._fifo.unlink(missing_ok=True)
@@ -93,6 +102,12 @@ class SupervisorLines(threading.Thread):
         word, _, epoch = text.partition(" ")
         if word == RELEASE and epoch.isdigit():
             self._released_up_to = max(self._released_up_to, int(epoch))
+            return
+        if word == IDLE:
+            try:
+                self._idle = IdleOrder.from_text(epoch)
+            except (ValueError, KeyError, TypeError) as exc:
+                log.error("idle line from the supervisor not understood; ignored", line=text[:200], error=str(exc))
             return
         try:
             self._assignments.put(Assignment.from_line(text))
@@ -121,6 +136,43 @@ class SupervisorLines(threading.Thread):
                     window_s=self.adoption_window_s)
         self._released_up_to = 1 << 62
         return False
+
+    def _taken_from_idle(self) -> bool:
+        """Wait, registered as an idle worker, for another job's supervisor to claim the process;
+        False (the process exits) when none does within the order's ``keep_s``, or when the code
+        it imported changed since (it would run the new job with the old code)."""
+        order, pid = self._idle, os.getpid()
+        assert order is not None and self._fifo is not None
+        pool = IdleWorkers(Path(order.dir))
+        loaded_code.note()
+        if (stale := loaded_code.changed()) is not None:
+            log.info("the code the process imported changed; not going idle", file=stale)
+            return False
+        pool.register(order.fingerprint, IdleWorker(pid, process_start_time(pid) or 0, str(self._fifo)))
+        log.info("idle; waiting for another run to take the process", dir=order.dir, keep_s=order.keep_s)
+        deadline, withdrawn = time.monotonic() + order.keep_s, False
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                if withdrawn or pool.withdraw(order.fingerprint, pid):
+                    log.info("not taken; exiting", waited_s=order.keep_s)
+                    return False
+                withdrawn, deadline = True, time.monotonic() + ACCEPT_WAIT_S  # claimed just now: its lines come
+                continue
+            self._read_fifo(min(0.2, remaining))
+            while self._lines:  # lines before the claim are a gone supervisor's: dropped
+                word, _, adopter = self._lines.popleft().strip().partition(" ")
+                if word != ADOPT or not adopter.isdigit():
+                    continue
+                stale = loaded_code.changed()
+                if stale is not None or not pool.accept(order.fingerprint, pid):
+                    log.info("claim refused: the code the process imported changed" if stale else
+                             "claim given up by its supervisor", file=stale)
+                    return False
+                self._adopter = (int(adopter), process_start_time(int(adopter)))
+                self._idle, self._released_up_to = None, 0  # another job: its epochs count anew
+                log.info("taken by another run's supervisor", supervisor=int(adopter))
+                return True
 
     def _follow_adopter(self) -> None:
         """Take the adopter's lines until it dies."""
@@ -174,6 +226,7 @@ class StageProcess:
         self._health_port: int | None = None
         self._ready_file: Path | None = None
         self._last: Attempt | None = None  # the newest attempt run
+        loaded_code.note()
 
     def run(self, attempt: Attempt | None) -> int:
         """Run ``attempt`` (None: the first assignment read), and the next one after each
@@ -185,6 +238,8 @@ class StageProcess:
                 if assignment is None:
                     log.info("no attempt to take; exiting")
                     return self._exit(0)
+                if assignment.env is not None and (code := self.move_to(assignment)) is not None:
+                    return self._exit(code)
                 FAULTS.configure(assignment.fault)
                 settings = (self.settings if assignment.http_port is None else
                             self.settings.model_copy(update={"http_port": assignment.http_port}))
@@ -205,6 +260,33 @@ class StageProcess:
             log.info("attempt released; the process waits for the next", stage=attempt.stage,
                      worker=attempt.worker, epoch=epoch)
             attempt = None
+
+    def move_to(self, assignment: Assignment) -> int | None:
+        """Take the environment, settings, log file and metrics of another job's run (an idle
+        worker taken, :mod:`tidemark.runtime.placement.idle_workers`); an exit status when its
+        settings do not load (they name the key, as a new worker's would)."""
+        assert assignment.env is not None
+        for key in [k for k in os.environ if k.startswith("TIDEMARK_") or k == "KAFKA_BOOTSTRAP_SERVERS"]:
+            del os.environ[key]
+        os.environ.update(assignment.env)
+        if assignment.log:
+            Path(assignment.log).parent.mkdir(parents=True, exist_ok=True)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            out = os.open(assignment.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            os.dup2(out, 1)  # the JVM's output too
+            os.dup2(out, 2)
+            os.close(out)
+        try:
+            self.settings = load_settings(TidemarkSettings)
+        except ConfigurationError as exc:
+            print(f"tidemark worker: {exc}", file=sys.stderr, flush=True)
+            return EXIT_CONFIG
+        configure_logging(self.settings.log_level, service="worker")
+        self.lines.adoption_window_s = self.settings.adoption_window_s
+        clear_worker_metrics()  # the earlier job's series
+        log.info("an idle worker of an earlier run takes this run's attempt", pid=os.getpid())
+        return None
 
     def _serve_health(self, settings: TidemarkSettings, attempt: Attempt) -> None:
         """``/readyz`` answers for the running attempt; a new port moves the server there."""

@@ -37,6 +37,7 @@ from tidemark.exit_codes import EXIT_REFUSED
 from tidemark.runtime.job.start_errors import failed_file, not_retryable_reason
 from tidemark.runtime.job.attempt import Attempt
 from tidemark.runtime.worker.bootstrap import bootstrap, read_selection
+from tidemark.runtime.worker import loaded_code
 from tidemark.runtime.worker.runner import StageRunner
 from tidemark.chassis.logs import get_logger
 from tidemark.spark.session import LocalSessionOptions, local_session, query_checkpoint_location
@@ -128,6 +129,7 @@ def _run_stage(settings: TidemarkSettings, attempt: Attempt, spark: Any, release
     except BaseException:
         watch.stop()
         raise
+    loaded_code.note()  # the job's modules, just imported (runtime.placement.idle_workers)
     if starting is not None:
         spark = starting.session()
 
