@@ -13,11 +13,10 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
-from pipeline_support import TOP_URLS, URL_COUNTS, pipeline, stopped, topics_for, verify_single_stage
+from pipeline_support import TOP_URLS, URL_COUNTS, pipeline, stage_pids, stopped, topics_for, verify_single_stage
 from tidemark.checkpoint_store.store import state_files
 from tidemark.examples.generator import expected_top_urls, generate, produce
 from tidemark.examples.verify import read_committed, verify_top_urls
@@ -50,21 +49,6 @@ def _discard(pipe, job: str, checkpoint_id: int) -> subprocess.CompletedProcess:
                           env=env, capture_output=True, text=True, timeout=90)
 
 
-def _worker_pid(supervisor: int, stage: str) -> int:
-    """The stage worker the supervisor started (a child whose command line names the stage)."""
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            args = (entry / "cmdline").read_bytes().split(b"\0")
-        except (OSError, IndexError, ValueError):
-            continue
-        if ppid == supervisor and b"--stage" in args and args[args.index(b"--stage") + 1] == stage.encode():
-            return int(entry.name)
-    raise LookupError(f"no worker of stage {stage} under process {supervisor}")
-
-
 def test_a_corrupted_newest_checkpoint_stops_the_job_naming_checkpoint_and_file(tmp_path, kafka_bootstrap,
                                                                                unique_name):
     """A state file corrupted at a failover (a flipped ``_metadata`` bit: the next test's start;
@@ -78,7 +62,8 @@ def test_a_corrupted_newest_checkpoint_stops_the_job_naming_checkpoint_and_file(
         wait_for(lambda: pipe.completed_checkpoints(topics.job_id) >= 3, 240, "three checkpoints")
         # hold the supervisor, kill a stage: no checkpoint can complete any more, none is restored yet
         with stopped(job.process.pid):
-            os.kill(_worker_pid(job.process.pid, "top_urls"), signal.SIGKILL)
+            [worker] = stage_pids(tmp_path / "home", "top_urls.epoch-*").values()  # started, or an idle one taken
+            os.kill(worker, signal.SIGKILL)
             time.sleep(3)
             root = (tmp_path / "home" / "checkpoints").resolve()
             newest = list_retained(open_storage(root.as_uri()), topics.job_id, savepoints=False).entries[-1]

@@ -1,6 +1,7 @@
 """Idle workers end to end (:mod:`tidemark.runtime.placement.idle_workers`): a run's worker process,
 stopped with its job, waits idle with its SparkSession started; the next job on the machine takes
-it (no new worker process, its log in the new run's directory) and is exactly once; once the code
+it (no new worker process, its log in the new run's directory) and is exactly once, and when that
+job's supervisor is SIGKILLed, the restarted one adopts the process it took; once the code
 it imported changes on disk, an idle worker refuses the next job, which starts a new process; an
 idle worker nobody takes exits after ``keep_s``. Real broker, services, supervisors and Spark."""
 
@@ -23,17 +24,25 @@ pytestmark = pytest.mark.timeout(600)
 JOB_MODULE = "from tidemark.examples.access_log import url_counts  # a job module of the user's\n"
 
 
-def _run(pipe, topics, records: int) -> tuple[int, list[dict[str, Any]], Path]:
-    """Run ``idle_job:url_counts`` on ``records`` records to its verified output, then stop it:
-    the pid of its worker process, the supervisor's log events and its run directory."""
+def _run(pipe, topics, records: int, *, supervisor_killed: bool = False) -> tuple[int, list[dict[str, Any]], Path]:
+    """Run ``idle_job:url_counts`` on ``records`` records to its verified output, then stop it
+    (``supervisor_killed``: SIGKILL the supervisor first, and stop the one that adopts its
+    attempt): the pid of its worker process, the supervisor's log events and its run directory."""
     pipe.create_topic(topics.input, 2)
-    job = pipe.start_job("idle_job:url_counts", topics.single_stage_args(parallelism=2))
+    args = topics.single_stage_args(parallelism=2)
+    job = pipe.start_job("idle_job:url_counts", args)
     fed = InputFeeder(pipe.bootstrap, topics.input, total=records, chunk=100, pause_s=0.2, partitions=2).start()
     verdict = verify_single_stage(pipe.bootstrap, topics, fed.join(120), timeout_s=180)
     assert verdict.exactly_once, verdict
     (ready,) = list((pipe.home / "runs").glob(f"{topics.job_id}-*/count_hits.epoch-1.ready"))
     pid = int(json.loads(ready.read_text())["pid"])
     events = list(job.log_events())
+    if supervisor_killed:
+        job.process.kill()
+        job.process.wait(30)
+        job = pipe.start_job("idle_job:url_counts", args)
+        wait_for(lambda: job.events("adopted the running attempt of a killed supervisor"), 60,
+                 "the restarted supervisor adopting the worker it took from the idle workers")
     assert job.stop() == 143
     return pid, events, ready.parent
 
@@ -50,7 +59,7 @@ def test_the_next_job_takes_the_idle_worker_a_stopped_one_left_unless_its_code_c
         job_topics = lambda: topics_for(lambda name, run=next(runs): unique_name(f"{name}-{run}"))  # noqa: E731
         first, _, _ = _run(pipe, job_topics(), 300)
         wait_for(lambda: list((tmp_path / "idle").glob("*/*.json")), 30, "the first run's worker idle")
-        second, events, run_dir = _run(pipe, job_topics(), 300)
+        second, events, run_dir = _run(pipe, job_topics(), 300, supervisor_killed=True)
         assert second == first, "the second job did not run in the first one's worker process"
         assert [e for e in events if e.get("event") == "an idle worker of an earlier run takes the attempt"]
         assert "taking the attempt" in (run_dir / "count_hits.log").read_text(), "its log is not in the new run's"

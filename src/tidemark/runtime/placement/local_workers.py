@@ -97,10 +97,12 @@ class LocalWorkers:
         return ({k: v for k, v in launched.items() if v is not None},
                 {k: v for k, v in standbys.items() if v is not None})
 
-    def adopt(self, record: SupervisorRecord) -> bool:
+    def adopt(self, record: SupervisorRecord, *, standby: bool) -> bool:
         """Take over the processes ``record`` lists (each is sent ``adopt <this pid>``); False,
-        with nothing taken, when one of the attempt's processes cannot be reached."""
+        with nothing taken, when one of the attempt's processes cannot be reached. ``standby``:
+        whether ``start_standbys`` starts new ones (as ``launch`` says for a launched attempt)."""
         self.run_dir = Path(record.run_dir)
+        self._standby = standby
         line = adopt_line(os.getpid())
         launched: dict[str, tuple[Launch, Process]] = {}
         for name, entry in record.processes.items():
@@ -161,6 +163,7 @@ class LocalWorkers:
     def kill(self, *, graceful: bool) -> None:
         if graceful and self.idle is not None:  # they end the attempt in place, then go idle at close
             self.release()
+            self._await_released()
             return
         stop_processes([process for _, process in self._launched.values()],
                        signal.SIGTERM if graceful else signal.SIGKILL, KILL_WAIT_S)
@@ -239,12 +242,12 @@ class LocalWorkers:
         if released is not None and _write(released[1], assignment.to_line()):
             log.info("a released worker takes the attempt in place", stage=attempt.stage, worker=attempt.worker,
                      epoch=attempt.epoch, pid=released[1].pid)
-            return released[1]
+            return _running(released[1], launch)
         standby = self._standbys.pop(attempt.stage, None)
         if standby is not None and _write(standby, assignment.to_line()):
             log.info("a warm standby takes the attempt", stage=attempt.stage, worker=attempt.worker,
                      epoch=attempt.epoch, pid=standby.pid)
-            return standby
+            return _running(standby, launch)
         idle = self._take_idle(launch)
         if idle is not None:
             return idle
@@ -275,6 +278,10 @@ class LocalWorkers:
                 log.info("an idle worker of an earlier run takes the attempt", stage=attempt.stage,
                          worker=attempt.worker, epoch=attempt.epoch, pid=worker.pid)
                 self._logs[worker.pid] = path
+                link = control_fifo(self.control_dir, worker.pid)  # where a successor of this supervisor looks
+                link.parent.mkdir(parents=True, exist_ok=True)
+                link.unlink(missing_ok=True)
+                link.symlink_to(worker.fifo)
                 return process
             stop_process(process, signal.SIGKILL)  # it refused (it exits), or cannot be reached
         return None
@@ -289,6 +296,15 @@ class LocalWorkers:
                                        preexec_fn=None if self.adoptable else die_with_parent)
         self._logs[process.pid] = path
         return process
+
+
+def _running(process: Process, launch: Launch) -> Process:
+    """``process``, now running ``launch``: a process this supervisor did not start tells its exit
+    status through the file of the attempt it runs."""
+    if isinstance(process, AdoptedProcess):
+        attempt = launch.assignment.attempt
+        process.exited_file = exited_file(attempt.run_dir, launch.name, attempt.epoch)
+    return process
 
 
 def _write(process: Process, line: bytes) -> bool:

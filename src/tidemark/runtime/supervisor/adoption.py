@@ -146,7 +146,7 @@ class AdoptedProcess:
     def __init__(self, record: ProcessRecord, fifo: Path, exited_file: Path | None) -> None:
         self.pid = record.pid
         self._record = record
-        self._exited_file = exited_file
+        self.exited_file = exited_file  # the running attempt's: LocalWorkers moves it with each attempt handed
         self.returncode: int | None = None
         self.stdin: BinaryIO | None = _open_fifo(fifo)
 
@@ -182,7 +182,7 @@ class AdoptedProcess:
 
     def _exit_code(self) -> int:
         try:
-            return int(self._exited_file.read_text().strip()) if self._exited_file is not None else -9
+            return int(self.exited_file.read_text().strip()) if self.exited_file is not None else -9
         except (OSError, ValueError):
             return -9
 

@@ -156,7 +156,8 @@ class JobSupervisor:
         if record is None or record.pid == os.getpid():
             return None
         refusal = adoption_refusal(record, _identity(self.options), worker_hosts=self.options.worker_hosts)
-        if refusal is None and isinstance(self.pool, LocalWorkers) and self.pool.adopt(record):
+        if (refusal is None and isinstance(self.pool, LocalWorkers)
+                and self.pool.adopt(record, standby=self.options.standby)):
             attempt = AttemptState(**record.attempt)
             self.run_dir = Path(record.run_dir)
             self.restarts = record.restarts
@@ -216,8 +217,12 @@ class JobSupervisor:
                 return 0
             if outcome == "stopped":  # the coordinator is told before the workers stop: it triggers no more and
                 name = "SIGINT" if self._stop_signal == signal.SIGINT else "SIGTERM"  # aborts the pending, uncounted
+                in_place = isinstance(self.pool, LocalWorkers) and self.pool.idle is not None
+                if in_place:  # workers going idle end the attempt in place first: a checkpoint's files they write
+                    self.pool.kill(graceful=True)  # meanwhile land before the coordinator aborts it
                 self._report_ended(attempt, AttemptOutcome.CANCELLED, f"cancelled: the supervisor got {name}")
-                self.pool.kill(graceful=True)
+                if not in_place:
+                    self.pool.kill(graceful=True)
                 return 130 if self._stop_signal == signal.SIGINT else 143
             if outcome == "not-retryable":
                 raise StartRefused(watching.failure or "a stage cannot run")
