@@ -39,6 +39,8 @@ def test_at_least_once_skips_alignment_and_duplicates_only_after_the_last_checkp
                                                    top_urls_workers=2),
                              faults=("0@top_urls@after-batch:12",))
         wait_for(lambda: len(stage_pids(pipe.home, "top_urls.w*")) == 2, 300, "both top_urls workers running")
+        # a checkpoint to restore when the kill comes (the hold below lets none complete)
+        wait_for(lambda: pipe.completed_checkpoints(topics.job_id) >= 1, 300, "a first checkpoint")
         # 960 records, 80 per minute of event time: 12 minutes, so both workers get minutes,
         # spread over the channel's partitions (a worker overtakes a barrier only between partitions)
         feeder = InputFeeder(kafka_bootstrap, topics.input, total=960, chunk=80, pause_s=0.3, per_minute=80).start()

@@ -22,6 +22,7 @@ from tidemark.runtime.supervisor.adoption import (
     adopt_line,
     adoption_refusal,
     control_fifo,
+    exited_file,
     read_record,
     write_record,
 )
@@ -146,3 +147,21 @@ def test_a_process_that_is_not_a_child_is_watched_by_pid_and_its_exit_file(tmp_p
     unknown.kill()
     killed.wait()
     assert unknown.wait(timeout=5) == -9, "no status written: taken for killed"
+
+
+def test_an_adopted_process_handed_a_later_attempt_reports_its_exit_through_that_attempts_file(tmp_path: Path) -> None:
+    from tidemark.runtime.placement.local_workers import LocalWorkers
+    from tidemark.runtime.placement.pool import Launch
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    adopted = AdoptedProcess(ProcessRecord(child.pid, process_start_time(child.pid) or 0), tmp_path / "none.fifo",
+                             exited_file(tmp_path, "w", 1))
+    pool = LocalWorkers(tmp_path, adoptable=True)
+    pool._released["w"] = (Attempt("m:j", "w", Epoch(1), 1, tmp_path), adopted)
+    adopted.stdin = io.BytesIO()  # type: ignore[assignment]  # where the assignment line goes
+    later = Launch("w", Assignment(Attempt("m:j", "w", Epoch(5), 1, tmp_path)))
+    assert pool._start(later) is adopted, "the released process takes the next attempt in place"
+    exited_file(tmp_path, "w", 5).write_text("0")  # a stop-with-savepoint's clean end of epoch 5
+    child.kill()
+    child.wait()
+    assert adopted.wait(timeout=5) == 0, "read from epoch 1's file it would be taken for killed (-9)"
