@@ -32,6 +32,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -71,6 +72,12 @@ class IdleWorker:
 
     def alive(self) -> bool:
         return process_start_time(self.pid) == self.start_time
+
+
+def run_variables(environ: Mapping[str, str]) -> dict[str, str]:
+    """The variables of ``environ`` that move with a worker taken into another run: Tidemark's
+    settings (``TIDEMARK_*``) and ``KAFKA_BOOTSTRAP_SERVERS``."""
+    return {k: v for k, v in environ.items() if k.startswith("TIDEMARK_") or k == "KAFKA_BOOTSTRAP_SERVERS"}
 
 
 def session_fingerprint(settings: TidemarkSettings) -> str:

@@ -42,7 +42,7 @@ from tidemark.runtime.supervisor.adoption import (
 )
 from tidemark.runtime.job.attempt import Assignment, Attempt, release_line
 from tidemark.runtime.job.start_errors import failed_file
-from tidemark.runtime.placement.idle_workers import IdleOrder, IdleWorkers
+from tidemark.runtime.placement.idle_workers import IdleOrder, IdleWorkers, run_variables
 from tidemark.runtime.placement.pool import Launch, ProcessPhase, ProcessState
 
 log = get_logger(__name__)
@@ -116,9 +116,9 @@ class LocalWorkers:
             launched[name] = (Launch(name, assignment), process)
             self._logs[entry.pid] = self.run_dir / f"{name}.log"
         for stage, entry in record.standbys.items():
-            standby = AdoptedProcess(entry, control_fifo(self.control_dir, entry.pid), None)
-            if _write(standby, line):
-                self._standbys[stage] = standby
+            warm = AdoptedProcess(entry, control_fifo(self.control_dir, entry.pid), None)
+            if _write(warm, line):
+                self._standbys[stage] = warm
         self._launched = launched
         return True
 
@@ -142,7 +142,7 @@ class LocalWorkers:
     def start_standbys(self) -> None:
         if not self._standby:
             return
-        env = {k: v for k, v in os.environ.items() if k not in ("TIDEMARK_HTTP_PORT", "TIDEMARK_FAULT")}
+        env = _worker_env()
         stages = sorted({launch.assignment.attempt.stage for launch, _ in self._launched.values()})
         missing = [stage for stage in stages if stage not in self._standbys or self._standbys[stage].poll() is not None]
         if missing:
@@ -177,12 +177,17 @@ class LocalWorkers:
         self._standbys.clear()
         self._released.clear()
 
+    @property
+    def _idle_workers(self) -> IdleWorkers:
+        assert self.idle is not None
+        return IdleWorkers(Path(self.idle.dir))
+
     def _go_idle(self) -> list[Process]:
         """Hand the released processes and the standbys to the idle workers, as many as there is
         room for; the ones handed."""
         assert self.idle is not None
         self._await_released()
-        room = self.idle_max - len(IdleWorkers(Path(self.idle.dir)).waiting(self.idle.fingerprint))
+        room = self.idle_max - len(self._idle_workers.waiting(self.idle.fingerprint))
         handed: list[Process] = []
         for process in [*(p for _, p in self._released.values()), *self._standbys.values()]:
             if len(handed) >= room or not _write(process, self.idle.to_line()):
@@ -251,8 +256,7 @@ class LocalWorkers:
         idle = self._take_idle(launch)
         if idle is not None:
             return idle
-        env = dict(os.environ)
-        env.pop("TIDEMARK_FAULT", None)
+        env = _worker_env()
         if assignment.http_port is not None:
             env["TIDEMARK_HTTP_PORT"] = str(assignment.http_port)  # the worker's metrics
         if assignment.fault is not None:
@@ -264,12 +268,10 @@ class LocalWorkers:
         waiting (or each claimed one refused)."""
         if self.idle is None:
             return None
-        pool, fingerprint = IdleWorkers(Path(self.idle.dir)), self.idle.fingerprint
+        pool, fingerprint = self._idle_workers, self.idle.fingerprint
         attempt = launch.assignment.attempt
         path = self.run_dir / f"{launch.name}.log"
-        env = {k: v for k, v in os.environ.items() if (k.startswith("TIDEMARK_") or k == "KAFKA_BOOTSTRAP_SERVERS")
-               and k not in ("TIDEMARK_HTTP_PORT", "TIDEMARK_FAULT")}
-        assignment = replace(launch.assignment, env=env, log=str(path))
+        assignment = replace(launch.assignment, env=run_variables(_worker_env()), log=str(path))
         while (worker := pool.claim(fingerprint)) is not None:
             process = AdoptedProcess(ProcessRecord(worker.pid, worker.start_time), Path(worker.fifo),
                                      exited_file(attempt.run_dir, launch.name, attempt.epoch))
@@ -296,6 +298,12 @@ class LocalWorkers:
                                        preexec_fn=None if self.adoptable else die_with_parent)
         self._logs[process.pid] = path
         return process
+
+
+def _worker_env() -> dict[str, str]:
+    """This process's environment as its workers get it: without its own HTTP port and fault
+    (each launch sets the worker's)."""
+    return {k: v for k, v in os.environ.items() if k not in ("TIDEMARK_HTTP_PORT", "TIDEMARK_FAULT")}
 
 
 def _running(process: Process, launch: Launch) -> Process:

@@ -48,7 +48,14 @@ from tidemark.config.settings import ConfigurationError, TidemarkSettings, load_
 from tidemark.exit_codes import EXIT_CONFIG
 from tidemark.processes import process_start_time
 from tidemark.runtime.job.metrics import clear_worker_metrics
-from tidemark.runtime.placement.idle_workers import ACCEPT_WAIT_S, IDLE, IdleOrder, IdleWorker, IdleWorkers
+from tidemark.runtime.placement.idle_workers import (
+    ACCEPT_WAIT_S,
+    IDLE,
+    IdleOrder,
+    IdleWorker,
+    IdleWorkers,
+    run_variables,
+)
 from tidemark.runtime.worker import loaded_code
 from tidemark.runtime.supervisor.adoption import ADOPT, control_fifo, exited_file
 from tidemark.runtime.job.faults import FAULTS
@@ -266,7 +273,7 @@ class StageProcess:
         worker taken, :mod:`tidemark.runtime.placement.idle_workers`); an exit status when its
         settings do not load (they name the key, as a new worker's would)."""
         assert assignment.env is not None
-        for key in [k for k in os.environ if k.startswith("TIDEMARK_") or k == "KAFKA_BOOTSTRAP_SERVERS"]:
+        for key in run_variables(os.environ):
             del os.environ[key]
         os.environ.update(assignment.env)
         if assignment.log:
