@@ -29,7 +29,7 @@ from confluent_kafka.admin import AdminClient
 
 from pipeline_support import killed_at_every_point, pipeline, worker_deaths
 from tidemark.examples import fraud_rules, url_owners
-from tidemark.examples.generator import generate, produce
+from tidemark.examples.generator import RecordWriter, generate
 from tidemark.examples.verify import read_committed
 from tidemark.kafka.admin import ensure_topics
 from tidemark.kafka.topics import TopicSpec
@@ -73,28 +73,30 @@ def test_rules_and_an_enrichment_change_while_running_and_both_outputs_are_exact
                             and killed_at_every_point(enrich, ENRICH_KILLS))
 
         def write_fraud() -> None:
-            for kind, records in fraud_rules.feed(1_500, chunk=100, every=3, more=more):
-                produce(kafka_bootstrap, txns if kind == "transactions" else rules, records,
-                        4 if kind == "transactions" else 1)
-                written[kind].extend(records)
-                time.sleep(0.5)
+            with RecordWriter(kafka_bootstrap) as writer:
+                for kind, records in fraud_rules.feed(1_500, chunk=100, every=3, more=more):
+                    writer.write(txns if kind == "transactions" else rules, records,
+                                 4 if kind == "transactions" else 1)
+                    written[kind].extend(records)
+                    time.sleep(0.5)
 
         def write_enrichment() -> None:  # each owner change before the records of its time
             first = 0
-            while first < 1_500 or more():
-                part = list(generate(100, 3, per_minute=250, first=first))
-                if first // 100 % 2 == 0:
-                    ahead = json.loads(next(generate(1, 3, per_minute=250, first=first + 200)))["ts"]
-                    changes = url_owners.owner_changes(first // 200, ahead)
-                    url_owners.write_owners(kafka_bootstrap, owners, changes)
-                    written["owners"].extend(changes)
-                produce(kafka_bootstrap, log, part, 4)
-                written["records"].extend(part)
-                first += 100
-                time.sleep(0.5)
-            last = json.loads(written["records"][-1])["ts"]  # a row past every record: once idle, the
-            url_owners.write_owners(kafka_bootstrap, owners, [("/sentinel", {"owner": "none"}, last + 3_600_000)])
-            # watermark passes them all
+            with RecordWriter(kafka_bootstrap) as writer:
+                while first < 1_500 or more():
+                    part = list(generate(100, 3, per_minute=250, first=first))
+                    if first // 100 % 2 == 0:
+                        ahead = json.loads(next(generate(1, 3, per_minute=250, first=first + 200)))["ts"]
+                        changes = url_owners.owner_changes(first // 200, ahead)
+                        url_owners.write_owners(writer, owners, changes)
+                        written["owners"].extend(changes)
+                    writer.write(log, part, 4)
+                    written["records"].extend(part)
+                    first += 100
+                    time.sleep(0.5)
+                last = json.loads(written["records"][-1])["ts"]  # a row past every record: once idle,
+                url_owners.write_owners(writer, owners, [("/sentinel", {"owner": "none"}, last + 3_600_000)])
+                # the watermark passes them all
 
         writers = [_write_in_background(write_fraud), _write_in_background(write_enrichment)]
         for writer in writers:

@@ -34,7 +34,7 @@ import pytest
 
 from metric_catalog import CONDITIONS, load_catalog
 from prom_harness import PanelQuery, PrometheusProcess, assert_every_panel_has_data, metric_names
-from tidemark.examples.generator import generate, produce
+from tidemark.examples.generator import RecordWriter, generate
 from tidemark.local.pipeline import LocalPipeline, stage_logs
 from tidemark.processes import free_port_block
 from tidemark.api import JobSpec, load_job
@@ -89,10 +89,10 @@ class Feeder:
     def _run(self) -> None:
         try:
             source = generate(10**9, seed=11, malformed_every=MALFORMED_EVERY)
-            while not self._stop.is_set():
-                self.sent += produce(self.bootstrap, self.topic, [next(source) for _ in range(self.chunk)], 4,
-                                     chunk=self.chunk)
-                self._stop.wait(self.pause_s)
+            with RecordWriter(self.bootstrap) as writer:
+                while not self._stop.is_set():
+                    self.sent += writer.write(self.topic, [next(source) for _ in range(self.chunk)], 4, chunk=self.chunk)
+                    self._stop.wait(self.pause_s)
         except BaseException as exc:  # reported by stop()
             self.error = exc
 

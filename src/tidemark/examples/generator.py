@@ -42,50 +42,83 @@ def generate(n: int, seed: int = 7, per_minute: int = 1000, malformed_every: int
         yield json.dumps(record).encode()
 
 
+class RecordWriter:
+    """One idempotent producer for many writes of records (a new idempotent producer waits about
+    half a second for its producer id before its first write is delivered: a feeder writing a
+    chunk twice a second keeps one). ``transactional`` (default: only when the broker is Tansu,
+    ``tansu_selected()``) commits a transaction every ``chunk`` records instead: Tansu reports a
+    short end offset after plain batched produce, and the commit marker that ends each
+    transaction makes its reported end exact. Close it (or use it as a context manager) to
+    deliver what is still buffered."""
+
+    def __init__(self, bootstrap: str | dict[str, Any], transactional: bool | None = None) -> None:
+        self.transactional = tansu_selected() if transactional is None else transactional
+        txn_id = f"tidemark-generator-{uuid.uuid4().hex}" if self.transactional else None
+        base = dict(bootstrap) if isinstance(bootstrap, dict) else {"bootstrap.servers": bootstrap}
+        self._producer = Producer(producer_config(base, txn_id))
+        if self.transactional:
+            self._producer.init_transactions(30)
+
+    def __enter__(self) -> RecordWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def write(self, topic: str, records: Iterable[bytes], partitions: int | None = None, chunk: int = 1000,
+              rate_per_s: float | None = None, progress: Callable[[int], None] | None = None) -> int:
+        """Write ``records`` in order (round-robin over partitions when given, from partition 0)
+        and wait until they are delivered (committed, when transactional); returns the count.
+        ``rate_per_s`` paces the writes (default: as fast as the broker takes them); ``progress``
+        is called with the count so far about twice a second."""
+        producer = self._producer
+        if self.transactional:
+            producer.begin_transaction()
+        count = 0
+        started = reported = time.monotonic()
+        for i, value in enumerate(records):
+            kwargs: dict[str, Any] = {"value": value}
+            if partitions:
+                kwargs["partition"] = i % partitions
+            produce_waiting(producer, topic, **kwargs)
+            count += 1
+            if self.transactional and count % chunk == 0:
+                producer.commit_transaction(60)
+                producer.begin_transaction()
+            if rate_per_s and (ahead := started + count / rate_per_s - time.monotonic()) > 0.01:
+                producer.poll(0)
+                time.sleep(ahead)
+            if progress and time.monotonic() - reported >= 0.5:
+                reported = time.monotonic()
+                progress(count)
+        if self.transactional:
+            producer.commit_transaction(60)
+        elif producer.flush(60) > 0:
+            raise RuntimeError(f"{topic}: records still undelivered after 60 s")
+        if progress:
+            progress(count)
+        return count
+
+    def write_rows(self, topic: str, rows: Iterable[tuple[bytes, bytes | None, int]]) -> None:
+        """Write keyed rows ``(key, value, timestamp_ms)`` (a value of None deletes the key in a
+        compacted topic) and wait until they are delivered."""
+        for key, value, at_ms in rows:
+            produce_waiting(self._producer, topic, key=key, value=value, timestamp=at_ms)
+        if self._producer.flush(60) > 0:
+            raise RuntimeError(f"{topic}: rows still undelivered after 60 s")
+
+    def close(self) -> None:
+        self._producer.flush(10)
+
+
 def produce(bootstrap: str | dict[str, Any], topic: str, records: Iterable[bytes], partitions: int | None = None,
             chunk: int = 1000, transactional: bool | None = None, rate_per_s: float | None = None,
             progress: Callable[[int], None] | None = None) -> int:
-    """Write ``records`` in order (round-robin over partitions when given) with an idempotent
-    producer, as an application writing a job's input would; returns the count. ``bootstrap`` is
-    the address, or a client configuration (:func:`tidemark.kafka.clients.base_config`).
-
-    ``rate_per_s`` paces the writes (default: as fast as the broker takes them); ``progress`` is
-    called with the count so far about twice a second. ``transactional`` (default: only when the
-    broker is Tansu, ``tansu_selected()``) commits a transaction every ``chunk`` records instead:
-    Tansu reports a short end offset after plain batched produce, and the commit marker that ends
-    each transaction makes its reported end exact."""
-    if transactional is None:
-        transactional = tansu_selected()
-    txn_id = f"tidemark-generator-{uuid.uuid4().hex}" if transactional else None
-    base = dict(bootstrap) if isinstance(bootstrap, dict) else {"bootstrap.servers": bootstrap}
-    producer = Producer(producer_config(base, txn_id))
-    if transactional:
-        producer.init_transactions(30)
-        producer.begin_transaction()
-    count = 0
-    started = reported = time.monotonic()
-    for i, value in enumerate(records):
-        kwargs: dict[str, Any] = {"value": value}
-        if partitions:
-            kwargs["partition"] = i % partitions
-        produce_waiting(producer, topic, **kwargs)
-        count += 1
-        if transactional and count % chunk == 0:
-            producer.commit_transaction(60)
-            producer.begin_transaction()
-        if rate_per_s and (ahead := started + count / rate_per_s - time.monotonic()) > 0.01:
-            producer.poll(0)
-            time.sleep(ahead)
-        if progress and time.monotonic() - reported >= 0.5:
-            reported = time.monotonic()
-            progress(count)
-    if transactional:
-        producer.commit_transaction(60)
-    elif producer.flush(60) > 0:
-        raise RuntimeError(f"{topic}: records still undelivered after 60 s")
-    if progress:
-        progress(count)
-    return count
+    """Write ``records`` once with a :class:`RecordWriter` of their own, as an application writing
+    a job's input would; returns the count. ``bootstrap`` is the address, or a client
+    configuration (:func:`tidemark.kafka.clients.base_config`)."""
+    with RecordWriter(bootstrap, transactional) as writer:
+        return writer.write(topic, records, partitions, chunk, rate_per_s, progress)
 
 
 def _valid(records: Iterable[bytes]) -> Iterator[dict[str, Any]]:

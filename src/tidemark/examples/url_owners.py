@@ -22,13 +22,11 @@ from collections import defaultdict
 from collections.abc import Hashable, Iterable
 from typing import Any
 
-from confluent_kafka import Producer
 
 from tidemark.api import EventTime, Input, JobSpec, Stage, StateBackendKind
 from tidemark.examples.access_log import _url
-from tidemark.examples.generator import URLS
+from tidemark.examples.generator import URLS, RecordWriter
 from tidemark.joins import table_decode, table_join
-from tidemark.kafka.clients import produce_waiting
 from tidemark.types import CheckpointingMode, JobId
 
 OUT_OF_ORDERNESS_MS = 1_000
@@ -70,14 +68,10 @@ def owner_changes(round_: int, at_ms: int, seed: int = 5) -> list[tuple[str, dic
     return changes
 
 
-def write_owners(bootstrap: str, topic: str, changes: Iterable[tuple[str, dict[str, str] | None, int]]) -> None:
+def write_owners(writer: RecordWriter, topic: str, changes: Iterable[tuple[str, dict[str, str] | None, int]]) -> None:
     """Write table rows keyed by URL, each with its time as the Kafka timestamp (no value: deleted)."""
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
-    for url, row, at_ms in changes:
-        produce_waiting(producer, topic, key=url.encode(), value=None if row is None else json.dumps(row).encode(),
-                        timestamp=at_ms)
-    if producer.flush(60) > 0:
-        raise RuntimeError(f"{topic}: rows still undelivered after 60 s")
+    writer.write_rows(topic, ((url.encode(), None if row is None else json.dumps(row).encode(), at_ms)
+                              for url, row, at_ms in changes))
 
 
 def expected_enriched(records: Iterable[bytes], changes: Iterable[tuple[str, dict[str, str] | None, int]]

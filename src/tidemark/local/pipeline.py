@@ -26,7 +26,7 @@ from confluent_kafka.admin import AdminClient
 
 from tidemark.processes import die_with_parent, stop_process, stop_processes
 from tidemark.runtime.supervisor.adoption import read_record, stop_left_processes
-from tidemark.examples.generator import generate, produce
+from tidemark.examples.generator import RecordWriter, generate
 from tidemark.jvm import QUICK_START_JVM_OPTIONS
 from tidemark.kafka.admin import ensure_topics
 from tidemark.kafka.topics import TopicSpec
@@ -139,11 +139,12 @@ class InputFeeder:
     def _run(self) -> None:
         try:
             source = generate(10**9, self.seed, per_minute=self.per_minute)
-            while len(self.records) < self.total or (self.until is not None and not self.until()):
-                part = [next(source) for _ in range(self.chunk)]
-                produce(self.bootstrap, self.topic, part, self.partitions, chunk=self.chunk)
-                self.records.extend(part)
-                time.sleep(self.pause_s)
+            with RecordWriter(self.bootstrap) as writer:
+                while len(self.records) < self.total or (self.until is not None and not self.until()):
+                    part = [next(source) for _ in range(self.chunk)]
+                    writer.write(self.topic, part, self.partitions, chunk=self.chunk)
+                    self.records.extend(part)
+                    time.sleep(self.pause_s)
         except BaseException as exc:  # reported by join()
             self.error = exc
 
