@@ -37,6 +37,7 @@ import enum
 import importlib
 import inspect
 import json
+import re
 import types
 import typing
 from abc import ABC, abstractmethod
@@ -97,6 +98,12 @@ class ProcessContext(Protocol):
     timestamp_ms: int
 
     def emit(self, key: Any, value: Any) -> None: ...
+
+    def output(self, tag: OutputTag | str, value: Any, key: Any = None) -> None:
+        """Write ``value`` (and ``key``, if given) to the side output ``tag`` names (one of the
+        stage's ``side_outputs``), encoded as the stage encodes its records, with the stage's
+        delivery guarantee (Flink: ``ctx.output(outputTag, value)``)."""
+        ...
 
     def timer_service(self) -> TimerService: ...
 
@@ -200,6 +207,10 @@ class BroadcastContext(Protocol):
     timestamp_ms: int
 
     def emit(self, key: Any, value: Any) -> None: ...
+
+    def output(self, tag: OutputTag | str, value: Any, key: Any = None) -> None:
+        """As :meth:`ProcessContext.output`; every task gets a broadcast element, so each writes its own."""
+        ...
 
     def get_broadcast_state(self, descriptor: Any) -> Any:
         """The broadcast state of ``descriptor`` (a :class:`~tidemark.state.BroadcastStateDescriptor`),
@@ -374,6 +385,28 @@ class LateRecords(str, enum.Enum):
     PROCESS = "process"  # hand it to ``process`` like any other record
 
 
+_SIDE_OUTPUT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
+@dataclass(frozen=True)
+class OutputTag:
+    """A side output of a stage, by name (Flink: ``OutputTag``): a function writes to it with
+    ``ctx.output(tag, value)``, and the stage's ``side_outputs`` maps the name to the topic it
+    goes to. A plain name works as well as a tag; a tag declared once reads better in a job's code.
+    Names: a letter or digit, then letters, digits, ``_``, ``.`` or ``-`` (at most 64)."""
+
+    name: str
+
+    def __post_init__(self) -> None:
+        check_side_output_name(self.name)
+
+
+def check_side_output_name(name: Any) -> None:
+    if not isinstance(name, str) or not _SIDE_OUTPUT_NAME.fullmatch(name):
+        raise ValueError(f"side output name {name!r}: a letter or digit, then letters, digits, '_', '.' or '-' "
+                         f"(at most 64)")
+
+
 @dataclass(frozen=True)
 class EventTime:
     """How a source stage tells event time and makes watermarks (Flink: ``WatermarkStrategy``
@@ -471,6 +504,9 @@ class Stage:
     event_time: EventTime | None = None  # a source stage's watermarks; a channel stage gets its upstream's
     late_records: LateRecords = LateRecords.DROP  # records behind the watermark (only with one)
     late_output: str | None = None  # the topic of late records, with LateRecords.SIDE_OUTPUT
+    # side output name -> the topic it writes (ctx.output(OutputTag(name), value)), committed with the
+    # stage's delivery guarantee: given as a mapping, kept as (name, topic) pairs in name order
+    side_outputs: typing.Mapping[str, str] | tuple[tuple[str, str], ...] = ()
     forwards_to: str | None = None  # set by runtime.job.physical_plan on a source stage's exchange reader
     exchange: str | None = None  # set by runtime.job.physical_plan: the topic its exchange reader forwards into
     exchanged: tuple[str, ...] = ()  # set with ``exchange``: the input topics read through it
@@ -501,6 +537,7 @@ class Stage:
         if self.forwards_to is None and broadcast and not takes_broadcast(self.function):
             raise ValueError(f"stage {self.name}: broadcast input(s) {broadcast} go to a BroadcastProcessFunction or "
                              f"KeyedBroadcastProcessFunction (process_broadcast_element)")
+        self._check_side_outputs(topics)
         if (self.late_records is LateRecords.SIDE_OUTPUT) != (self.late_output is not None):
             raise ValueError(f"stage {self.name}: late_output names the topic of late_records=side-output, "
                              f"and only then (late_records={self.late_records.value}, late_output={self.late_output!r})")
@@ -510,6 +547,33 @@ class Stage:
             raise ValueError(f"stage {self.name}: a windowed stage takes records behind the watermark as long as "
                              f"their windows allow (Windowed.allowed_lateness_ms); late_records says where the "
                              f"later ones go: drop or side-output, not process")
+
+    def _check_side_outputs(self, inputs: list[str]) -> None:
+        given = self.side_outputs
+        pairs = tuple(sorted((given.items() if isinstance(given, typing.Mapping) else given)))
+        object.__setattr__(self, "side_outputs", pairs)
+        for name, topic in pairs:
+            check_side_output_name(name)
+            if not isinstance(topic, str) or not topic:
+                raise ValueError(f"stage {self.name}: side output {name!r} names a topic, got {topic!r}")
+        topics = [topic for _, topic in pairs]
+        taken: dict[str | None, str] = {self.output: "its output", self.late_output: "its late_output",
+                                        **{t: "one of its inputs" for t in inputs}}
+        for name, topic in pairs:
+            if topic in taken or topics.count(topic) > 1:
+                raise ValueError(f"stage {self.name}: side output {name!r} writes {topic}, which is "
+                                 f"{taken.get(topic, 'another side output')}: give each side output a topic of its own")
+
+    @property
+    def output_topics(self) -> tuple[str, ...]:
+        """Every topic it writes: its output, then its side outputs' in name order."""
+        return (self.output, *self.side_output_topics.values())
+
+    @property
+    def side_output_topics(self) -> dict[str, str]:
+        """Side output name -> its topic."""
+        pairs = typing.cast("tuple[tuple[str, str], ...]", self.side_outputs)  # since __post_init__
+        return dict(pairs)
 
     @property
     def operator_id(self) -> OperatorId:
@@ -597,18 +661,28 @@ class JobSpec:
                 return stage
         raise KeyError(f"job {self.job_id} has no stage {name!r}; stages: {[s.name for s in self.stages]}")
 
+    def writer_of(self, topic: str) -> Stage | None:
+        """The stage of this job that writes ``topic`` (its output or a side output's), if one does."""
+        return next((stage for stage in self.stages if topic in stage.output_topics), None)
+
     def upstreams_of(self, stage: Stage) -> tuple[Stage, ...]:
-        """The stages of this job whose outputs ``stage`` reads (its channels), in its topics' order."""
-        writers = {other.output: other for other in self.stages}
-        return tuple(writers[t] for t in stage.topics if t in writers and writers[t] is not stage)
+        """The stages of this job whose outputs or side outputs ``stage`` reads (its channels), in
+        its topics' order, each once."""
+        writers = {topic: other for other in self.stages for topic in other.output_topics}
+        found = (writers[t] for t in stage.topics if t in writers and writers[t] is not stage)
+        return tuple({s.name: s for s in found}.values())
 
     def readers_of(self, stage: Stage) -> tuple[Stage, ...]:
         """The stages of this job that read ``stage``'s output."""
-        return tuple(other for other in self.stages if other is not stage and stage.output in other.topics)
+        return self.readers_of_topic(stage.output, stage)
+
+    def readers_of_topic(self, topic: str, writer: Stage | None = None) -> tuple[Stage, ...]:
+        """The stages of this job that read ``topic`` (besides ``writer``)."""
+        return tuple(other for other in self.stages if other is not writer and topic in other.topics)
 
     def input_topics(self) -> list[str]:
         """The job's input topics: what its stages read that no stage of it writes."""
-        outputs = {s.output for s in self.stages}
+        outputs = {topic for s in self.stages for topic in s.output_topics}
         return sorted({i.topic for s in self.stages for i in s.input_list if i.topic not in outputs})
 
     def is_source(self, stage: Stage) -> bool:
@@ -618,6 +692,11 @@ class JobSpec:
     def is_channel(self, stage: Stage) -> bool:
         """True when another stage of this job reads ``stage``'s output."""
         return bool(self.readers_of(stage))
+
+    def is_channel_topic(self, topic: str) -> bool:
+        """True when a stage of this job writes ``topic`` (an output or a side output) and another reads it."""
+        writer = self.writer_of(topic)
+        return writer is not None and bool(self.readers_of_topic(topic, writer))
 
     def event_time_of(self, stage: Stage) -> EventTime | None:
         """Whether and how ``stage``'s records tell event time: a source stage's strategy (its
@@ -636,13 +715,14 @@ class JobSpec:
         """A directed acyclic graph: one writer per output, no cycle, event time on every path or none."""
         writers: dict[str, str] = {}
         for stage in self.stages:
-            if stage.output in writers:
-                raise ValueError(f"stages {writers[stage.output]} and {stage.name} both write {stage.output}: give "
-                                 f"each its own output topic (a stage reads several by listing them in its inputs)")
-            writers[stage.output] = stage.name
+            for topic in stage.output_topics:
+                if topic in writers:
+                    raise ValueError(f"stages {writers[topic]} and {stage.name} both write {topic}: give each its own "
+                                     f"output topic (a stage reads several by listing them in its inputs)")
+                writers[topic] = stage.name
         for stage in self.stages:
-            if any(i.topic == stage.output for i in stage.input_list):
-                raise ValueError(f"stage {stage.name} reads its own output {stage.output}: a job is a graph without cycles")
+            if own := [i.topic for i in stage.input_list if i.topic in stage.output_topics]:
+                raise ValueError(f"stage {stage.name} reads its own output {own[0]}: a job is a graph without cycles")
         state = {s.name: 0 for s in self.stages}  # 0 unseen, 1 on the path, 2 done
 
         def visit(stage: Stage, path: list[str]) -> None:

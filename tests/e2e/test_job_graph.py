@@ -1,13 +1,14 @@
 """A job as a graph, end to end: :mod:`tidemark.examples.access_log_graph` (a fan-out of one stage
-read by two, a fan-in of a channel and an input topic into a two-input function, two outputs),
-each kind of worker the graph adds SIGKILLed once while input flows; both outputs, read_committed, must
-hold exactly what the input implies, each record once.
+read by two, a fan-in of a channel and an input topic into a two-input function, a side output
+another stage reads, three outputs), each kind of worker the graph adds SIGKILLed once while input
+flows; every output, read_committed, must hold exactly what the input implies, each record once.
 
 The kills: the fan-in stage while its barriers are half aligned (one input delivered the barrier,
 the other not), its exchange reader after its snapshot, the stage read by two after writing its
-channel, and a counting stage after its sink's ack. Each kill restores every stage from the newest
-completed checkpoint. (``url_hits``, a stage reading one channel, fails over as the stages of
-``test_exactly_once.py`` do.)"""
+channel, and a counting stage after its sink's ack and after writing its side output's channel
+(its own output not committed). Each kill restores every stage from the newest completed
+checkpoint. (``url_hits`` and ``ip_firsts``, stages reading one channel, fail over as the stages
+of ``test_exactly_once.py`` do.)"""
 
 from __future__ import annotations
 
@@ -25,14 +26,16 @@ KILLS = (
     "1@url_totals.read@after-snapshot:2",
     "2@parse@after-channel-write:3",  # its records visible to both readers, no checkpoint yet
     "3@ip_hits@after-ack:2",  # the job output's transaction pre-committed, not committed
+    "4@ip_hits@after-channel-write:2",  # its side output's records in their channel, its output not committed
 )
 
 
 def test_a_graph_with_a_fan_out_and_a_fan_in_is_exactly_once_across_a_sigkill_of_every_worker(
         tmp_path, kafka_bootstrap, unique_name):
     job_id, source = unique_name("graph"), unique_name("access-log")
-    totals, ips = unique_name("url-totals"), unique_name("ip-hits")
-    args = {"job_id": job_id, "input_topic": source, "output_topic": totals, "ip_output_topic": ips}
+    totals, ips, firsts = unique_name("url-totals"), unique_name("ip-hits"), unique_name("ip-firsts")
+    args = {"job_id": job_id, "input_topic": source, "output_topic": totals, "ip_output_topic": ips,
+            "ip_firsts_topic": firsts}
     with pipeline(tmp_path, kafka_bootstrap, unique_name, env={"TIDEMARK_CHECKPOINT__INTERVAL_MS": "1000"}) as pipe:
         pipe.create_topic(source, 4)
         job = pipe.start_job(GRAPH, args, faults=KILLS, max_restarts=len(KILLS) + 2)
@@ -45,8 +48,12 @@ def test_a_graph_with_a_fan_out_and_a_fan_in_is_exactly_once_across_a_sigkill_of
                                                                    timeout_s=240), expected_totals)
         ips_verdict = verify_example("hit_graph_ips", read_committed(kafka_bootstrap, ips, expect=len(expected_ips),
                                                                     timeout_s=60), expected_ips)
+        expected_firsts = EXAMPLES["hit_graph_new_ips"].expectation(records)
+        firsts_verdict = verify_example("hit_graph_new_ips", read_committed(
+            kafka_bootstrap, firsts, expect=len(expected_firsts), timeout_s=60), expected_firsts)
         deaths = worker_deaths(job)
         job.stop()
     assert sorted(d["stage"] for d in deaths) == sorted(k.split("@")[1] for k in KILLS), deaths
     assert totals_verdict.exactly_once, totals_verdict
     assert ips_verdict.exactly_once, ips_verdict
+    assert firsts_verdict.exactly_once, firsts_verdict  # through ip_hits' side output, a channel

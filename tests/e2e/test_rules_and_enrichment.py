@@ -5,8 +5,9 @@ its input topics imply (computed without the jobs' code), each record once.
 * :mod:`tidemark.examples.fraud_rules`: a rules topic broadcast to a stage keyed by account, on two
   workers of two tasks each (so both topics come through its exchange reader), rules changing
   while transactions flow. Killed: the keyed stage while a broadcast element is half applied (its
-  first task has it, its other not) and while timers fire; the exchange reader after writing a
-  broadcast element's copies.
+  first task has it, its other not), while timers fire and between the commits of its output and
+  its side output; the exchange reader after writing a broadcast element's copies. Its side output of cleared transactions (the ones that broke no
+  rule) must be exact too: a side output is committed with the stage's guarantee.
 * :mod:`tidemark.examples.url_owners`: the access log joined with a compacted topic of URL
   owners, owners changing and leaving while records flow. Killed: the join while it fires (events
   joined and emitted, not checkpointed).
@@ -41,6 +42,7 @@ FRAUD_KILLS = (
     "0@fraud@during-broadcast:2",  # a rule version applied by one task of the worker, not by the other
     "1@fraud.read@after-channel-write:4",  # copies of rules and transactions in the exchange, no checkpoint yet
     "2@fraud@during-timer-firing:40",  # some transactions judged and their alerts emitted, not checkpointed
+    "3@fraud@after-commit:1",  # a checkpoint's alerts committed, its side output's cleared transactions not yet
 )
 ENRICH_KILLS = (
     "0@enrich@during-timer-firing:60",  # some records joined and emitted, not checkpointed
@@ -55,7 +57,7 @@ def _write_in_background(target: Callable[[], None]) -> threading.Thread:
 
 def test_rules_and_an_enrichment_change_while_running_and_both_outputs_are_exactly_once_across_sigkills(
         tmp_path, kafka_bootstrap, unique_name):
-    fraud_id, txns, rules, alerts = (unique_name(n) for n in ("fraud", "txns", "rules", "alerts"))
+    fraud_id, txns, rules, alerts, cleared = (unique_name(n) for n in ("fraud", "txns", "rules", "alerts", "cleared"))
     enrich_id, log, owners, enriched = (unique_name(n) for n in ("enrich", "access-log", "owners", "by-owner"))
     written: dict[str, list] = {"transactions": [], "rules": [], "records": [], "owners": []}
     with pipeline(tmp_path, kafka_bootstrap, unique_name, env={"TIDEMARK_CHECKPOINT__INTERVAL_MS": "1000"}) as pipe:
@@ -65,7 +67,7 @@ def test_rules_and_an_enrichment_change_while_running_and_both_outputs_are_exact
         ensure_topics(AdminClient({"bootstrap.servers": kafka_bootstrap}), [TopicSpec(owners, 1, url_owners.COMPACTED)])
         fraud = pipe.start_job("tidemark.examples.fraud_rules:fraud_rules", {
             "job_id": fraud_id, "transactions_topic": txns, "rules_topic": rules, "output_topic": alerts,
-            "parallelism": 4, "workers": 2}, faults=FRAUD_KILLS, max_restarts=len(FRAUD_KILLS) + 2)
+            "cleared_topic": cleared, "parallelism": 4, "workers": 2}, faults=FRAUD_KILLS, max_restarts=len(FRAUD_KILLS) + 2)
         enrich = pipe.start_job("tidemark.examples.url_owners:url_owners", {
             "job_id": enrich_id, "input_topic": log, "owners_topic": owners, "output_topic": enriched},
             faults=ENRICH_KILLS, max_restarts=len(ENRICH_KILLS) + 2)
@@ -104,14 +106,18 @@ def test_rules_and_an_enrichment_change_while_running_and_both_outputs_are_exact
         assert not any(w.is_alive() for w in writers), "a feed did not end"
         expected_alerts = fraud_rules.expected_alerts(written["transactions"], written["rules"])
         expected_enriched = url_owners.expected_enriched(written["records"], written["owners"])
+        expected_cleared = fraud_rules.expected_cleared(written["transactions"], written["rules"])
         got_alerts = read_committed(kafka_bootstrap, alerts, expect=len(expected_alerts), timeout_s=240)
+        got_cleared = read_committed(kafka_bootstrap, cleared, expect=len(expected_cleared), timeout_s=120)
         got_enriched = read_committed(kafka_bootstrap, enriched, expect=len(expected_enriched), timeout_s=120)
         deaths = worker_deaths(fraud) + worker_deaths(enrich)
         fraud.stop()
         enrich.stop()
     alerts_verdict = compare(((fraud_rules.alert_identity(a), a) for a in got_alerts), expected_alerts)
+    cleared_verdict = compare(((c["id"], c) for c in got_cleared), expected_cleared)
     enriched_verdict = compare(((r["ts"], r) for r in got_enriched), expected_enriched)
     assert alerts_verdict.exactly_once, alerts_verdict
+    assert cleared_verdict.exactly_once, cleared_verdict  # the side output, read_committed, across the kills
     assert enriched_verdict.exactly_once, enriched_verdict
     # each kill took worker 0 of its stage (process "<stage>.w0" when the stage has several, else "<stage>")
     assert sorted(d["stage"] for d in deaths) == sorted(

@@ -1,10 +1,12 @@
 """A job as a graph on the access-log input (:mod:`tidemark.examples.access_log`): a fan-out, a
-fan-in, a stage reading a channel and an input topic at once, a two-input function, two outputs.
+fan-in, a stage reading a channel and an input topic at once, a two-input function, a side output
+another stage reads, three outputs.
 
 ::
 
     access-log ──> parse ──> url_hits ──> url_totals ──> output_topic
         │            └─────> ip_hits ──────────────────> ip_output_topic
+        │                       └─(side output ip_seen)─> ip_firsts ──> ip_firsts_topic
         └──────────────────────────────────────┘ (url_totals' second input)
 
 * ``parse`` (no key): keeps the fields the others need, ``{"url", "ip"}``; ``url_hits`` and
@@ -18,6 +20,9 @@ fan-in, a stage reading a channel and an input topic at once, a two-input functi
   ``{"url", "side": "hits", "n"}`` for each count and ``{"url", "side": "raw", "n"}`` for each
   raw record: per URL and side, again 1, 2, ..., n, so the output is checkable exactly once
   (:mod:`tidemark.examples.verify`: ``hit_graph`` and ``hit_graph_ips``).
+* ``ip_hits`` also writes the IP of every record, ``{"ip"}``, to its side output ``ip_seen``, a
+  channel that ``ip_firsts`` (keyed by IP) reads: it writes each IP the first time it sees it,
+  so its output holds every IP once (``hit_graph_new_ips``).
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from tidemark.api import (
     JobSpec,
     KeyedCoProcessFunction,
     KeyedProcessFunction,
+    OutputTag,
     ProcessFunction,
     Stage,
     StateBackendKind,
@@ -44,11 +50,16 @@ class Parse(ProcessFunction):
         ctx.emit(None, {"url": _url(value), "ip": _ip(value)})
 
 
-class Count(KeyedProcessFunction):
-    """Counts the records of each key of ``field``: ``{field: key, "n": count}``."""
+IP_SEEN = OutputTag("ip_seen")
 
-    def __init__(self, field: str) -> None:
+
+class Count(KeyedProcessFunction):
+    """Counts the records of each key of ``field``: ``{field: key, "n": count}``; each record's
+    key also goes to the side output ``seen`` as ``{field: key}``, when given."""
+
+    def __init__(self, field: str, seen: OutputTag | None = None) -> None:
         self.field = field
+        self.seen = seen
 
     def open(self, ctx: Any) -> None:
         self.count = ctx.get_state(ValueStateDescriptor("count", default=0))
@@ -57,6 +68,20 @@ class Count(KeyedProcessFunction):
         count = self.count.value() + 1
         self.count.update(count)
         ctx.emit(ctx.key, {self.field: ctx.key, "n": count})
+        if self.seen is not None:
+            ctx.output(self.seen, {self.field: ctx.key}, key=ctx.key)
+
+
+class FirstSeen(KeyedProcessFunction):
+    """Each key's first record, once."""
+
+    def open(self, ctx: Any) -> None:
+        self.seen = ctx.get_state(ValueStateDescriptor("seen", default=False))
+
+    def process(self, value: Any, ctx: Any) -> None:
+        if not self.seen.value():
+            self.seen.update(True)
+            ctx.emit(ctx.key, value)
 
 
 class UrlTotals(KeyedCoProcessFunction):
@@ -79,18 +104,21 @@ class UrlTotals(KeyedCoProcessFunction):
 
 
 def hit_graph(job_id: str = "access-log-graph", input_topic: str = "access-log",
-              output_topic: str = "url-totals", ip_output_topic: str = "ip-hits", parallelism: int = 2,
+              output_topic: str = "url-totals", ip_output_topic: str = "ip-hits",
+              ip_firsts_topic: str = "ip-firsts", parallelism: int = 2,
               mode: str = "EXACTLY_ONCE", state_backend: str = "heap", on_error: str = "dead-letter",
               workers: int = 1) -> JobSpec:
     """The graph of the module docstring; its channels are named after ``job_id``."""
     policy = ErrorPolicy(on_error)
-    parsed, url_hits = f"{job_id}.parsed", f"{job_id}.url-hits"
+    parsed, url_hits, ip_seen = f"{job_id}.parsed", f"{job_id}.url-hits", f"{job_id}.ip-seen"
     return JobSpec(
         job_id=JobId(job_id),
         stages=(
             Stage("parse", (input_topic,), None, Parse, parsed, on_error=policy),
             Stage("url_hits", (parsed,), _url, lambda: Count("url"), url_hits, on_error=policy),
-            Stage("ip_hits", (parsed,), _ip, lambda: Count("ip"), ip_output_topic, on_error=policy),
+            Stage("ip_hits", (parsed,), _ip, lambda: Count("ip", IP_SEEN), ip_output_topic, on_error=policy,
+                  side_outputs={IP_SEEN.name: ip_seen}),
+            Stage("ip_firsts", (ip_seen,), _ip, FirstSeen, ip_firsts_topic, on_error=policy),
             Stage("url_totals", (url_hits, Input(input_topic)), _url, UrlTotals, output_topic, on_error=policy),
         ),
         mode=CheckpointingMode(mode), parallelism=parallelism, workers=workers,

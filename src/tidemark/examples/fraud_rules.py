@@ -5,7 +5,7 @@ apply without a restart, from the event time each version names.
 ::
 
     transactions ──(key: account)──> fraud ──> alerts
-    rules ──────────(broadcast)────────┘
+    rules ──────────(broadcast)────────┘   └──> cleared (side output)
 
 * A **transaction** ``{"id", "account", "amount", "ts"}``; a **rule version** ``{"rule", "ts",
   "kind", "limit", "window_ms"}`` in force from ``ts`` on (until the rule's next version), or
@@ -19,9 +19,11 @@ apply without a restart, from the event time each version names.
 * ``process_element`` keeps the transaction in its account's state and sets an event-time timer
   at its time; ``on_timer`` judges the account's transactions of that time, in id order, by the
   rules in force then (read-only broadcast state): one alert ``{"id", "account", "rule",
-  "version", "ts"}`` per transaction and rule it breaks.
+  "version", "ts"}`` per transaction and rule it breaks. A transaction that breaks no rule goes
+  to the side output ``cleared`` (``{"id", "account", "ts"}``, its own topic, exactly-once like
+  the alerts): every transaction comes out once, as alerts or as cleared.
 
-The result is what :func:`expected_alerts` computes from the two topics alone, whatever the
+The result is what :func:`expected_alerts` and :func:`expected_cleared` compute from the two topics alone, whatever the
 interleaving, failures and restarts: a rule version is written before any transaction of its time
 or later (:func:`feed`), so it is never behind the stage's watermark.
 
@@ -38,7 +40,7 @@ from collections import defaultdict
 from collections.abc import Callable, Hashable, Iterable, Iterator
 from typing import Any
 
-from tidemark.api import EventTime, Input, JobSpec, KeyedBroadcastProcessFunction, Stage, StateBackendKind
+from tidemark.api import EventTime, Input, JobSpec, KeyedBroadcastProcessFunction, OutputTag, Stage, StateBackendKind
 from tidemark.state import BroadcastStateDescriptor, ListStateDescriptor, MapStateDescriptor
 from tidemark.types import CheckpointingMode, JobId
 
@@ -52,6 +54,8 @@ PENDING = MapStateDescriptor("pending")
 """Per account: event time -> the transactions of that time not judged yet."""
 HISTORY = ListStateDescriptor("history")
 """Per account: the event times of its judged transactions, in order (for velocity rules)."""
+CLEARED = OutputTag("cleared")
+"""The side output of the transactions that broke no rule."""
 START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 
 
@@ -94,6 +98,7 @@ class FraudRules(KeyedBroadcastProcessFunction):
         history = self.history.get()
         for txn in sorted(self.pending.get(timestamp_ms) or [], key=lambda t: t["id"]):
             history.append(timestamp_ms)
+            flagged = False
             for name, versions in sorted(rules.items()):
                 version = in_force(versions, timestamp_ms)
                 if version is None:
@@ -101,8 +106,11 @@ class FraudRules(KeyedBroadcastProcessFunction):
                 window = version[1].get("window_ms", 0)
                 recent = len(history) - bisect_right(history, timestamp_ms - window)
                 if breaks(version[1], txn["amount"], recent):
+                    flagged = True
                     ctx.emit(ctx.key, {"id": txn["id"], "account": ctx.key, "rule": name, "version": version[0],
                                        "ts": timestamp_ms})
+            if not flagged:
+                ctx.output(CLEARED, {"id": txn["id"], "account": ctx.key, "ts": timestamp_ms}, key=ctx.key)
         self.pending.remove(timestamp_ms)
         self.history.update(history[bisect_right(history, timestamp_ms - MAX_WINDOW_MS):])
 
@@ -122,15 +130,16 @@ class FraudRules(KeyedBroadcastProcessFunction):
 
 
 def fraud_rules(job_id: str = "fraud-rules", transactions_topic: str = "transactions", rules_topic: str = "rules",
-                output_topic: str = "fraud-alerts", parallelism: int = 2, workers: int = 1,
-                mode: str = "EXACTLY_ONCE", state_backend: str = "heap") -> JobSpec:
-    """The job of the module docstring."""
+                output_topic: str = "fraud-alerts", cleared_topic: str = "fraud-cleared", parallelism: int = 2,
+                workers: int = 1, mode: str = "EXACTLY_ONCE", state_backend: str = "heap") -> JobSpec:
+    """The job of the module docstring: alerts to ``output_topic``, the side output ``cleared`` to
+    ``cleared_topic``."""
     timed = EventTime(_ts, max_out_of_orderness_ms=OUT_OF_ORDERNESS_MS, idle_timeout_ms=IDLE_MS)
     return JobSpec(
         job_id=JobId(job_id),
         stages=(Stage("fraud", (Input(transactions_topic, key_by=lambda t: t["account"]),
                                 Input(rules_topic, broadcast=True)), None, FraudRules, output_topic,
-                      event_time=timed),),
+                      event_time=timed, side_outputs={CLEARED.name: cleared_topic}),),
         mode=CheckpointingMode(mode), parallelism=parallelism, workers=workers,
         state_backend=StateBackendKind(state_backend))
 
@@ -205,6 +214,14 @@ def expected_alerts(transactions: Iterable[bytes], rules: Iterable[bytes]) -> di
                 alerts[(txn["id"], name)] = {"id": txn["id"], "account": account, "rule": name,
                                              "version": version[0], "ts": ts}
     return alerts
+
+
+def expected_cleared(transactions: Iterable[bytes], rules: Iterable[bytes]) -> dict[Hashable, dict[str, Any]]:
+    """The side output ``cleared`` once the inputs went idle, by transaction id: every transaction
+    that has no alert in :func:`expected_alerts`."""
+    flagged = {alert["id"] for alert in expected_alerts(transactions, rules).values()}
+    return {txn["id"]: {"id": txn["id"], "account": txn["account"], "ts": txn["ts"]}
+            for txn in map(json.loads, transactions) if txn["id"] not in flagged}
 
 
 def alert_identity(value: Any) -> Hashable:

@@ -13,6 +13,8 @@
 * ``hit_graph`` (:mod:`tidemark.examples.access_log_graph`, its URL totals output): per URL and
   side (``hits``, ``raw``) the outputs ``{"url", "side", "n": i}`` for i = 1..n; identity
   ``(url, side, n)``. ``hit_graph_ips`` (its IP output): ``{"ip", "n": i}``, identity ``(ip, n)``.
+  ``hit_graph_new_ips`` (the output of ``ip_firsts``, fed by the side output ``ip_seen``): ``{"ip"}`` once
+  per IP, identity ``ip``.
 
 :func:`example_expectation` reads the input topic to compute them; :func:`read_committed`,
 :func:`verify_url_counts` and :func:`verify_top_urls` serve tests that hold the input records
@@ -103,6 +105,12 @@ def hit_graph_ips_expectation(records: Iterable[bytes]) -> dict[Hashable, Any]:
     return {(ip, i): {"ip": ip, "n": i} for ip, n in expected_ip_counts(records).items() for i in range(1, n + 1)}
 
 
+def hit_graph_new_ips_expectation(records: Iterable[bytes]) -> dict[Hashable, Any]:
+    from tidemark.examples.generator import expected_ip_counts
+
+    return {(ip,): {"ip": ip} for ip in expected_ip_counts(records)}
+
+
 EXAMPLES: dict[str, ExampleCheck] = {
     "url_counts": ExampleCheck(url_counts_expectation, _field_identity("url", "hits")),
     "top_urls": ExampleCheck(top_urls_expectation, _field_identity("minute")),
@@ -111,6 +119,7 @@ EXAMPLES: dict[str, ExampleCheck] = {
     "sliding_url_counts": ExampleCheck(sliding_url_counts_expectation, _field_identity("url", "start")),
     "hit_graph": ExampleCheck(hit_graph_expectation, _field_identity("url", "side", "n")),
     "hit_graph_ips": ExampleCheck(hit_graph_ips_expectation, _field_identity("ip", "n")),
+    "hit_graph_new_ips": ExampleCheck(hit_graph_new_ips_expectation, _field_identity("ip")),
 }
 """The example jobs of :mod:`tidemark.examples.access_log`, :mod:`tidemark.examples.access_log_windows`
 and :mod:`tidemark.examples.access_log_graph`, by function name (a job's second output by a suffix)."""

@@ -2,7 +2,7 @@
 
 A marker is a record on the marker topic, written *in the same transaction* as the data of one
 slot: (query, batch, input partition) for the Spark sink, (``job/operator``, checkpoint, subtask
-index) for the two-phase-commit output, which writes one marker per task whose results the
+index) for the two-phase-commit output (``job/operator/side`` for a side output's), which writes one marker per task whose results the
 transaction commits. A read_committed reader sees it exactly when that data is committed. Key
 ``"{query_id}/{partition}"`` (so all markers of one writer slot go to one marker partition,
 appended in batch order); value: JSON :class:`CommitMarker`.
@@ -64,6 +64,12 @@ class CommitMarker:
     @classmethod
     def decode(cls, raw: bytes) -> CommitMarker:
         return cls(**json.loads(raw))
+
+
+def commit_query_id(job_id: str, operator_id: str, side: str = "") -> str:
+    """The query id of a two-phase-commit output's markers: a stage's output (``job/operator``)
+    or one of its side outputs (``job/operator/side``)."""
+    return f"{job_id}/{operator_id}/{side}" if side else f"{job_id}/{operator_id}"
 
 
 def marker_key(query_id: str, partition: int) -> bytes:

@@ -21,7 +21,7 @@ from typing import Any
 
 from tidemark.operators.lifecycle import OutputRecord
 from tidemark.operators.time import StageTime
-from tidemark.operators.udf import UNKEYED, encoded, users_descriptor
+from tidemark.operators.udf import UNKEYED, EmittingContext, users_descriptor
 from tidemark.api import Stage
 from tidemark.state import BroadcastState, BroadcastStateDescriptor, KeyedStateBackend, OperatorStateBackend
 
@@ -71,7 +71,7 @@ class BroadcastStates:
         return view
 
 
-class BroadcastSideContext:
+class BroadcastSideContext(EmittingContext):
     """What ``process_broadcast_element`` sees (:class:`tidemark.api.BroadcastContext`): no key."""
 
     __slots__ = ("states", "backend", "time", "stage", "out", "timestamp_ms")
@@ -81,9 +81,6 @@ class BroadcastSideContext:
                  out: list[OutputRecord]) -> None:
         self.states, self.backend, self.time, self.stage, self.out = states, backend, time, stage, out
         self.timestamp_ms = 0
-
-    def emit(self, key: Any, value: Any) -> None:
-        self.out.append(encoded(self.stage, key, value, self.timestamp_ms))
 
     def get_broadcast_state(self, descriptor: BroadcastStateDescriptor) -> BroadcastState:
         return self.states.writable(descriptor)

@@ -38,14 +38,14 @@ from typing import Any, cast
 from tidemark.operators.broadcast import BroadcastSideContext, BroadcastStates, ReadOnlyBroadcastState
 from tidemark.operators.lifecycle import OutputRecord, StateInitializationContext
 from tidemark.operators.time import FunctionTimers, StageTime, TimerServiceManager
-from tidemark.operators.udf import UNKEYED, UdfOperator, encoded, raise_error
+from tidemark.operators.udf import UNKEYED, EmittingContext, UdfOperator, raise_error
 from tidemark.api import BroadcastProcessFunction, CoProcessFunction, KeyedProcessFunction, Stage
 from tidemark.runtime.job.faults import FAULTS
 from tidemark.state import KeyedStateBackend
 from tidemark.state.timers import TimeDomain, Timer
 
 
-class _Context:
+class _Context(EmittingContext):
     """The ``StateContext``, ``ProcessContext`` and ``OnTimerContext`` a function sees (with a
     broadcast function's ``get_broadcast_state``, read-only)."""
 
@@ -69,9 +69,6 @@ class _Context:
         if self.backend is None:
             raise RuntimeError(UNKEYED.format(what=f"keyed state {descriptor.name!r}", stage=self.stage.name))
         return self.backend.get_state(descriptor)
-
-    def emit(self, key: Any, value: Any) -> None:
-        self.out.append(encoded(self.stage, key, value, self.timestamp_ms))
 
     def timer_service(self) -> FunctionTimers:
         if self.timers is None:

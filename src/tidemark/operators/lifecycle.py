@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tidemark.state import KeyedStateBackend, OperatorStateBackend
 from tidemark.types import CheckpointId
@@ -43,6 +43,30 @@ if TYPE_CHECKING:
 
 OutputRecord = tuple[bytes | None, bytes, int]
 """One record an operator emits: key and value as written to Kafka, and its event time."""
+
+
+class SideRecord(NamedTuple):
+    """One record an operator emits to a side output (``ctx.output``): the side output's name,
+    then what an :data:`OutputRecord` holds. It goes into the operator's output list with the
+    others, so a record or timer that fails takes back what it wrote to side outputs too."""
+
+    side: str
+    key: bytes | None
+    value: bytes
+    timestamp_ms: int
+
+
+def split_side_records(records: list[Any]) -> tuple[list[OutputRecord], dict[str, list[OutputRecord]]]:
+    """``records`` of an operator's output list: those to the stage's output, and those to each
+    side output by name, each in order."""
+    main: list[OutputRecord] = []
+    sides: dict[str, list[OutputRecord]] = {}
+    for record in records:
+        if type(record) is SideRecord:
+            sides.setdefault(record.side, []).append(record[1:])
+        else:
+            main.append(record)
+    return main, sides
 
 
 @dataclass(frozen=True)

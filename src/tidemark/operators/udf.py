@@ -12,8 +12,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from tidemark.api import CheckpointedFunction, CheckpointListener, Stage
-from tidemark.operators.lifecycle import OutputRecord, StateInitializationContext, StateSnapshotContext, StreamOperator
+from tidemark.api import CheckpointedFunction, CheckpointListener, OutputTag, Stage
+from tidemark.operators.lifecycle import (
+    OutputRecord,
+    SideRecord,
+    StateInitializationContext,
+    StateSnapshotContext,
+    StreamOperator,
+)
 from tidemark.runtime.job.operator_states import RESERVED_PREFIX
 from tidemark.state import BroadcastStateDescriptor, ListStateDescriptor, OperatorStateBackend
 from tidemark.state.timers import Timer
@@ -25,6 +31,27 @@ UNKEYED = ("{what}: stage {stage!r} has no key (key_by=None), so it has no keyed
 def encoded(stage: Stage, key: Any, value: Any, timestamp_ms: int) -> OutputRecord:
     """What a function's ``ctx.emit(key, value)`` puts out: key and value as the stage encodes them."""
     return None if key is None else stage.encode_key(key), stage.encode_value(value), timestamp_ms
+
+
+class EmittingContext:
+    """``emit`` and ``output`` of the contexts a stage's function sees (each has ``stage``,
+    ``out``, its operator's output list, and ``timestamp_ms``)."""
+
+    __slots__ = ()
+    stage: Stage
+    out: list[OutputRecord]
+    timestamp_ms: int
+
+    def emit(self, key: Any, value: Any) -> None:
+        self.out.append(encoded(self.stage, key, value, self.timestamp_ms))
+
+    def output(self, tag: OutputTag | str, value: Any, key: Any = None) -> None:
+        name = tag.name if isinstance(tag, OutputTag) else tag
+        if name not in self.stage.side_output_topics:
+            declared = sorted(self.stage.side_output_topics) or "none"
+            raise ValueError(f"stage {self.stage.name!r} has no side output {name!r} (its side_outputs: {declared})")
+        key_bytes, value_bytes, at = encoded(self.stage, key, value, self.timestamp_ms)
+        self.out.append(SideRecord(name, key_bytes, value_bytes, at))  # type: ignore[arg-type]
 
 
 def raise_error(timer: Timer, error: Exception) -> None:

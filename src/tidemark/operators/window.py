@@ -31,7 +31,7 @@ from typing import Any
 from tidemark.api import Stage
 from tidemark.operators.lifecycle import OutputRecord, StateInitializationContext
 from tidemark.operators.time import StageTime, TimerServiceManager
-from tidemark.operators.udf import UdfOperator, encoded, raise_error
+from tidemark.operators.udf import EmittingContext, UdfOperator, raise_error
 from tidemark.runtime.job.faults import FAULTS
 from tidemark.state import KeyedStateBackend
 from tidemark.state.timer_queue import MAX_TIMESTAMP
@@ -129,7 +129,7 @@ class _TriggerContext:
         self.backend.get_state(descriptor).merge_namespaces(self.window, self.merged)
 
 
-class _WindowContext:
+class _WindowContext(EmittingContext):
     """The :class:`~tidemark.windows.WindowContext` a ``ProcessWindowFunction`` sees (also its
     ``open`` context: ``get_state`` is keyed state in the default namespace)."""
 
@@ -140,9 +140,6 @@ class _WindowContext:
         self.backend, self.stage, self.out, self.time, self.merging = backend, stage, out, time, merging
         self.window: Window = TimeWindow(0, 0)
         self.timestamp_ms = 0
-
-    def emit(self, key: Any, value: Any) -> None:
-        self.out.append(encoded(self.stage, key, value, self.timestamp_ms))
 
     def window_state(self, descriptor: Any) -> Any:
         if self.merging:

@@ -12,8 +12,8 @@ service. ``operator=`` runs another operator of the stage instead (any
 
 Lifecycle: ``KeyedProcessFunctionHarness(stage, ...)`` (or :meth:`~KeyedProcessFunctionHarness.for_stage`
 for a stage of a job) -> ``restore(snapshot)`` at most once -> ``open()`` -> ``process(value)`` /
-``process_record(key, value)`` any number of times, reading :attr:`output` and :meth:`state` in
-between, moving event time with :meth:`advance_watermark` and processing time with
+``process_record(key, value)`` any number of times, reading :attr:`output`, :meth:`side_output`
+and :meth:`state` in between, moving event time with :meth:`advance_watermark` and processing time with
 :meth:`advance_processing_time` (both fire the timers they pass, as the worker does), taking
 :meth:`snapshot` s and telling the tasks of their end (:meth:`notify_checkpoint_complete`,
 :meth:`notify_checkpoint_aborted`) -> ``close()`` (a failover: then restore a fresh harness), or
@@ -59,6 +59,7 @@ from tidemark.api import (
     CoProcessFunction,
     Input,
     JobSpec,
+    OutputTag,
     ProcessFunction,
     Stage,
     StateBackendKind,
@@ -67,6 +68,7 @@ from tidemark.api import (
 )
 from tidemark.runtime.worker.routing import KeyGroupRouter
 from tidemark.runtime.worker.restore import keyed_snapshots
+from tidemark.operators.lifecycle import split_side_records
 from tidemark.operators.time import StageTime
 from tidemark.changelog.backend import ChangelogWiring
 from tidemark.materializer.storage import SharedFilesView
@@ -148,7 +150,10 @@ class KeyedProcessFunctionHarness:
             self.tasks.append(StageTask(stage, assignment, parallelism, backend, self.time, operator=operator))
         self.router = KeyGroupRouter(max_parallelism, [t.key_groups for t in self.tasks])
         self.output: list[Emitted] = []
-        """Everything emitted so far, in order; :meth:`clear_output` empties it."""
+        """Everything emitted to the stage's output so far, in order; :meth:`clear_output` empties it."""
+        self.side_outputs: dict[str, list[Emitted]] = {name: [] for name in stage.side_output_topics}
+        """Everything written to each side output so far (``ctx.output``), by name, in order
+        (:meth:`side_output`); :meth:`clear_output` empties them too."""
         self.too_late: list[Any] = []
         """The values a windowed stage found too late for all their windows, in order (a worker
         applies the stage's ``late_records`` to them: dropped, or written to ``late_output``)."""
@@ -176,21 +181,25 @@ class KeyedProcessFunctionHarness:
     @classmethod
     def for_function(cls, function: Callable[[], ProcessFunction | CoProcessFunction | BroadcastProcessFunction],
                      key_by: Callable[[Any], Any] | tuple[Callable[[Any], Any], Callable[[Any], Any]] | None, *,
-                     name: str = "function", **options: Any) -> KeyedProcessFunctionHarness:
+                     name: str = "function", side_outputs: Iterable[OutputTag | str] = (),
+                     **options: Any) -> KeyedProcessFunctionHarness:
         """A harness for a function outside any job: ``key_by`` keys each value (None: a stage
         without a key, running a :class:`~tidemark.api.ProcessFunction`). A two-input function
         (a :class:`~tidemark.api.CoProcessFunction` class) gets two inputs, keyed by the two
         functions of ``key_by`` when it is a pair; a broadcast function (a
         :class:`~tidemark.api.BroadcastProcessFunction` class) its input, keyed by ``key_by``,
-        and a broadcast input (``input=1``)."""
+        and a broadcast input (``input=1``). ``side_outputs``: the side outputs the function
+        writes to (:meth:`side_output`)."""
+        names = [tag.name if isinstance(tag, OutputTag) else tag for tag in side_outputs]
+        sides = {name: f"harness-side-output-{name}" for name in names}
         if isinstance(key_by, tuple):
             keyed = tuple(Input(f"harness-input-{n}", key_by=key) for n, key in enumerate(key_by, 1))
-            return cls(Stage(name, keyed, None, function, "harness-output"), **options)
+            return cls(Stage(name, keyed, None, function, "harness-output", side_outputs=sides), **options)
         if takes_broadcast(function):
             inputs = (Input("harness-input-1"), Input("harness-broadcast", broadcast=True))
-            return cls(Stage(name, inputs, key_by, function, "harness-output"), **options)
+            return cls(Stage(name, inputs, key_by, function, "harness-output", side_outputs=sides), **options)
         topics = ("harness-input-1", "harness-input-2") if two_inputs(function) else ("harness-input",)
-        return cls(Stage(name, topics, key_by, function, "harness-output"), **options)
+        return cls(Stage(name, topics, key_by, function, "harness-output", side_outputs=sides), **options)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -284,7 +293,10 @@ class KeyedProcessFunctionHarness:
         return self._emitted(task)
 
     def _emitted(self, task: StageTask) -> list[Emitted]:
-        emitted = [Emitted(task.task_id, k, v, t) for k, v, t in task.take_output()]
+        main, sides = split_side_records(task.take_output())
+        for name, records in sides.items():
+            self.side_outputs[name].extend(Emitted(task.task_id, k, v, t) for k, v, t in records)
+        emitted = [Emitted(task.task_id, k, v, t) for k, v, t in main]
         self.output.extend(emitted)
         return emitted
 
@@ -340,8 +352,19 @@ class KeyedProcessFunctionHarness:
         """The values of :attr:`output`, decoded as JSON."""
         return [record.decoded() for record in self.output]
 
+    def side_output(self, tag: OutputTag | str) -> list[Emitted]:
+        """What was written to the side output ``tag`` (an :class:`~tidemark.api.OutputTag` or its
+        name) so far, in order."""
+        name = tag.name if isinstance(tag, OutputTag) else tag
+        if name not in self.side_outputs:
+            raise KeyError(f"stage {self.stage.name} has no side output {name!r}; its side_outputs: "
+                           f"{sorted(self.side_outputs) or 'none'}")
+        return self.side_outputs[name]
+
     def clear_output(self) -> None:
         self.output.clear()
+        for records in self.side_outputs.values():
+            records.clear()
 
     # ------------------------------------------------------------------ state
 

@@ -58,6 +58,10 @@ class WindowContext(Protocol):
     def emit(self, key: Any, value: Any) -> None:
         """Write a record to the stage's output (its event time: the window's last millisecond)."""
 
+    def output(self, tag: Any, value: Any, key: Any = None) -> None:
+        """Write a record to the side output ``tag`` (an :class:`~tidemark.api.OutputTag` or its
+        name) names, as :meth:`tidemark.api.ProcessContext.output`."""
+
     def window_state(self, descriptor: Any) -> Any:
         """The key's state of ``descriptor`` in this window (not in merging windows: sessions)."""
 

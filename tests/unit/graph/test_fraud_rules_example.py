@@ -1,6 +1,7 @@
 """The fraud-rules example (#35 point 6) on the test harness: whatever the interleaving of rules
-and transactions a worker sees, its alerts are what :func:`expected_alerts` computes from the two
-inputs alone, across a savepoint and a rescale; and its rule changes take effect from their time."""
+and transactions a worker sees, its alerts and its side output of cleared transactions are what
+:func:`expected_alerts` and :func:`expected_cleared` compute from the two inputs alone, across a
+savepoint and a rescale; and its rule changes take effect from their time."""
 
 from __future__ import annotations
 
@@ -10,11 +11,13 @@ import random
 import pytest
 
 from tidemark.examples.fraud_rules import (
+    CLEARED,
     HISTORY,
     MAX_WINDOW_MS,
     RULES,
     alert_identity,
     expected_alerts,
+    expected_cleared,
     feed,
     fraud_rules,
 )
@@ -58,6 +61,7 @@ def test_the_alerts_are_what_the_inputs_imply_across_a_savepoint_and_a_rescale(b
     with KeyedProcessFunctionHarness.for_stage(job, "fraud", parallelism=2, state_backend=backend) as first:
         _run(first, stream[:cut])
         out = first.output_values()
+        cleared = [r.decoded() for r in first.side_output(CLEARED)]
         snapshot = first.snapshot()
     restored = KeyedProcessFunctionHarness.for_stage(job, "fraud", parallelism=3, state_backend=backend)
     with restored.restore(snapshot):
@@ -65,6 +69,9 @@ def test_the_alerts_are_what_the_inputs_imply_across_a_savepoint_and_a_rescale(b
         _run(restored, stream[cut:])
         restored.advance_watermark(json.loads(rules[-1])["ts"])  # the inputs idle: the last version's time
         out += restored.output_values()
+        cleared += [r.decoded() for r in restored.side_output(CLEARED)]
+    assert {c["id"]: c for c in cleared} == expected_cleared(txns, rules) and len(cleared) == len(set(
+        c["id"] for c in cleared)), "a transaction cleared twice, or not as the inputs imply"
     expected = expected_alerts(txns, rules)
     got = {alert_identity(a): a for a in out}
     assert len(got) == len(out), "an alert twice"

@@ -46,7 +46,7 @@ def reader_workers(spec: JobSpec, workers: Mapping[str, int], input_partitions: 
     it has partitions (a channel's: the job's ``output_partitions``), and one with a broadcast
     input, whose workers each read a share of every channel, no more than a channel's."""
     out = dict(workers)
-    channels = {s.output for s in spec.stages}
+    channels = {topic for s in spec.stages for topic in s.output_topics}
     for stage in spec.stages:
         count = workers.get(stage.name, 1)
         plain = _plain_inputs(spec, stage)
@@ -106,7 +106,7 @@ def physical_job(spec: JobSpec, workers: Mapping[str, int], exchange_topic: Call
 
 def _plain_inputs(spec: JobSpec, stage: Stage) -> tuple[str, ...]:
     """The job's input topics ``stage`` reads (not other stages' outputs)."""
-    outputs = {s.output for s in spec.stages}
+    outputs = {topic for s in spec.stages for topic in s.output_topics}
     return tuple(i.topic for i in stage.input_list if i.topic not in outputs)
 
 

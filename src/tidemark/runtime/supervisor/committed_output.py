@@ -7,7 +7,8 @@ so the supervisor refuses unless told to (``--force``).
 
 The check is cheap and reads only Kafka: in exactly-once mode the newest commit marker of each
 output stage's sink on ``<prefix>.sink-commits`` (one per task and committed checkpoint, written
-in the same transaction as the results, see :mod:`tidemark.runtime.worker.outputs`), over the slots of
+in the same transaction as the results, see :mod:`tidemark.runtime.worker.outputs`), and of each
+side output's, over the slots of
 every task of the stage (the job's parallelism, and any other slot of the stage met by the same
 backward read, e.g. of a larger parallelism before a rescale); in at-least-once mode, where
 results are written at once, whether the output topic holds any record.
@@ -22,7 +23,7 @@ from confluent_kafka import TopicPartition
 from tidemark.kafka.metadata import metadata_consumer, topic_partitions
 from tidemark.kafka.topics import TopicNames
 from tidemark.api import JobSpec
-from tidemark.kafka.commit_markers import newest_commits
+from tidemark.kafka.commit_markers import commit_query_id, newest_commits
 from tidemark.types import CheckpointingMode
 
 _ANY_CHECKPOINT = 2**62
@@ -43,15 +44,23 @@ def newest_committed_checkpoint(client: dict[str, Any], topics: TopicNames, spec
         consumer.close()
     if not partitions:
         return 0
-    found = (newest_commits(client, markers, f"{spec.job_id}/{stage.operator_id}", range(spec.parallelism),
-                            at_most=_ANY_CHECKPOINT, partitions=len(partitions))
-             for stage in spec.stages if not spec.is_channel(stage))
+    found = (newest_commits(client, markers, query_id, range(spec.parallelism), at_most=_ANY_CHECKPOINT,
+                            partitions=len(partitions))
+             for query_id in sink_query_ids(spec))
     return max((commits.newest_batch for commits in found), default=0)
+
+
+def sink_query_ids(spec: JobSpec) -> list[str]:
+    """The commit-marker query ids of the job's sinks: each output stage's, each side output's
+    that no stage of the job reads."""
+    return [*(commit_query_id(spec.job_id, stage.operator_id) for stage in spec.stages if not spec.is_channel(stage)),
+            *(commit_query_id(spec.job_id, stage.operator_id, side) for stage in spec.stages
+              for side, topic in stage.side_output_topics.items() if not spec.is_channel_topic(topic))]
 
 
 def committed_output(client: dict[str, Any], topics: TopicNames, spec: JobSpec) -> str | None:
     """What committed results the job's output holds (one line), or None when it holds none."""
-    outputs = [stage.output for stage in spec.stages if not spec.is_channel(stage)]
+    outputs = [topic for stage in spec.stages for topic in stage.output_topics if not spec.is_channel_topic(topic)]
     if spec.mode is CheckpointingMode.EXACTLY_ONCE:
         newest = newest_committed_checkpoint(client, topics, spec)
         return (f"output topic {', '.join(outputs)} holds results of job {spec.job_id} committed up to "

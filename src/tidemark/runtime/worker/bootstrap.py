@@ -39,7 +39,13 @@ from tidemark.api import Stage, load_job
 from tidemark.runtime.worker.consumer_lag import ConsumerLag
 from tidemark.runtime.job.control import ControlPlane
 from tidemark.runtime.job.metrics import RESTORE_DURATION, init_worker_metrics
-from tidemark.runtime.worker.outputs import AtLeastOnceOutput, ChannelOutput, StageOutput, TwoPhaseCommitOutput
+from tidemark.runtime.worker.outputs import (
+    AtLeastOnceOutput,
+    ChannelOutput,
+    StageOutput,
+    TwoPhaseCommitOutput,
+    WithSideOutputs,
+)
 from tidemark.runtime.job.ownership import channel_partitions_of, input_partitions_of, subtasks_of
 from tidemark.runtime.job.physical_plan import physical_job, source_operators
 from tidemark.runtime.worker.record_errors import FunctionFailed, RecordFailures
@@ -140,7 +146,7 @@ class _Wiring:
         input_: SourceInput | ChannelInput
         if not self.upstreams:
             input_ = SourceInput(path, positions, lambda: lag.unread(positions), stage.forwards_to is not None,
-                                 self._partitioner(stage) if stage.forwards_to else None)
+                                 self._partitioner(stage.output) if stage.forwards_to else None)
         else:
             aligner = BarrierAligner(spec.mode, attempt.epoch, self._channels(reads), restored.cut if restored else {})
             input_ = ChannelInput(path, positions, aligner, attempt.epoch)
@@ -163,7 +169,8 @@ class _Wiring:
     def _ensure_topics(self) -> None:
         admin = AdminClient(dict(self.client))
         partitions = self.spec.output_partitions
-        for topic in (self.stage.output, *(u.output for u in self.upstreams), self.stage.late_output):
+        channels = [topic for topic in self.stage.topics if self.spec.writer_of(topic) is not None]
+        for topic in (*self.stage.output_topics, *channels, self.stage.late_output):
             if topic is not None:
                 ensure_topics(admin, [TopicSpec(topic, partitions)])
 
@@ -196,23 +203,55 @@ class _Wiring:
         the ids of ``w + W``, ``w + 2W``, ... below the parallelism (no live worker has them; an open
         transaction would hold the readers of the output back until the broker times it out; ids of
         workers beyond an earlier, larger parallelism are left to that timeout)."""
-        if self.spec.mode is CheckpointingMode.AT_LEAST_ONCE and not self.spec.is_channel(self.stage):
+        if self.spec.mode is CheckpointingMode.AT_LEAST_ONCE and not any(
+                map(self.spec.is_channel_topic, self.stage.output_topics)):
             return  # the at-least-once sink is not transactional
-        ids = [self._transactional_id(w) for w in range(self.attempt.worker + self.workers,
-                                                          self.attempt.parallelism, self.workers)]
+        ids = [txid for w in range(self.attempt.worker + self.workers, self.attempt.parallelism, self.workers)
+               for txid in (self._transactional_id(w), *self._side_transactional_ids(w).values())]
         if ids:  # in the background: it only unblocks readers sooner, and must not delay the start
             threading.Thread(target=fence_transactional_ids, args=(self.client, ids), name="fence-orphans",
                              daemon=True).start()
 
+    def _side_transactional_ids(self, worker: int) -> dict[str, str]:
+        """Each transactional side output's id in worker ``worker``: the output's, ``.side.<name>``
+        added (a side output another stage reads is a channel, transactional in either mode; the
+        others, like the sink, only in exactly-once mode)."""
+        exactly_once = self.spec.mode is CheckpointingMode.EXACTLY_ONCE
+        return {name: f"{self._transactional_id(worker)}.side.{name}"
+                for name, topic in self.stage.side_output_topics.items()
+                if exactly_once or self.spec.is_channel_topic(topic)}
+
     def _output(self, tasks: list[StageTask], clock: StageClock) -> StageOutput:
+        """The stage's output, with its side outputs when it has any."""
+        self._fence_orphans()
+        main = self._main_output(tasks, clock)
+        if not self.stage.side_outputs:
+            return main
+        txids = self._side_transactional_ids(self.attempt.worker)
+        sides: dict[str, StageOutput] = {}
+        for name, topic in self.stage.side_output_topics.items():
+            if self.spec.is_channel_topic(topic):
+                sides[name] = self._channel_output(topic, txids[name], tasks, clock)
+            elif name in txids:
+                sides[name] = TwoPhaseCommitOutput(self.client, topic, self.job, self.stage.operator_id, txids[name],
+                                                   self.topics.sink_commits, hold_until_commit=tansu_selected(),
+                                                   side=name)
+            else:
+                sides[name] = AtLeastOnceOutput(self.client, topic)
+        return WithSideOutputs(main, sides)
+
+    def _channel_output(self, topic: str, txid: str, tasks: list[StageTask], clock: StageClock) -> ChannelOutput:
+        """The stage's output or a side output that another stage reads."""
+        forwards = self.stage.forwards_to is not None  # an exchange reader's records come routed
+        return ChannelOutput(self.client, topic, self._partitions(topic), txid, self.attempt.epoch,
+                             None if forwards else cast(ChannelPartitioner | None, self._partitioner(topic)),
+                             tasks=[t.task_id for t in tasks], event_time=clock.has_watermark, forwards=forwards)
+
+    def _main_output(self, tasks: list[StageTask], clock: StageClock) -> StageOutput:
         spec, stage = self.spec, self.stage
         txid = self._transactional_id(self.attempt.worker)
-        self._fence_orphans()
         if spec.is_channel(stage):
-            forwards = stage.forwards_to is not None  # an exchange reader's records come routed
-            return ChannelOutput(self.client, stage.output, self._partitions(stage.output), txid, self.attempt.epoch,
-                                 None if forwards else cast(ChannelPartitioner | None, self._partitioner(stage)),
-                                 tasks=[t.task_id for t in tasks], event_time=clock.has_watermark, forwards=forwards)
+            return self._channel_output(stage.output, txid, tasks, clock)
         if spec.mode is CheckpointingMode.EXACTLY_ONCE:
             return TwoPhaseCommitOutput(self.client, stage.output, self.job, stage.operator_id, txid,
                                         self.topics.sink_commits, hold_until_commit=tansu_selected())
@@ -281,24 +320,25 @@ class _Wiring:
         """Whether the stage writing ``topic`` puts each record into the partition of this keyed
         stage's key group: this stage's exchange reader does, and a stage this one alone reads
         (:meth:`_partitioner`); a stage read by several writes where the producer puts it."""
-        writer = next(s for s in self.spec.stages if s.output == topic)
+        writer = cast(Stage, self.spec.writer_of(topic))
         if topic in self.stage.broadcast_topics:
             return False  # every worker reads a broadcast input whole
-        return writer.forwards_to == self.stage.name or self.spec.readers_of(writer) == (self.stage,)
+        return writer.forwards_to == self.stage.name or self.spec.readers_of_topic(topic, writer) == (self.stage,)
 
-    def _partitioner(self, writer: Stage) -> KeyPartitioner | None:
-        """How ``writer`` partitions its channel: by the key groups of the stage reading it when
-        that one is its only reader, keyed and on several workers; else the producer's partitioner.
-        An exchange reader's partitioner only places keys: it keys each record itself."""
-        readers = self.spec.readers_of(writer)
+    def _partitioner(self, topic: str) -> KeyPartitioner | None:
+        """How this stage partitions its channel ``topic`` (its output or a side output): by the
+        key groups of the stage reading it when that one is its only reader, keyed and on several
+        workers; else the producer's partitioner. An exchange reader's partitioner only places
+        keys: it keys each record itself."""
+        readers = self.spec.readers_of_topic(topic, self.stage)
         if len(readers) != 1 or (readers[0].workers or 1) == 1 or not readers[0].keyed:
             return None
-        if writer.output in readers[0].broadcast_topics:
+        if topic in readers[0].broadcast_topics:
             return None  # a broadcast input: every worker of its reader reads every partition
-        max_parallelism, partitions = self.spec.max_parallelism, self._partitions(writer.output)
-        if writer.forwards_to is not None:
+        max_parallelism, partitions = self.spec.max_parallelism, self._partitions(topic)
+        if self.stage.forwards_to is not None:
             return KeyPartitioner(max_parallelism, partitions)
-        return ChannelPartitioner(readers[0], writer.output, max_parallelism, partitions)
+        return ChannelPartitioner(readers[0], topic, max_parallelism, partitions)
 
     def _broadcast_copies(self, reads: list[TopicPartition]) -> dict[str, int]:
         """Where this worker takes the copies of broadcast elements its exchange reader writes into
@@ -311,7 +351,7 @@ class _Wiring:
     def _channels(self, reads: list[TopicPartition]) -> set[Channel]:
         """Every (partition, writing task) this worker reads: of each channel, the tasks of the
         stage writing it."""
-        writers = {s.output: s.operator_id for s in self.spec.stages}
+        writers = {topic: s.operator_id for s in self.spec.stages for topic in s.output_topics}
         tasks = {topic: [a.task_id for a in plan_assignments((writers[topic],), self.attempt.parallelism,
                                                              self.spec.max_parallelism)]
                  for topic in {topic for topic, _ in reads}}

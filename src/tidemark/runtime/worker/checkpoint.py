@@ -31,7 +31,7 @@ from tidemark.runtime.worker.task import StageTask
 from tidemark.chassis.logs import get_logger
 from tidemark.storage.base import CheckpointStorage, InvalidStoragePath, StorageError
 from tidemark.storage.scoped import SnapshotStorage
-from tidemark.types import CheckpointId, CheckpointType, CheckpointingMode, Epoch, JobId, OperatorId, TopicPartition
+from tidemark.types import CheckpointId, CheckpointType, CheckpointingMode, Epoch, JobId, OperatorId, TaskId, TopicPartition
 
 log = get_logger(__name__)
 
@@ -111,7 +111,7 @@ class StageCheckpointer:
         log.warning("checkpoint declined", job=self.job, stage=self.stage, checkpoint=checkpoint_id, reason=reason)
 
     def _snapshot(self, checkpoint_id: CheckpointId, kind: CheckpointType, storage: SnapshotStorage,
-                  sink_items: Mapping[str, list[bytes]], positions: Mapping[TopicPartition, int],
+                  sink_items: Mapping[TaskId, list[bytes]], positions: Mapping[TopicPartition, int],
                   aligned: Aligned | None, watermark_items: list[bytes]) -> list[TaskSnapshot]:
         """Each task's state; the worker's channel cut and watermarks go with its first task (union
         state: every task sees them after a restore), its source partitions are dealt round-robin

@@ -24,6 +24,12 @@ restored checkpoint) -> per micro-batch ``write(batch, watermark)`` -> at each c
   does; the write-ahead buffer gives the same guarantee.)
 * :class:`AtLeastOnceOutput` writes at once and flushes at ``pre_commit``: after a failure,
   results since the last completed checkpoint are written again.
+* :class:`WithSideOutputs` drives a stage's output and its side outputs (``Stage.side_outputs``)
+  as one: a side output another stage of the job reads is a :class:`ChannelOutput` of its own
+  (records, watermarks and barriers, as the stage's output would be); any other is a
+  :class:`TwoPhaseCommitOutput` of its own in exactly-once mode (its buffers, transactional id and
+  commit markers named after it), an :class:`AtLeastOnceOutput` otherwise, so each has the
+  stage's guarantee on its own.
 
 Every transaction goes through :func:`tidemark.kafka.transactions.run_transaction`, so a broker
 outage delays an output (retried commit, or abort and the same records written again) and never
@@ -46,6 +52,7 @@ from tidemark.kafka.clients import produce_all, produce_waiting, producer_config
 from tidemark.kafka.commit_markers import (
     CommitMarker,
     SlotCommits,
+    commit_query_id,
     ensure_marker_topic,
     marker_partition,
     marker_partition_count,
@@ -53,6 +60,7 @@ from tidemark.kafka.commit_markers import (
 )
 from tidemark.kafka.outage import broker_wait
 from tidemark.kafka.transactions import init_transactions, run_transaction
+from tidemark.operators.lifecycle import split_side_records
 from tidemark.protocol import codec
 from tidemark.protocol.messages import Barrier
 from tidemark.runtime.job.faults import FAULTS
@@ -86,7 +94,7 @@ class PendingBuffer:
     """Results of one task between two checkpoints, sealed by checkpoint ``checkpoint_id``.
 
     Stored in the checkpoint as ``TMP2``, a 4-byte big-endian length and a JSON head (task,
-    checkpoint, record count n), then n key lengths and n value lengths (little-endian int32; -1:
+    checkpoint, record count n, and the side output's name for a side output's buffer), then n key lengths and n value lengths (little-endian int32; -1:
     no key), then every key and every value, each concatenated: written and read with one
     ``struct`` call and two joins instead of four calls per record. Buffers of checkpoints taken
     before (``TMPB``: length-prefixed key and value per record) are still read."""
@@ -94,14 +102,16 @@ class PendingBuffer:
     task: TaskId
     checkpoint_id: CheckpointId
     records: tuple[SinkRecord, ...]
+    output: str = ""
+    """The side output whose buffer it is (:attr:`tidemark.api.Stage.side_outputs`); "": the stage's output."""
 
     _MAGIC = b"TMP2"
     _MAGIC_V1 = b"TMPB"
     _LEN = struct.Struct(">i")
 
     def encode(self) -> bytes:
-        head = json.dumps({"task": self.task, "checkpoint_id": int(self.checkpoint_id),
-                           "records": len(self.records)}).encode()
+        fields = {"task": self.task, "checkpoint_id": int(self.checkpoint_id), "records": len(self.records)}
+        head = json.dumps({**fields, "output": self.output} if self.output else fields).encode()
         keys = [key for key, _ in self.records]
         values = [value for _, value in self.records]
         lengths = struct.pack(f"<{2 * len(keys)}i", *[-1 if key is None else len(key) for key in keys],
@@ -122,7 +132,7 @@ class PendingBuffer:
             records = decode(data, 8 + size, int(head["records"]))
         except (struct.error, json.JSONDecodeError, KeyError, TypeError) as exc:
             raise ValueError(f"truncated pending sink buffer ({type(exc).__name__}: {exc})") from None
-        return cls(TaskId(head["task"]), CheckpointId(head["checkpoint_id"]), records)
+        return cls(TaskId(head["task"]), CheckpointId(head["checkpoint_id"]), records, head.get("output", ""))
 
     @staticmethod
     def _records(data: bytes, pos: int, n: int) -> tuple[SinkRecord, ...]:
@@ -164,7 +174,10 @@ class PendingBuffer:
 class StageOutput(Protocol):
     """See the module docstring for the lifecycle."""
 
-    records_out: int
+    @property
+    def records_out(self) -> int:
+        """Records written so far (committed, for the two-phase commit)."""
+        ...
 
     def recover(self, items: Sequence[bytes], checkpoint_id: CheckpointId) -> None: ...
 
@@ -289,14 +302,16 @@ class TwoPhaseCommitOutput:
     """Write-ahead buffers committed on the completed notification (see module docstring)."""
 
     def __init__(self, client: dict[str, Any], topic: str, job_id: JobId, operator_id: OperatorId,
-                 transactional_id: str, marker_topic: str, *, hold_until_commit: bool = False) -> None:
+                 transactional_id: str, marker_topic: str, *, hold_until_commit: bool = False, side: str = "") -> None:
         """``hold_until_commit``: keep every record in the client until the commit, for a broker
         that shows aborted records to read_committed readers once they reached it (Tansu;
-        Apache Kafka hides them)."""
+        Apache Kafka hides them). ``side``: the side output it writes (its buffers and commit
+        markers are its own), "" for the stage's output."""
         self.topic = topic
         self.client = client
         self.marker_topic = marker_topic
-        self.query_id = f"{job_id}/{operator_id}"
+        self.side = side
+        self.query_id = commit_query_id(job_id, operator_id, side)
         self.transactional_id = transactional_id
         self.records_out = 0
         self.commits = 0
@@ -319,8 +334,9 @@ class TwoPhaseCommitOutput:
         return sum(len(b.records) for b in self._sealed) + sum(len(r) for r in self._open.values())
 
     def recover(self, items: Sequence[bytes], checkpoint_id: CheckpointId) -> None:
-        """Commit the restored buffers that the markers of their tasks do not show committed."""
-        buffers = {(b.task, b.checkpoint_id): b for b in map(PendingBuffer.decode, items)}
+        """Commit the restored buffers of this output that the markers of their tasks do not show
+        committed (``items`` hold the buffers of every output of the stage)."""
+        buffers = {(b.task, b.checkpoint_id): b for b in map(PendingBuffer.decode, items) if b.output == self.side}
         if not buffers:
             return
         commits = newest_commits(self.client, self.marker_topic, self.query_id,
@@ -338,7 +354,7 @@ class TwoPhaseCommitOutput:
         for task, barrier in barriers.items():
             records = self._open.pop(task, [])
             if records:
-                self._sealed.append(PendingBuffer(task, barrier.checkpoint_id, tuple(records)))
+                self._sealed.append(PendingBuffer(task, barrier.checkpoint_id, tuple(records), self.side))
         return {task: [b.encode() for b in self._sealed if b.task == task] for task in barriers}
 
     def commit(self, checkpoint_id: CheckpointId) -> None:
@@ -425,3 +441,58 @@ class AtLeastOnceOutput:
 
     def close(self) -> None:
         self._producer.flush(_TIMEOUT_S)
+
+
+class WithSideOutputs:
+    """A stage's output and its side outputs (``Stage.side_outputs``), driven as one output: each
+    micro-batch's side records (:class:`~tidemark.operators.lifecycle.SideRecord`) go to their
+    side output, the rest to the stage's, and the watermark to all (a channel passes it on); each
+    checkpoint pre-commits all of them (barriers into channels; buffers in the same operator state,
+    each knowing its output), and each commits on its own with its own transactional producer and
+    commit markers, so each is exactly-once on its own."""
+
+    def __init__(self, main: StageOutput, sides: Mapping[str, StageOutput]) -> None:
+        self.main = main
+        self.sides = dict(sides)
+
+    @property
+    def records_out(self) -> int:
+        return self.main.records_out + sum(side.records_out for side in self.sides.values())
+
+    @property
+    def outputs(self) -> list[StageOutput]:
+        return [self.main, *self.sides.values()]
+
+    def recover(self, items: Sequence[bytes], checkpoint_id: CheckpointId) -> None:
+        for output in self.outputs:
+            output.recover(items, checkpoint_id)
+
+    def write(self, batch: Mapping[TaskId, list[OutputRecord]], watermark: WatermarkStatus | None = None) -> None:
+        main: dict[TaskId, list[OutputRecord]] = {}
+        sides: dict[str, dict[TaskId, list[OutputRecord]]] = {}
+        for task, records in batch.items():
+            main[task], by_side = split_side_records(records)
+            for name, side_records in by_side.items():
+                sides.setdefault(name, {})[task] = side_records
+        self.main.write(main, watermark)
+        for name, side in self.sides.items():  # a side output read by a stage is a channel: the watermark goes on
+            side.write(sides.get(name, {}), watermark)
+
+    def pre_commit(self, barriers: Mapping[TaskId, Barrier]) -> dict[TaskId, list[bytes]]:
+        items: dict[TaskId, list[bytes]] = {}
+        for output in self.outputs:
+            for task, task_items in output.pre_commit(barriers).items():
+                items.setdefault(task, []).extend(task_items)
+        return items
+
+    def commit(self, checkpoint_id: CheckpointId) -> None:
+        for output in self.outputs:
+            output.commit(checkpoint_id)
+
+    def abort(self, checkpoint_id: CheckpointId) -> None:
+        for output in self.outputs:
+            output.abort(checkpoint_id)
+
+    def close(self) -> None:
+        for output in self.outputs:
+            output.close()
