@@ -171,7 +171,7 @@ def _run(home: Path, bootstrap: str, status: BrokerStatus | None, progress: _Pro
         progress.step(f"both stages running on {sum(started['workers'].values())} worker processes, "
                       f"{registered['tasks']} tasks (Spark local mode); the coordinator is checkpointing")
         killed = threading.Event()
-        feeder = InputFeeder(bootstrap, names["input_topic"], total=RECORDS, chunk=100, pause_s=0.5,
+        feeder = InputFeeder(bootstrap, names["input_topic"], total=RECORDS, chunk=200, pause_s=1.0,
                              until=killed.is_set).start()
         progress.step(f"generator writing access-log records to {names['input_topic']} (200/s, until the kill)")
         status_line = _LiveStatus(progress, bootstrap, names["output_topic"], lambda: len(feeder.records),

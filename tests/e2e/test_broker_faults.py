@@ -84,7 +84,7 @@ def run_through_outages(tmp_path: Path, broker: EmbeddedBroker, unique_name: Cal
                   env={"TIDEMARK_CHECKPOINT__INTERVAL_MS": "1500"}) as pipe:
         pipe.create_topic(topics.input, 4)
         job = pipe.start_job(TOP_URLS, topics.args(), max_restarts=3)
-        feeder = InputFeeder(bootstrap, topics.input, total=2000, chunk=100, pause_s=0.5,
+        feeder = InputFeeder(bootstrap, topics.input, total=2000, chunk=200, pause_s=1.0,
                              until=lambda: done).start()
         before = wait_for(lambda: pipe.completed_checkpoints(topics.job_id), timeout_s=240,
                           what="a completed checkpoint")

@@ -41,7 +41,7 @@ def test_changelog_mode_is_exactly_once_across_sigkills_then_resumes_rescaled_fr
         pipe.create_topic(topics.input, 4)
         job = pipe.start_job(TOP_URLS, args, faults=KILLS, max_restarts=len(KILLS) + 2)
         all_killed = lambda: killed_at_every_point(job, KILLS)  # noqa: E731
-        feeder = InputFeeder(kafka_bootstrap, topics.input, total=4000, chunk=100, pause_s=0.5, until=all_killed)
+        feeder = InputFeeder(kafka_bootstrap, topics.input, total=4000, chunk=200, pause_s=1.0, until=all_killed)
         records = feeder.start().join(timeout_s=720)
         verdict = verify_two_stage(kafka_bootstrap, topics, records, timeout_s=300)
         failures = worker_deaths(job)

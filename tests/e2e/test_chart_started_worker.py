@@ -41,7 +41,7 @@ def kill_and_start_again(pipe: LocalPipeline, topics: Topics, worker: RenderedCo
     arguments and environment, 2 more checkpoints; the verdict on the output."""
     first = start_container(pipe, worker, pod)
     milestone = Milestone()
-    feeder = InputFeeder(kafka_bootstrap, topics.input, total=2000, chunk=100, pause_s=0.5, until=milestone).start()
+    feeder = InputFeeder(kafka_bootstrap, topics.input, total=2000, chunk=200, pause_s=1.0, until=milestone).start()
     wait_for(lambda: pipe.completed_checkpoints(topics.job_id) >= 3, 300, "3 completed checkpoints")
     killed = first.kill_tree()
     assert len(killed) >= 3  # the supervisor and both stage workers (and their JVMs)

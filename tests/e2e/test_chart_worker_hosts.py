@@ -49,7 +49,7 @@ def test_chart_worker_hosts_run_each_stage_on_two_pods_and_pod_restarts_keep_the
         supervisor_pod = local_pod(pipe, supervisor, tmp_path / "tidemark-worker")
         first = start_container(pipe, supervisor, supervisor_pod, "supervisor")
         milestone = Milestone()
-        feeder = InputFeeder(kafka_bootstrap, topics.input, total=3000, chunk=50, pause_s=0.5,
+        feeder = InputFeeder(kafka_bootstrap, topics.input, total=3000, chunk=100, pause_s=1.0,
                              until=milestone).start()
         wait_for(lambda: pipe.completed_checkpoints(topics.job_id) >= 3, 400, "3 completed checkpoints")
         jobs = CoordinatorClient(pipe.coordinator_url, TOKEN).jobs()["jobs"]

@@ -58,7 +58,7 @@ def test_a_corrupted_newest_checkpoint_stops_the_job_naming_checkpoint_and_file(
         pipe.create_topic(topics.input, 4)
         pipe.create_topic(topics.channel, 4)
         job = pipe.start_job(TOP_URLS, topics.args(), max_restarts=5)
-        feeder = InputFeeder(kafka_bootstrap, topics.input, total=1200, chunk=100, pause_s=0.4).start()
+        feeder = InputFeeder(kafka_bootstrap, topics.input, total=1200, chunk=200, pause_s=0.8).start()
         wait_for(lambda: pipe.completed_checkpoints(topics.job_id) >= 3, 240, "three checkpoints")
         # hold the supervisor, kill a stage: no checkpoint can complete any more, none is restored yet
         with stopped(job.process.pid):

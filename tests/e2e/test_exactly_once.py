@@ -46,7 +46,7 @@ def test_two_stage_job_on_four_workers_is_exactly_once_across_sigkills_of_one_wo
         job = pipe.start_job(TOP_URLS, topics.args(parallelism=3, top_urls_workers=3), faults=KILLS,
                              max_restarts=len(KILLS) + 2)
         all_killed = lambda: killed_at_every_point(job, KILLS)  # noqa: E731
-        feeder = InputFeeder(kafka_bootstrap, topics.input, total=1000, chunk=25, pause_s=0.5,
+        feeder = InputFeeder(kafka_bootstrap, topics.input, total=1000, chunk=50, pause_s=1.0,
                              until=all_killed).start()  # 50 records/s: each restored attempt's backlog stays short
         records = feeder.join(timeout_s=780)
         verdict = verify_two_stage(kafka_bootstrap, topics, records, timeout_s=300)

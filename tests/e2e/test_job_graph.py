@@ -40,7 +40,7 @@ def test_a_graph_with_a_fan_out_and_a_fan_in_is_exactly_once_across_a_sigkill_of
         pipe.create_topic(source, 4)
         job = pipe.start_job(GRAPH, args, faults=KILLS, max_restarts=len(KILLS) + 2)
         all_killed = lambda: killed_at_every_point(job, KILLS)  # noqa: E731
-        feeder = InputFeeder(kafka_bootstrap, source, total=1500, chunk=100, pause_s=0.5, until=all_killed).start()
+        feeder = InputFeeder(kafka_bootstrap, source, total=1600, chunk=200, pause_s=1.0, until=all_killed).start()
         records = feeder.join(timeout_s=600)
         expected_totals = EXAMPLES["hit_graph"].expectation(records)
         expected_ips = EXAMPLES["hit_graph_ips"].expectation(records)

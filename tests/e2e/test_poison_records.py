@@ -68,7 +68,7 @@ def test_every_poison_record_class_is_dead_lettered_and_the_job_keeps_running(tm
         pipe.create_topic(topics.channel, 4)
         # the poison records carry an old event time: processed anyway, so the user exception is reached
         job = pipe.start_job(TOP_URLS, topics.args(fail_on_url=POISON_URL, late_records="process"), max_restarts=0)
-        feeder = InputFeeder(kafka_bootstrap, topics.input, total=1600, chunk=100, pause_s=0.5).start()
+        feeder = InputFeeder(kafka_bootstrap, topics.input, total=1600, chunk=200, pause_s=1.0).start()
         wait_for(lambda: pipe.completed_checkpoints(topics.job_id) >= 1, 240, "a first checkpoint")
         garbage = [("tidemark-epoch", b"\xff\xfe not a number"), ("tidemark-task", b"\xed\xa0\x80"),
                    ("tidemark-barrier", b"\x00\x00\x00\x00\x01garbage")]

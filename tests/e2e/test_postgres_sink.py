@@ -46,7 +46,7 @@ def test_the_postgres_sink_is_exactly_once_across_sigkills_and_rescales(tmp_path
         pipe.create_topic(topics.input, 4)
         job = pipe.start_job(SINK, args, faults=KILLS, max_restarts=len(KILLS) + 2)
         all_killed = lambda: killed_at_every_point(job, KILLS)  # noqa: E731
-        feeder = InputFeeder(kafka_bootstrap, topics.input, total=2000, chunk=100, pause_s=0.4,
+        feeder = InputFeeder(kafka_bootstrap, topics.input, total=2000, chunk=250, pause_s=1.0,
                              until=all_killed).start()
         records = feeder.join(timeout_s=600)
         _wait_for_rows(db, table, len(records))

@@ -33,7 +33,7 @@ def start_fed_job(pipe, topics, bootstrap: str, checkpoints: int):
     pipe.create_topic(topics.input, 4)
     job = pipe.start_job(TOP_URLS, topics.args())
     milestone = Milestone()
-    feeder = InputFeeder(bootstrap, topics.input, total=2000, chunk=100, pause_s=0.5, until=milestone).start()
+    feeder = InputFeeder(bootstrap, topics.input, total=2000, chunk=200, pause_s=1.0, until=milestone).start()
     wait_for(lambda: pipe.completed_checkpoints(topics.job_id) >= checkpoints, 300,
              f"{checkpoints} completed checkpoints")
     return job, milestone, feeder

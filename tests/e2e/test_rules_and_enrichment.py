@@ -80,7 +80,7 @@ def test_rules_and_an_enrichment_change_while_running_and_both_outputs_are_exact
                     writer.write(txns if kind == "transactions" else rules, records,
                                  4 if kind == "transactions" else 1)
                     written[kind].extend(records)
-                    time.sleep(0.5)
+                    time.sleep(1.0)  # a write a second: each write is a micro-batch in every stage it reaches
 
         def write_enrichment() -> None:  # each owner change before the records of its time
             first = 0
@@ -95,7 +95,7 @@ def test_rules_and_an_enrichment_change_while_running_and_both_outputs_are_exact
                     writer.write(log, part, 4)
                     written["records"].extend(part)
                     first += 100
-                    time.sleep(0.5)
+                    time.sleep(1.0)  # a write a second: each write is a micro-batch in every stage it reaches
                 last = json.loads(written["records"][-1])["ts"]  # a row past every record: once idle,
                 url_owners.write_owners(writer, owners, [("/sentinel", {"owner": "none"}, last + 3_600_000)])
                 # the watermark passes them all

@@ -68,7 +68,7 @@ def test_session_and_sliding_windows_are_exactly_once_across_sigkills_lateness_a
         sliding = pipe.start_job(SLIDING, sliding_args, faults=SLIDING_KILLS, max_restarts=len(SLIDING_KILLS) + 2)
         all_killed = lambda: all(killed_at_every_point(job, kills)  # noqa: E731
                                  for job, kills in ((sessions, SESSION_KILLS), (sliding, SLIDING_KILLS)))
-        feeder = InputFeeder(kafka_bootstrap, topic, total=3_000, chunk=100, pause_s=0.5, per_minute=PER_MINUTE,
+        feeder = InputFeeder(kafka_bootstrap, topic, total=3_000, chunk=200, pause_s=1.0, per_minute=PER_MINUTE,
                              until=all_killed).start()
         records = feeder.join(timeout_s=720)
 

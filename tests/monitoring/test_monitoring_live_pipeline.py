@@ -75,7 +75,7 @@ class Feeder:
     """Writes access-log records (a malformed one every ``MALFORMED_EVERY``) in small transactions
     on a thread until stopped."""
 
-    def __init__(self, bootstrap: str, topic: str, chunk: int = 100, pause_s: float = 0.5) -> None:
+    def __init__(self, bootstrap: str, topic: str, chunk: int = 200, pause_s: float = 1.0) -> None:
         self.bootstrap, self.topic, self.chunk, self.pause_s = bootstrap, topic, chunk, pause_s
         self.sent = 0
         self.error: BaseException | None = None

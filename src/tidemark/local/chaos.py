@@ -193,7 +193,7 @@ class FaultCampaign:
                                       services=SERVICES, env=_ENV, standby=True).__enter__()
             self.pipe.create_topic(self.input, 4)
             self.job = self.pipe.start_job(TOP_URLS, self.job_args, max_restarts=10_000)
-            self.feeder = InputFeeder(self.bootstrap, self.input, total=0, chunk=100, pause_s=0.5,
+            self.feeder = InputFeeder(self.bootstrap, self.input, total=0, chunk=200, pause_s=1.0,
                                       until=lambda: not self._feeding).start()
             wait_for(self._first_checkpoint, RECOVERY_TIMEOUT_S, "the job's first completed checkpoint")
             self.progress(f"{self.mode}: job running, first checkpoint completed; faults start")

@@ -116,7 +116,10 @@ def process_tree(root: int) -> list[int]:
 class InputFeeder:
     """Writes generated access-log records in transactions of ``chunk`` records every
     ``pause_s`` in a background thread, until ``total`` are written and ``until()`` (if given) is
-    true; ``records`` is what was sent."""
+    true; ``records`` is what was sent. One writer for the feeder's life (a new idempotent producer
+    waits half a second before its first write is delivered). Each write becomes a micro-batch in
+    every stage it reaches, and a batch costs Spark about the same CPU whatever its size: the
+    tests and the demo write a larger chunk once a second rather than small ones more often."""
 
     bootstrap: str
     topic: str

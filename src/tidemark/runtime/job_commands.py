@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import NoReturn, Optional
 
@@ -35,6 +37,17 @@ def _settings(component: str) -> TidemarkSettings:
         raise typer.Exit(EXIT_CONFIG) from None
     configure_logging(settings.log_level, service=component)
     return settings
+
+
+@contextlib.contextmanager
+def _configuration_errors_in_one_line(command: str) -> Iterator[None]:
+    """A configuration error found while the command runs (a setting read late, e.g. the Kafka
+    address a worker's Spark source resolves): one line and exit 78, as at start, not a traceback."""
+    try:
+        yield
+    except ConfigurationError as exc:
+        print(f"tidemark {command}: {exc}", file=sys.stderr)
+        raise typer.Exit(EXIT_CONFIG) from None
 
 
 def _require_kafka(settings: TidemarkSettings, command: str) -> None:
@@ -165,7 +178,9 @@ def worker(
                       {str(k): int(v) for k, v in json.loads(workers).items()}, worker_index)
     lines = SupervisorLines(control_dir=control_dir, adoption_window_s=settings.adoption_window_s)
     lines.start()
-    raise typer.Exit(StageProcess(settings, lines).run(attempt))
+    with _configuration_errors_in_one_line("jobs worker"):
+        code = StageProcess(settings, lines).run(attempt)
+    raise typer.Exit(code)
 
 
 def standby(
@@ -175,7 +190,10 @@ def standby(
     """Wait, warm, to take over a stage's next attempt (the supervisor starts these)."""
     from tidemark.runtime.worker.standby import run_standby
 
-    raise typer.Exit(run_standby(_settings("worker"), stage, control_dir))
+    settings = _settings("worker")
+    with _configuration_errors_in_one_line("jobs standby"):
+        code = run_standby(settings, stage, control_dir)
+    raise typer.Exit(code)
 
 
 def host(

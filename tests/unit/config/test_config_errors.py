@@ -189,3 +189,13 @@ def test_jobs_run_with_an_unknown_setting_exits_78(monkeypatch) -> None:
     assert result.stderr.splitlines() == [
         "tidemark supervisor: invalid configuration: TIDEMARK_CHEKPOINT__INTERVAL_MS: not a Tidemark setting; "
         "did you mean TIDEMARK_CHECKPOINT__INTERVAL_MS?"]
+
+
+def test_a_standby_that_finds_no_kafka_address_exits_78_in_one_line(monkeypatch, tmp_path) -> None:
+    """The address is resolved only when the standby prepares its Spark source: one line, not a traceback."""
+    monkeypatch.setenv("TIDEMARK_HOME", str(tmp_path))  # no embedded broker runs there
+    result = CliRunner().invoke(app, ["jobs", "standby", "--stage", "top_urls"])
+    assert result.exit_code == 78, result.output
+    assert result.stderr.splitlines() == [
+        "tidemark jobs standby: invalid configuration: KAFKA_BOOTSTRAP_SERVERS: unset and no embedded broker is "
+        f"running under {tmp_path}/broker (start one with `tidemark broker start`)"]
