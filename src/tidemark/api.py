@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import difflib
 import enum
+import functools
 import importlib
 import inspect
 import json
@@ -569,9 +570,9 @@ class Stage:
         """Every topic it writes: its output, then its side outputs' in name order."""
         return (self.output, *self.side_output_topics.values())
 
-    @property
+    @functools.cached_property
     def side_output_topics(self) -> dict[str, str]:
-        """Side output name -> its topic."""
+        """Side output name -> its topic (kept: ``ctx.output`` looks a name up for each record)."""
         pairs = typing.cast("tuple[tuple[str, str], ...]", self.side_outputs)  # since __post_init__
         return dict(pairs)
 
