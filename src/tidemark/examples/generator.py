@@ -93,8 +93,8 @@ class RecordWriter:
                 progress(count)
         if self.transactional:
             producer.commit_transaction(60)
-        elif producer.flush(60) > 0:
-            raise RuntimeError(f"{topic}: records still undelivered after 60 s")
+        else:
+            self._deliver(topic, "records")
         if progress:
             progress(count)
         return count
@@ -104,8 +104,11 @@ class RecordWriter:
         compacted topic) and wait until they are delivered."""
         for key, value, at_ms in rows:
             produce_waiting(self._producer, topic, key=key, value=value, timestamp=at_ms)
+        self._deliver(topic, "rows")
+
+    def _deliver(self, topic: str, what: str) -> None:
         if self._producer.flush(60) > 0:
-            raise RuntimeError(f"{topic}: rows still undelivered after 60 s")
+            raise RuntimeError(f"{topic}: {what} still undelivered after 60 s")
 
     def close(self) -> None:
         self._producer.flush(10)

@@ -94,8 +94,9 @@ class PendingBuffer:
     """Results of one task between two checkpoints, sealed by checkpoint ``checkpoint_id``.
 
     Stored in the checkpoint as ``TMP2``, a 4-byte big-endian length and a JSON head (task,
-    checkpoint, record count n, and the side output's name for a side output's buffer), then n key lengths and n value lengths (little-endian int32; -1:
-    no key), then every key and every value, each concatenated: written and read with one
+    checkpoint, record count n, and the side output's name for a side output's buffer), then n
+    key lengths and n value lengths (little-endian int32; -1: no key), then every key and every
+    value, each concatenated: written and read with one
     ``struct`` call and two joins instead of four calls per record. Buffers of checkpoints taken
     before (``TMPB``: length-prefixed key and value per record) are still read."""
 
