@@ -21,7 +21,7 @@ from typing import Any
 import helm_python as helm
 import yaml
 
-from tidemark.jvm import QUICK_START_JVM_OPTIONS
+from tidemark.local.quick_start import QUICK_START_ENV
 from tidemark.local.pipeline import JobRun, LocalPipeline
 from tidemark.maven import default_cache_dir
 from tidemark.processes import die_with_parent, free_port_block
@@ -31,10 +31,11 @@ TOKEN = "chart-started-worker-token-7e21c9"
 CHECKPOINTS_MOUNT = "/var/lib/tidemark/checkpoints"  # the chart's checkpoint storage volume
 CLUSTER_NAMES = ("kafka:9092", "tidemark-coordinator", "/var/lib/tidemark", "0.0.0.0")
 POD_INDEX = "metadata.labels['apps.kubernetes.io/pod-index']"
-# the worker pods' Spark drivers compile with C1 only, as the local pipeline's do (tidemark.jvm): a
-# value a small cluster sets too (``worker.extraEnv``); without it each pod's JVMs spend their first
-# minutes in C2 compilations, on a test machine that runs several pod trees at once
-QUICK_START_EXTRA_ENV = [{"name": "TIDEMARK_SPARK__JAVA_OPTIONS", "value": QUICK_START_JVM_OPTIONS}]
+# the worker pods' Spark drivers run with the local pipeline's quick-start settings (C1 only, no
+# whole-stage code generation, a batch a second: tidemark.local.quick_start), values a development
+# cluster sets too (``worker.extraEnv``); without them each pod's JVMs spend their first minutes in
+# C2 compilations, on a test machine that runs several pod trees at once
+QUICK_START_EXTRA_ENV = [{"name": name, "value": value} for name, value in QUICK_START_ENV.items()]
 
 
 @dataclass(frozen=True)

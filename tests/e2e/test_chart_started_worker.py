@@ -28,8 +28,8 @@ from tidemark.local.pipeline import InputFeeder, JobRun, LocalPipeline, wait_for
 pytestmark = pytest.mark.timeout(900)
 
 def chart_values(pipe: LocalPipeline, topics: Topics, **job: str) -> dict[str, Any]:
-    """The job and the deployment's topic prefix; one broker, so replication factor 1; the pods' JVMs on C1
-    (``chart_pods.QUICK_START_EXTRA_ENV``)."""
+    """The job and the deployment's topic prefix; one broker, so replication factor 1; the pods' Spark drivers
+    with the quick-start settings (``chart_pods.QUICK_START_EXTRA_ENV``)."""
     return {"topicPrefix": pipe.cluster.topic_prefix, "kafka": {"replicationFactor": 1},
             "worker": {"job": TOP_URLS, "jobArgs": topics.args(), "stages": 2, "extraEnv": QUICK_START_EXTRA_ENV},
             "job": job}

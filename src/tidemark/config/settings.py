@@ -83,12 +83,27 @@ class SparkSettings(BaseModel):
                     "batch costs Spark about 100 ms of CPU whatever its size, so a longer interval costs less "
                     "CPU on a steady trickle of input and adds up to its length to every stage's latency",
     )
+    conf: dict[str, str] = Field(
+        default_factory=dict,
+        description="extra Spark configuration of each stage worker's session, applied after Tidemark's own "
+                    "(e.g. {\"spark.driver.memory\": \"4g\"}; as JSON in TIDEMARK_SPARK__CONF); every key starts "
+                    "with 'spark.'; the local pipeline (demo, tests) turns whole-stage code generation off, whose "
+                    "compilations cost a JVM that lives minutes more than they save",
+    )
     source: Literal["auto", "kafka", "tidemark-kafka"] = Field(
         "auto",
         description="how a stage's query reads Kafka: 'kafka' is Spark's own Kafka connector (fetched from Maven "
                     "Central), 'tidemark-kafka' Tidemark's Python data source; 'auto': the connector, except on "
                     "the Tansu engine (tidemark.spark.stage_source)",
     )
+
+    @field_validator("conf")
+    @classmethod
+    def _spark_keys(cls, value: dict[str, str]) -> dict[str, str]:
+        other = sorted(key for key in value if not key.startswith("spark."))
+        if other:
+            raise ValueError(f"not Spark configuration keys (each starts with 'spark.'): {other}")
+        return value
 
 
 class IdleWorkerSettings(BaseModel):

@@ -27,10 +27,10 @@ from confluent_kafka.admin import AdminClient
 from tidemark.processes import die_with_parent, stop_process, stop_processes
 from tidemark.runtime.supervisor.adoption import read_record, stop_left_processes
 from tidemark.examples.generator import RecordWriter, generate
-from tidemark.jvm import QUICK_START_JVM_OPTIONS
 from tidemark.kafka.admin import ensure_topics
 from tidemark.kafka.topics import TopicSpec
 from tidemark.local.cluster import LocalCluster
+from tidemark.local.quick_start import QUICK_START_ENV
 from tidemark.admin.client import ApiError, CoordinatorClient
 from tidemark.start_request import StartRequest
 
@@ -171,8 +171,7 @@ class LocalPipeline:
         self.standby = standby
         self.bootstrap = bootstrap
         self.api_token = api_token
-        self.env = {"TIDEMARK_CHECKPOINT__INTERVAL_MS": "2000",
-                    "TIDEMARK_SPARK__JAVA_OPTIONS": QUICK_START_JVM_OPTIONS, **(env or {})}
+        self.env = {"TIDEMARK_CHECKPOINT__INTERVAL_MS": "2000", **QUICK_START_ENV, **(env or {})}
         if api_token:
             self.env["TIDEMARK_API_TOKEN"] = api_token
         self.cluster = LocalCluster(self.home, bootstrap, topic_prefix=topic_prefix, env=self.env)

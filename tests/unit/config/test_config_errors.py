@@ -199,3 +199,23 @@ def test_a_standby_that_finds_no_kafka_address_exits_78_in_one_line(monkeypatch,
     assert result.stderr.splitlines() == [
         "tidemark jobs standby: invalid configuration: KAFKA_BOOTSTRAP_SERVERS: unset and no embedded broker is "
         f"running under {tmp_path}/broker (start one with `tidemark broker start`)"]
+
+
+def test_extra_spark_configuration_reaches_the_worker_session_after_tidemark_s_own(monkeypatch) -> None:
+    from tidemark.runtime.worker.query import session_options
+    from tidemark.spark.stage_source import TidemarkKafkaSource
+
+    monkeypatch.setenv("TIDEMARK_SPARK__CONF", '{"spark.sql.codegen.wholeStage": "false", "spark.driver.memory": "2g"}')
+    options = session_options(load_settings(TidemarkSettings), "app", TidemarkKafkaSource({}))
+    assert options.extra_conf == {"spark.sql.codegen.wholeStage": "false", "spark.driver.memory": "2g"}
+
+
+@pytest.mark.parametrize(("value", "problem"), [
+    ('{"sql.codegen.wholeStage": "false"}', "not Spark configuration keys (each starts with 'spark.'): "
+                                            "['sql.codegen.wholeStage']"),
+    ('["spark.driver.memory"]', "Input should be a valid dictionary"),
+])
+def test_extra_spark_configuration_is_checked_by_key(monkeypatch, value: str, problem: str) -> None:
+    monkeypatch.setenv("TIDEMARK_SPARK__CONF", value)
+    with pytest.raises(ConfigurationError, match=re.escape(problem)):
+        load_settings(TidemarkSettings)

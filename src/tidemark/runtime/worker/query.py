@@ -53,7 +53,8 @@ class QueryFailed(RuntimeError):
 def session_options(settings: TidemarkSettings, app_name: str, source: StageSource) -> LocalSessionOptions:
     """The local session of a stage worker (or its standby), with what its source needs."""
     return LocalSessionOptions(app_name=app_name, java_options=settings.spark.java_options,
-                               class_archive=settings.spark.class_archive, extra_conf=source.session_conf())
+                               class_archive=settings.spark.class_archive,
+                               extra_conf={**source.session_conf(), **settings.spark.conf})
 
 
 class _SessionStart(threading.Thread):
