@@ -11,7 +11,8 @@ worker process of a job) or ``supervisor`` (the job's ``tidemark jobs run`` proc
 
 Conditions: a row whose meaning starts with ``*only with <condition>*`` is exported only by jobs
 that meet the condition (``only_with``; None for every other row). ``event time``: a stage of
-the job has ``event_time`` (the watermark gauges appear with a stage's first watermark).
+the job has ``event_time`` (the watermark gauges appear with a stage's first watermark); ``the
+RocksDB backend``: the job's ``state_backend`` is ``rocksdb``.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import Any
 OPERATIONS_DOC = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
 TYPES = {"counter", "gauge", "histogram"}
 EXPORTERS = {"all", "coordinator", "checkpoint-store", "changelog", "materializer", "worker", "supervisor"}
-CONDITIONS = {"event time"}
+CONDITIONS = {"event time", "the RocksDB backend"}
 ROW = re.compile(r"^\| `(?P<name>tidemark_\w+)` \| (?P<type>\w+) \| (?P<labels>[^|]*)\| (?P<by>[^|]+)\|")
 ONLY_WITH = re.compile(r"^ *\*only with (?P<condition>[^*]+)\*")
 

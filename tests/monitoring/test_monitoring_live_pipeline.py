@@ -37,7 +37,7 @@ from prom_harness import PanelQuery, PrometheusProcess, assert_every_panel_has_d
 from tidemark.examples.generator import RecordWriter, generate
 from tidemark.local.pipeline import LocalPipeline, stage_logs
 from tidemark.processes import free_port_block
-from tidemark.api import JobSpec, load_job
+from tidemark.api import JobSpec, StateBackendKind, load_job
 
 pytestmark = [pytest.mark.e2e, pytest.mark.spark, pytest.mark.timeout(600)]
 
@@ -59,6 +59,7 @@ ENV = {
 # Whether a job meets each condition of the metrics table (metric_catalog.CONDITIONS).
 JOB_CONDITIONS: dict[str, Callable[[JobSpec], bool]] = {
     "event time": lambda spec: any(stage.event_time is not None for stage in spec.stages),
+    "the RocksDB backend": lambda spec: spec.state_backend is StateBackendKind.ROCKSDB,
 }
 
 

@@ -7,9 +7,9 @@ import re
 from metric_catalog import load_catalog
 
 BOUNDED_LABELS = {"job", "service", "version", "topic", "partition", "reason", "outcome", "mode", "operator", "task",
-                  "stage", "domain", "action"}
+                  "stage", "domain", "action", "state"}  # state: the names a job's functions declare
 UNIT_SUFFIXES = ("_seconds", "_bytes", "_records", "_total", "_info", "_id", "_files", "_checkpoints", "_savepoints",
-                 "_timers", "_ready", "_in_progress", "_completed", "_epoch", "_running")
+                 "_timers", "_ready", "_in_progress", "_completed", "_epoch", "_running", "_entries")
 
 
 def test_catalog_parses_and_names_are_unique() -> None:
@@ -31,12 +31,14 @@ def test_units_are_base_units() -> None:
             assert metric.name.endswith("_seconds"), metric.name
 
 
-def test_only_the_watermark_gauges_depend_on_event_time() -> None:
+def test_only_the_watermark_gauges_depend_on_event_time_and_rocksdb_s_own_figures_on_rocksdb() -> None:
     """Timer and late-record series exist at 0 in every stage worker; the watermark gauges only
-    from a stage's first watermark."""
+    from a stage's first watermark; the state gauges on every backend, RocksDB's figures on RocksDB."""
     conditional = {m.name: m.only_with for m in load_catalog() if m.only_with is not None}
     assert conditional == {"tidemark_worker_watermark_timestamp_seconds": "event time",
-                           "tidemark_worker_watermark_lag_seconds": "event time"}
+                           "tidemark_worker_watermark_lag_seconds": "event time",
+                           **{f"tidemark_worker_rocksdb_{figure}_bytes": "the RocksDB backend"
+                              for figure in ("live_sst", "memtable", "pending_compaction", "block_cache")}}
 
 
 def test_label_sets_are_bounded() -> None:

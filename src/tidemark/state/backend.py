@@ -32,6 +32,7 @@ from tidemark.protocol.messages import (
     TaskSnapshot,
 )
 from tidemark.state.descriptors import StateDescriptor
+from tidemark.state.sizes import BackendSize
 from tidemark.state.table import ChangeListener, KeyedStateChange
 from tidemark.state.timer_queue import TimerQueue
 from tidemark.storage.base import CheckpointStorage
@@ -138,6 +139,11 @@ class KeyedStateBackend(ABC):
         next ``limit`` stored items from where the last call stopped (a running task calls it
         after each batch and tick, :meth:`tidemark.runtime.worker.task.StageTask.clean_up_expired`);
         returns how many stored items changed."""
+
+    @abstractmethod
+    def size(self) -> BackendSize:
+        """Entries and bytes of each registered state, as :mod:`tidemark.state.sizes` says each
+        backend measures them (cheap: nothing is read again)."""
 
     # ------------------------------------------------------------------ changes
 

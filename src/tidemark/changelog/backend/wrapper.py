@@ -35,6 +35,7 @@ from tidemark.protocol.messages import (
     MaterializationStatus,
     StateHandle,
 )
+from tidemark.state.sizes import BackendSize
 from tidemark.state.backend import KeyedSnapshot, KeyedStateBackend, StateRegistrationError
 from tidemark.changelog.backend.restore import (
     RestoreResult,
@@ -159,6 +160,10 @@ class ChangelogStateBackend(KeyedStateBackend):
     def cleanup_expired_state(self, limit: int | None = None) -> int:
         """TTL cleanup of the wrapped backend; not logged (expired values stay invisible)."""
         return self.backend.cleanup_expired_state(limit)
+
+    def size(self) -> BackendSize:
+        """The wrapped backend's."""
+        return self.backend.size()
 
     # ------------------------------------------------------------------ restore
 

@@ -3,7 +3,11 @@ docs/operations.md; Flink's task metrics in brackets)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from prometheus_client import Counter, Gauge, Histogram
+
+from tidemark.state.sizes import BackendSize, StateSize
 
 _SECONDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
@@ -41,6 +45,44 @@ LATE_RECORDS = Counter("tidemark_worker_late_records_total",
                        "Records behind the stage's watermark: dropped, sent to the late-data topic or processed",
                        ["job", "stage", "action"])
 
+STATE_ENTRIES = Gauge("tidemark_worker_state_entries",
+                      "Entries of a keyed state in the worker's tasks: values, lists and map entries (RocksDB: "
+                      "its estimate; heap: at the last snapshot)", ["job", "stage", "state"])
+STATE_BYTES = Gauge("tidemark_worker_state_bytes",
+                    "Bytes of a keyed state in the worker's tasks (RocksDB: live SST files and memtables; heap: "
+                    "serialized, at the last snapshot)", ["job", "stage", "state"])
+ROCKSDB_LIVE_SST = Gauge("tidemark_worker_rocksdb_live_sst_bytes",
+                         "RocksDB live SST files of a state (rocksdb.live-sst-files-size)", ["job", "stage", "state"])
+ROCKSDB_MEMTABLES = Gauge("tidemark_worker_rocksdb_memtable_bytes",
+                          "RocksDB memtables of a state (rocksdb.cur-size-all-mem-tables)", ["job", "stage", "state"])
+ROCKSDB_PENDING_COMPACTION = Gauge("tidemark_worker_rocksdb_pending_compaction_bytes",
+                                   "Bytes RocksDB estimates its compactions of a state still have to rewrite "
+                                   "(rocksdb.estimate-pending-compaction-bytes)", ["job", "stage", "state"])
+ROCKSDB_BLOCK_CACHE = Gauge("tidemark_worker_rocksdb_block_cache_bytes",
+                            "RocksDB block cache in use by the worker's tasks (rocksdb.block-cache-usage)",
+                            ["job", "stage"])
+
+
+def record_state_sizes(job: str, stage: str, sizes: Iterable[BackendSize]) -> None:
+    """The state gauges of a stage worker: each state summed over its tasks' backends."""
+    states: dict[str, list[StateSize]] = {}
+    caches = []
+    for size in sizes:
+        for name, state in size.states.items():
+            states.setdefault(name, []).append(state)
+        if size.block_cache_bytes is not None:
+            caches.append(size.block_cache_bytes)
+    for name, parts in states.items():
+        STATE_ENTRIES.labels(job, stage, name).set(sum(p.entries for p in parts))
+        STATE_BYTES.labels(job, stage, name).set(sum(p.bytes for p in parts))
+        for gauge, figure in ((ROCKSDB_LIVE_SST, "live_sst_bytes"), (ROCKSDB_MEMTABLES, "memtable_bytes"),
+                              (ROCKSDB_PENDING_COMPACTION, "pending_compaction_bytes")):
+            values = [getattr(p, figure) for p in parts if getattr(p, figure) is not None]
+            if values:
+                gauge.labels(job, stage, name).set(sum(values))
+    if caches:
+        ROCKSDB_BLOCK_CACHE.labels(job, stage).set(sum(caches))
+
 
 def init_worker_metrics(job: str) -> None:
     """Create the unlabelled-by-task children at zero so dashboards have data from the start."""
@@ -72,5 +114,6 @@ def clear_worker_metrics() -> None:
     runtime.placement.idle_workers: the earlier job's series would be reported on)."""
     for metric in (RECORDS_IN, RECORDS_OUT, CONSUMER_LAG, ALIGNMENT, SNAPSHOT_SYNC, SNAPSHOT_ASYNC, RECORDS_SKIPPED,
                    RESTORE_DURATION, WATERMARK, WATERMARK_LAG, TIMERS_REGISTERED, TIMERS_FIRED, TIMERS_PENDING,
-                   LATE_RECORDS):
+                   LATE_RECORDS, STATE_ENTRIES, STATE_BYTES, ROCKSDB_LIVE_SST, ROCKSDB_MEMTABLES,
+                   ROCKSDB_PENDING_COMPACTION, ROCKSDB_BLOCK_CACHE):
         metric.clear()

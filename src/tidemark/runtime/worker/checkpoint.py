@@ -24,7 +24,7 @@ from tidemark.protocol.messages import Barrier, SourceOffset, TaskAck, TaskSnaps
 from tidemark.runtime.worker.alignment import Aligned
 from tidemark.runtime.job.control import ControlPlane
 from tidemark.runtime.job.faults import FAULTS
-from tidemark.runtime.job.metrics import ALIGNMENT, SNAPSHOT_ASYNC, SNAPSHOT_SYNC
+from tidemark.runtime.job.metrics import ALIGNMENT, SNAPSHOT_ASYNC, SNAPSHOT_SYNC, record_state_sizes
 from tidemark.runtime.worker.outputs import StageOutput
 from tidemark.runtime.job.operator_states import CUT_STATE, SINK_STATE, WATERMARK_STATE
 from tidemark.runtime.worker.task import StageTask
@@ -86,6 +86,7 @@ class StageCheckpointer:
         SNAPSHOT_SYNC.labels(self.job).observe(sync_s)
         SNAPSHOT_ASYNC.labels(self.job).observe(time.monotonic() - acked)
         ALIGNMENT.labels(self.job).observe(alignment_ms / 1000)
+        record_state_sizes(self.job, self.stage, (task.backend.size() for task in self.tasks))
         log.info("checkpoint acked", job=self.job, stage=self.stage, checkpoint=checkpoint_id, kind=kind.value,
                  sync_ms=int(sync_s * 1000), alignment_ms=alignment_ms, held=aligned.held if aligned else 0,
                  overtaken=aligned.overtaken if aligned else 0)

@@ -16,6 +16,7 @@ from tidemark.protocol.messages import StateChangeOp
 from tidemark.state.backend import KeyedSnapshot
 from tidemark.state.descriptors import StateDescriptor
 from tidemark.state.heap.snapshot import snapshot_entries
+from tidemark.state.sizes import BackendSize
 from tidemark.state.heap.table import HeapStateTable, RawStateStore
 from tidemark.state.heap.timers import HeapTimerQueue
 from tidemark.state.local_backend import LocalKeyedStateBackend
@@ -96,6 +97,11 @@ class HashMapStateBackend(LocalKeyedStateBackend):
         entries = snapshot_entries(self._tables, self._raw, self._heap_timers, self.clock.now_ms())
         return self._full_snapshot(checkpoint_id, storage, self._header(checkpoint_id, "heap"),
                                    self._state_metas(), entries)
+
+    def size(self) -> BackendSize:
+        """Counted entries, estimated bytes (:mod:`tidemark.state.sizes`)."""
+        self._check_open()
+        return BackendSize({name: table.size() for name, table in self._tables.items()})
 
     def restore(self, snapshots: Sequence[KeyedSnapshot], storage: CheckpointStorage) -> None:
         """Load our key groups from the canonical or incremental handles of any old ranges;

@@ -3,6 +3,7 @@ the bytes of restored states not registered yet."""
 
 from __future__ import annotations
 
+import itertools
 from typing import Any, Iterator
 
 from tidemark.protocol.messages import StateChangeOp
@@ -15,10 +16,12 @@ from tidemark.state.descriptors import (
 )
 from tidemark.keygroups import decode_key, encode_key
 from tidemark.state.serializers import Serializer, frame_element, frame_elements, unframe_elements
+from tidemark.state.sizes import StateSize, entry_bytes
 from tidemark.state.snapshot import Entry
 from tidemark.state.table import MISSING, KeyedStateChange, decode_namespace, encode_namespace
 from tidemark.state.ttl import TtlSerializer, is_expired, timestamp_of
 
+SIZE_SAMPLE = 64  # entries serialized to estimate a state's bytes (HeapStateTable.size)
 PUT, ADD, DELETE, CLEAR = StateChangeOp.PUT, StateChangeOp.ADD, StateChangeOp.DELETE, StateChangeOp.CLEAR
 
 
@@ -185,6 +188,21 @@ class HeapStateTable:
         else:
             del m[slot]
         return 1
+
+    def size(self, sample: int = SIZE_SAMPLE) -> StateSize:
+        """The entries, counted; the bytes, estimated from the serialized size of the first
+        ``sample`` keys' entries (what a snapshot would write of them, expired ones included)."""
+        if self._is_map:
+            entries = sum(len(stored) for m in self._maps for stored in m.values())
+        else:
+            entries = sum(len(m) for m in self._maps)
+        start = self._b.key_group_range.start
+        stored_entries = (entry for index, m in enumerate(self._maps) for (key, ns), stored in m.items()
+                          for entry in self._entries_of((self.name, start + index, encode_key(key),
+                                                         encode_namespace(ns)), stored, self._ser, None, 0))
+        sizes = [entry_bytes(entry) for entry in itertools.islice(stored_entries, sample)]
+        sampled, sampled_bytes = len(sizes), sum(sizes)
+        return StateSize(entries, round(entries * sampled_bytes / sampled) if sampled else 0)
 
     def snapshot_entries(self, now_ms: int) -> Iterator[Entry]:
         """Canonical entries in key-group order; expired TTL values are left out."""

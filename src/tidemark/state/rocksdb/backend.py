@@ -18,6 +18,7 @@ import rocksdict
 
 from tidemark.keygroups import KeyGroupRange
 from tidemark.protocol.messages import StateChangeOp, StateFile, StateHandle, StateHandleKind
+from tidemark.state.sizes import BackendSize, StateSize
 from tidemark.state.backend import KeyedSnapshot, StateRegistrationError
 from tidemark.state.descriptors import StateDescriptor, StateKind
 from tidemark.state.local_backend import LocalKeyedStateBackend
@@ -202,6 +203,19 @@ class RocksDBStateBackend(LocalKeyedStateBackend):
             index, start = index + 1, None
         self._cleanup_at = (index, start) if index < len(states) else (0, None)
         return removed
+
+    def size(self) -> BackendSize:
+        """RocksDB's own figures per column family (:mod:`tidemark.state.sizes`)."""
+        self._check_open()
+        states = {}
+        for name in self._tables:
+            family = self._cf(name)
+            sst = family.property_int_value("rocksdb.live-sst-files-size") or 0
+            memtables = family.property_int_value("rocksdb.cur-size-all-mem-tables") or 0
+            states[name] = StateSize(family.property_int_value("rocksdb.estimate-num-keys") or 0, sst + memtables,
+                                     sst, memtables,
+                                     family.property_int_value("rocksdb.estimate-pending-compaction-bytes") or 0)
+        return BackendSize(states, self._db.property_int_value("rocksdb.block-cache-usage") or 0)
 
     def settle(self, timeout_s: float = 120.0) -> bool:
         """Flush memtables and wait until no flush or compaction is pending or running;

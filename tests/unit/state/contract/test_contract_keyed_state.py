@@ -280,3 +280,32 @@ def test_closed_backend_refuses_use(new_backend) -> None:
     with pytest.raises(RuntimeError):
         backend.get_state(ValueStateDescriptor("v"))
     backend.close()
+
+
+def test_size_reports_each_state_s_entries_and_bytes(backend) -> None:
+    """A value per key, a two-element list per key (one entry), three map entries per key: the
+    entries counted (RocksDB: its estimate, at least the entries and at most one per write),
+    the bytes at least what the values themselves take; RocksDB's own figures on RocksDB only."""
+    values = backend.get_state(ValueStateDescriptor("value", default=0))
+    lists = backend.get_state(ListStateDescriptor("list"))
+    maps = backend.get_state(MapStateDescriptor("map"))
+    backend.get_state(ValueStateDescriptor("unused"))
+    for key in range(40):
+        backend.set_current_key(f"key-{key}")
+        values.update("v" * 30)
+        lists.add_all([key, key + 1])
+        maps.put_all({f"entry-{n}": "m" * 50 for n in range(3)})
+    size = backend.size()
+    assert set(size.states) == {"value", "list", "map", "unused"}
+    rocksdb = size.block_cache_bytes is not None
+    for name, entries, writes in (("value", 40, 40), ("list", 40, 40), ("map", 120, 120)):
+        measured = size.states[name].entries
+        assert (entries <= measured <= writes * 2) if rocksdb else measured == entries, (name, measured)
+    assert size.states["unused"].entries == 0  # RocksDB: an empty memtable's arena (2 KB) still counts
+    assert size.states["unused"].bytes <= (4096 if rocksdb else 0)
+    assert size.states["value"].bytes >= 40 * 30 and size.states["map"].bytes >= 120 * 50
+    for state in size.states.values():
+        figures = (state.live_sst_bytes, state.memtable_bytes, state.pending_compaction_bytes)
+        assert all(f is not None and f >= 0 for f in figures) if rocksdb else figures == (None, None, None)
+        if rocksdb:
+            assert state.bytes == state.live_sst_bytes + state.memtable_bytes
