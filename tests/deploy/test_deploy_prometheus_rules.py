@@ -26,7 +26,7 @@ def _promtool(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
 def test_check_rules() -> None:
     result = _promtool("check", "rules", str(RULES))
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 7 rules found" in result.stdout
+    assert "SUCCESS: 8 rules found" in result.stdout
 
 
 def test_rule_unit_tests() -> None:
@@ -60,7 +60,7 @@ def test_compose_prometheus_config_loads_the_rules(tmp_path: Path) -> None:
     (tmp_path / "prometheus.yml").write_text(config.replace("/etc/prometheus/rules/*.yml", str(RULES)))
     result = _promtool("check", "config", str(tmp_path / "prometheus.yml"))
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 7 rules found" in result.stdout
+    assert "SUCCESS: 8 rules found" in result.stdout
 
 
 def test_install_script_is_idempotent_and_fast() -> None:

@@ -81,7 +81,7 @@ def run_through_outages(tmp_path: Path, broker: EmbeddedBroker, unique_name: Cal
     topics = topics_for(unique_name)
     done = False
     with pipeline(tmp_path, bootstrap, unique_name, services=SERVICES,
-                  env={"TIDEMARK_CHECKPOINT__INTERVAL_MS": "1500"}) as pipe:
+                  env={"TIDEMARK_CHECKPOINT__INTERVAL_MS": "2500"}) as pipe:
         pipe.create_topic(topics.input, 4)
         job = pipe.start_job(TOP_URLS, topics.args(), max_restarts=3)
         feeder = InputFeeder(bootstrap, topics.input, total=2000, chunk=200, pause_s=1.0,

@@ -36,7 +36,7 @@ def test_changelog_mode_is_exactly_once_across_sigkills_then_resumes_rescaled_fr
     on 3 workers."""
     topics = topics_for(unique_name)
     args = topics.args(changelog=True, state_backend="rocksdb", top_urls_workers=2)
-    env = {"TIDEMARK_CHECKPOINT__INTERVAL_MS": "1500", "TIDEMARK_MATERIALIZATION__INTERVAL_MS": "3000"}
+    env = {"TIDEMARK_CHECKPOINT__INTERVAL_MS": "2500", "TIDEMARK_MATERIALIZATION__INTERVAL_MS": "3000"}
     with pipeline(tmp_path, kafka_bootstrap, unique_name, services=SERVICES, env=env, standby=True) as pipe:
         pipe.create_topic(topics.input, 4)
         job = pipe.start_job(TOP_URLS, args, faults=KILLS, max_restarts=len(KILLS) + 2)

@@ -41,7 +41,7 @@ def test_two_stage_job_on_four_workers_is_exactly_once_across_sigkills_of_one_wo
         tmp_path, kafka_bootstrap, unique_name):
     topics = topics_for(unique_name)
     with pipeline(tmp_path, kafka_bootstrap, unique_name, standby=True,  # the killed worker's successor warms
-                  env={"TIDEMARK_CHECKPOINT__INTERVAL_MS": "1500"}) as pipe:  # while the attempt before runs
+                  env={"TIDEMARK_CHECKPOINT__INTERVAL_MS": "2500"}) as pipe:  # while the attempt before runs
         pipe.create_topic(topics.input, 4)
         job = pipe.start_job(TOP_URLS, topics.args(parallelism=3, top_urls_workers=3), faults=KILLS,
                              max_restarts=len(KILLS) + 2)

@@ -36,7 +36,7 @@ def test_a_graph_with_a_fan_out_and_a_fan_in_is_exactly_once_across_a_sigkill_of
     totals, ips, firsts = unique_name("url-totals"), unique_name("ip-hits"), unique_name("ip-firsts")
     args = {"job_id": job_id, "input_topic": source, "output_topic": totals, "ip_output_topic": ips,
             "ip_firsts_topic": firsts}
-    with pipeline(tmp_path, kafka_bootstrap, unique_name, env={"TIDEMARK_CHECKPOINT__INTERVAL_MS": "1000"}) as pipe:
+    with pipeline(tmp_path, kafka_bootstrap, unique_name, env={"TIDEMARK_CHECKPOINT__INTERVAL_MS": "2000"}) as pipe:
         pipe.create_topic(source, 4)
         job = pipe.start_job(GRAPH, args, faults=KILLS, max_restarts=len(KILLS) + 2)
         all_killed = lambda: killed_at_every_point(job, KILLS)  # noqa: E731

@@ -41,7 +41,7 @@ def test_the_postgres_sink_is_exactly_once_across_sigkills_and_rescales(tmp_path
     table = unique_name("hits").replace("-", "_")
     args = {"dsn": postgres_dsn, "job_id": topics.job_id, "table": table, "input_topic": topics.input}
     with pipeline(tmp_path, kafka_bootstrap, unique_name,
-                  env={"TIDEMARK_CHECKPOINT__INTERVAL_MS": "1000"}) as pipe, \
+                  env={"TIDEMARK_CHECKPOINT__INTERVAL_MS": "2000"}) as pipe, \
             psycopg.connect(postgres_dsn, autocommit=True) as db:
         pipe.create_topic(topics.input, 4)
         job = pipe.start_job(SINK, args, faults=KILLS, max_restarts=len(KILLS) + 2)

@@ -89,7 +89,7 @@ def test_stop_with_savepoint_upgrade_in_savepoint_mode_survives_a_sigkill_of_the
 def test_checkpoint_timeout_fails_over_and_the_output_continues_exactly_once(tmp_path, kafka_bootstrap, unique_name):
     topics = topics_for(unique_name)
     timeout_ms = 30_000  # well above a checkpoint of this job on a loaded 2-core machine (the default is 10 min)
-    env = {"TIDEMARK_CHECKPOINT__INTERVAL_MS": "1500", "TIDEMARK_CHECKPOINT__TIMEOUT_MS": str(timeout_ms),
+    env = {"TIDEMARK_CHECKPOINT__INTERVAL_MS": "2500", "TIDEMARK_CHECKPOINT__TIMEOUT_MS": str(timeout_ms),
            "TIDEMARK_CHECKPOINT__TOLERABLE_FAILURES": "0"}
     with pipeline(tmp_path, kafka_bootstrap, unique_name, env=env) as pipe:
         job, milestone, feeder = start_fed_job(pipe, topics, kafka_bootstrap, checkpoints=2)

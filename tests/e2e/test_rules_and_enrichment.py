@@ -59,7 +59,7 @@ def test_rules_and_an_enrichment_change_while_running_and_both_outputs_are_exact
     fraud_id, txns, rules, alerts, cleared = (unique_name(n) for n in ("fraud", "txns", "rules", "alerts", "cleared"))
     enrich_id, log, owners, enriched = (unique_name(n) for n in ("enrich", "access-log", "owners", "by-owner"))
     written: dict[str, list] = {"transactions": [], "rules": [], "records": [], "owners": []}
-    with pipeline(tmp_path, kafka_bootstrap, unique_name, env={"TIDEMARK_CHECKPOINT__INTERVAL_MS": "1000"}) as pipe:
+    with pipeline(tmp_path, kafka_bootstrap, unique_name, env={"TIDEMARK_CHECKPOINT__INTERVAL_MS": "2000"}) as pipe:
         pipe.create_topic(txns, 4)
         pipe.create_topic(rules, 1)
         pipe.create_topic(log, 4)

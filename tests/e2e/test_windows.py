@@ -61,7 +61,7 @@ def test_session_and_sliding_windows_are_exactly_once_across_sigkills_lateness_a
     sliding_args = {"job_id": unique_name("sliding"), "input_topic": topic, "output_topic": unique_name("windows"),
                     "size_ms": SIZE_MS, "slide_ms": SLIDE_MS, "allowed_lateness_ms": LATENESS_MS,
                     "late_records": "side-output", "late_output": late_topic}
-    with pipeline(tmp_path, kafka_bootstrap, unique_name, env={"TIDEMARK_CHECKPOINT__INTERVAL_MS": "1500"}) as pipe:
+    with pipeline(tmp_path, kafka_bootstrap, unique_name, env={"TIDEMARK_CHECKPOINT__INTERVAL_MS": "2500"}) as pipe:
         pipe.create_topic(topic, 4)
         pipe.create_topic(late_topic, 1)
         sessions = pipe.start_job(SESSIONS, sessions_args, faults=SESSION_KILLS, max_restarts=len(SESSION_KILLS) + 2)
