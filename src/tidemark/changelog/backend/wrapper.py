@@ -158,7 +158,8 @@ class ChangelogStateBackend(KeyedStateBackend):
         self._on_change(change)
 
     def cleanup_expired_state(self, limit: int | None = None) -> int:
-        """TTL cleanup of the wrapped backend; not logged (expired values stay invisible)."""
+        """TTL cleanup of the wrapped backend, logged: its changes reach :meth:`_on_change` as
+        every write's do, so the changelog replays to the cleaned state."""
         return self.backend.cleanup_expired_state(limit)
 
     def size(self) -> BackendSize:

@@ -42,7 +42,7 @@ class HashMapStateBackend(LocalKeyedStateBackend):
         self._tables: dict[str, HeapStateTable] = {}
         self._raw: dict[str, RawStateStore] = {}
         self._heap_timers: dict[str, HeapTimerQueue] = {}
-        self._cleanup_cursor: Iterator[tuple[HeapStateTable, dict[Any, Any], Any]] | None = None
+        self._cleanup_cursor: Iterator[tuple[HeapStateTable, int, dict[Any, Any], Any]] | None = None
 
     def _create_table(self, descriptor: StateDescriptor) -> HeapStateTable:
         table = HeapStateTable(self, descriptor)
@@ -78,11 +78,11 @@ class HashMapStateBackend(LocalKeyedStateBackend):
         if limit is None:
             return sum(table.cleanup_expired(now) for table in self._tables.values())
         if self._cleanup_cursor is None:
-            self._cleanup_cursor = ((table, m, slot) for table in list(self._tables.values())
-                                    for m, slot in table.expirable_slots())
+            self._cleanup_cursor = ((table, index, m, slot) for table in list(self._tables.values())
+                                    for index, m, slot in table.expirable_slots())
         changed = checked = 0
-        for table, m, slot in self._cleanup_cursor:
-            changed += table.cleanup_slot(m, slot, now)
+        for table, index, m, slot in self._cleanup_cursor:
+            changed += table.cleanup_slot(index, m, slot, now)
             checked += 1
             if checked >= limit:
                 return changed

@@ -158,20 +158,21 @@ class HeapStateTable:
 
     def cleanup_expired(self, now_ms: int) -> int:
         """Drop every expired value, element or entry; returns how many slots changed."""
-        return sum(self.cleanup_slot(m, slot, now_ms) for m, slot in self.expirable_slots())
+        return sum(self.cleanup_slot(index, m, slot, now_ms) for index, m, slot in self.expirable_slots())
 
-    def expirable_slots(self) -> Iterator[tuple[dict[tuple[Any, Any], Any], tuple[Any, Any]]]:
-        """(key-group map, slot) of every stored value, as they are when each map is reached
-        (none without TTL): what an incremental cleanup walks."""
+    def expirable_slots(self) -> Iterator[tuple[int, dict[tuple[Any, Any], Any], tuple[Any, Any]]]:
+        """(key-group index, key-group map, slot) of every stored value, as they are when each map
+        is reached (none without TTL): what an incremental cleanup walks."""
         if self._ttl_ms is None:
             return
-        for m in self._maps:
+        for index, m in enumerate(self._maps):
             for slot in list(m):
-                yield m, slot
+                yield index, m, slot
 
-    def cleanup_slot(self, m: dict[tuple[Any, Any], Any], slot: tuple[Any, Any], now_ms: int) -> int:
+    def cleanup_slot(self, index: int, m: dict[tuple[Any, Any], Any], slot: tuple[Any, Any], now_ms: int) -> int:
         """Drop the expired value, elements or entries of one slot; 1 when it changed (a slot
-        already gone counts 0)."""
+        already gone counts 0). The listeners (a changelog) get the change: a DELETE of each
+        expired map entry or of the value, the list's live elements PUT again."""
         ttl, stored = self._ttl_ms, m.get(slot)
         if ttl is None or stored is None:
             return 0
@@ -187,7 +188,22 @@ class HeapStateTable:
             m[slot] = live
         else:
             del m[slot]
+        if self._b._listeners:
+            self._emit_cleanup(self._b.key_group_range.start + index, slot, stored, live)
         return 1
+
+    def _emit_cleanup(self, key_group: int, slot: tuple[Any, Any], stored: Any, live: Any) -> None:
+        key, ns = encode_key(slot[0]), encode_namespace(slot[1])
+        if self._is_map:
+            changes = [KeyedStateChange(self.name, key_group, key, ns, DELETE, self._uks.serialize(user_key), None)
+                       for user_key in stored if not live or user_key not in live]
+        elif self._is_list and live:
+            changes = [KeyedStateChange(self.name, key_group, key, ns, PUT, None, self._encode_list(live))]
+        else:
+            changes = [KeyedStateChange(self.name, key_group, key, ns, DELETE, None, None)]
+        for change in changes:
+            for listener in self._b._listeners:
+                listener(change)
 
     def size(self, sample: int = SIZE_SAMPLE) -> StateSize:
         """The entries, counted; the bytes, estimated from the serialized size of the first

@@ -40,6 +40,7 @@ from tidemark.state.rocksdb.table import (
     key_group_bytes,
     key_prefix,
     namespace_part,
+    split_db_key,
     successor,
 )
 from tidemark.state.serializers import frame_element, frame_elements, unframe_elements
@@ -195,6 +196,8 @@ class RocksDBStateBackend(LocalKeyedStateBackend):
                 if kept != value:
                     removed += 1
                     cf.delete(db_key) if kept is None else cf.put(db_key, kept)
+                    if self._listeners:  # a changelog replays to the same state
+                        self._emit_cleanup(states[index], db_key, kept)
                 checked += 1
                 entries.next()
             if entries.valid():  # the budget ran out inside this state
@@ -203,6 +206,15 @@ class RocksDBStateBackend(LocalKeyedStateBackend):
             index, start = index + 1, None
         self._cleanup_at = (index, start) if index < len(states) else (0, None)
         return removed
+
+    def _emit_cleanup(self, state_name: str, db_key: bytes, kept: bytes | None) -> None:
+        """The change a cleanup made to one stored entry, to the listeners: a DELETE of the value
+        or map entry, or a list's live elements PUT again."""
+        key_group, key, namespace, user_key = split_db_key(db_key)
+        change = KeyedStateChange(state_name, key_group, key, namespace, StateChangeOp.DELETE if kept is None
+                                  else StateChangeOp.PUT, user_key or None, kept)
+        for listener in self._listeners:
+            listener(change)
 
     def size(self) -> BackendSize:
         """RocksDB's own figures per column family (:mod:`tidemark.state.sizes`)."""

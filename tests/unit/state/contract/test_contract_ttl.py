@@ -165,3 +165,38 @@ def test_incremental_cleanup_goes_on_where_it_stopped_and_starts_over_after_a_pa
     assert sum(backend.cleanup_expired_state(limit=7) for _ in range(5)) == 20 + 10
     backend.set_current_key(39)
     assert values.value() is None and entries.get("e") is None and plain.value() == 39
+
+
+def test_a_cleanup_reaches_the_change_listeners_so_a_replay_rebuilds_the_cleaned_state(new_backend, clock) -> None:
+    """The changes a cleanup makes go to the listeners as any write's do (the changelog backend
+    logs them): replaying everything the listeners saw into a new backend gives the cleaned
+    state, not the expired values back (visible once more under return_expired_if_not_cleaned_up)."""
+    config = ttl(visibility="return_expired_if_not_cleaned_up")
+    descriptors = (ValueStateDescriptor("v", ttl=config), ListStateDescriptor("l", ttl=config),
+                   MapStateDescriptor("m", ttl=config))
+    source = new_backend()
+    seen = []
+    source.add_change_listener(seen.append)
+    values, lists, maps = (source.get_state(d) for d in descriptors)
+    for key in range(10):
+        source.set_current_key(key)
+        values.update(key)
+        lists.add_all([key, key + 1])
+        maps.put_all({"a": key, "b": key})
+    clock.advance(6_000)
+    for key in range(5):  # refreshed in part: a new list element and map entry, a new value
+        source.set_current_key(key)
+        values.update(-key)
+        lists.add(100)
+        maps.put("b", -key)
+    clock.advance(5_000)  # what was written first has expired
+    assert source.cleanup_expired_state() >= 5 * 2 + 5 * 3  # keys 0..4: list and map; 5..9: all three
+    replayed = new_backend()
+    for change in seen:
+        replayed.apply_change(change)
+    values, lists, maps = (replayed.get_state(d) for d in descriptors)
+    for key in range(10):
+        replayed.set_current_key(key)
+        assert values.value() == (-key if key < 5 else None), key
+        assert lists.get() == ([100] if key < 5 else []), key
+        assert dict(maps.items()) == ({"b": -key} if key < 5 else {}), key
