@@ -43,7 +43,7 @@ import types
 import typing
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import orjson
@@ -368,6 +368,28 @@ class StateBackendKind(str, enum.Enum):
     ROCKSDB = "rocksdb"
 
 
+class RocksDBProfile(str, enum.Enum):
+    """Predefined RocksDB options (Flink's ``PredefinedOptions``; what each sets:
+    ``tidemark.state.rocksdb.options.PROFILES``)."""
+
+    DEFAULT = "default"
+    SPINNING_DISK = "spinning-disk"
+    SPINNING_DISK_HIGH_MEMORY = "spinning-disk-high-memory"
+    FLASH_SSD = "flash-ssd"
+
+
+@dataclass(frozen=True)
+class RocksDBConfig:
+    """How a job's RocksDB state is tuned (``state_backend=ROCKSDB``): a predefined ``profile``,
+    then, for each state (one column family each), ``options_factory(state_name, options)``, which
+    may change the ``rocksdict.Options`` of that state's column family (compression, block sizes,
+    write buffers, ...). The memory every RocksDB database of a worker process shares is the
+    worker's setting (``TIDEMARK_ROCKSDB__MEMORY_BYTES``), not the job's."""
+
+    profile: RocksDBProfile = RocksDBProfile.DEFAULT
+    options_factory: Callable[[str, Any], None] | None = None
+
+
 class ErrorPolicy(str, enum.Enum):
     """What a stage does with a record it cannot handle: one that does not decode, whose key
     cannot be computed or encoded, whose Tidemark headers are malformed, or whose
@@ -387,6 +409,7 @@ class LateRecords(str, enum.Enum):
 
 
 _SIDE_OUTPUT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+_STAGE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")  # no '.': ``<stage>.read``, ``.w<n>``, ``.side.<name>``
 
 
 @dataclass(frozen=True)
@@ -633,7 +656,7 @@ class JobSpec:
     state_backend: StateBackendKind = StateBackendKind.HEAP
     output_partitions: int = 4
     changelog: bool = False
-    options: dict[str, Any] = field(default_factory=dict)
+    rocksdb: RocksDBConfig = RocksDBConfig()  # with state_backend=ROCKSDB: its profile and options per state
     workers: int = 1  # worker processes per stage, 1..parallelism (Stage.workers overrides it)
 
     def __post_init__(self) -> None:
@@ -787,6 +810,10 @@ def load_job(reference: str, args: dict[str, Any] | None = None) -> JobSpec:
         spec = target
     if not isinstance(spec, JobSpec):
         raise JobSpecError(f"{reference} is a {type(spec).__name__}, not a JobSpec")
+    for stage in spec.stages:
+        if not _STAGE_NAME.fullmatch(stage.name):
+            raise JobSpecError(f"{reference}: stage name {stage.name!r} must be 1-64 letters, digits, '_' or '-' "
+                               f"(Tidemark names its processes and transactions after a stage with '.' suffixes)")
     return spec
 
 

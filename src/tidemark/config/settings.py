@@ -106,6 +106,21 @@ class SparkSettings(BaseModel):
         return value
 
 
+class RocksDBSettings(BaseModel):
+    """The memory of a stage worker's RocksDB state (tidemark.state.rocksdb.options.RocksDBMemory)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    memory_bytes: int = Field(
+        256 << 20, ge=16 << 20, le=1 << 40,
+        description="one budget for every RocksDB database of a worker process's tasks (Flink's managed "
+                    "memory): a shared block cache holding data, index and filter blocks, and the memtables "
+                    "charged to it; RocksDB's memory stays within it whatever the number of tasks",
+    )
+    write_buffer_ratio: float = Field(
+        0.5, gt=0, le=1, description="the share of memory_bytes the memtables (write buffers) may take")
+
+
 class IdleWorkerSettings(BaseModel):
     """Warm worker processes a job's run leaves behind for the next job on the machine
     (tidemark.runtime.placement.idle_workers)."""
@@ -194,6 +209,7 @@ class TidemarkSettings(BaseSettings):
                     "(tidemark.runtime.supervisor.adoption)",
     )
     idle_workers: IdleWorkerSettings = IdleWorkerSettings()
+    rocksdb: RocksDBSettings = RocksDBSettings()
     api_token: str | None = Field(None, repr=False)
 
     @classmethod

@@ -36,6 +36,7 @@ class BackendContext:
     operator_id: str = "operator"
     local_dir: Path | None = None
     clock: Clock | None = None
+    backend_options: Any = None  # the backend's own (RocksDB: a RocksDBSetup); None: its defaults
 
 
 BackendFactory = Callable[[BackendContext], KeyedStateBackend]

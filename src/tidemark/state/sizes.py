@@ -10,7 +10,7 @@ can without reading its state again:
   (``heap.table.SIZE_SAMPLE``); the changelog backend reports its heap backend's;
 * RocksDB: RocksDB's own figures per column family (one per state): its estimate of the keys,
   the live SST files plus the memtables as the bytes, and the compaction still to do; the block
-  cache's usage for the whole database.
+  cache's usage (of the cache the database uses, often shared by all the tasks of a worker).
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ class BackendSize:
 
     states: Mapping[str, StateSize] = field(default_factory=dict)
     block_cache_bytes: int | None = None
+    block_cache: int = 0  # which cache (an id): backends sharing one report the same usage
 
 
 def entry_bytes(entry: Entry) -> int:

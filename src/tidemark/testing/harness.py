@@ -61,6 +61,7 @@ from tidemark.api import (
     JobSpec,
     OutputTag,
     ProcessFunction,
+    RocksDBConfig,
     Stage,
     StateBackendKind,
     takes_broadcast,
@@ -76,6 +77,7 @@ from tidemark.runtime.worker.task import OperatorFactory, StageTask
 from tidemark.testing.changelog import InMemoryChangelogReader, InMemoryChangelogTopic, InMemoryChangelogWriter
 from tidemark.keygroups import DEFAULT_MAX_PARALLELISM, KeyGroupRange, check_max_parallelism
 from tidemark.state.backend_registry import BackendContext, create_backend
+from tidemark.state.rocksdb.options import RocksDBSetup
 from tidemark.state.timers import TimeDomain
 from tidemark.state.ttl import ManualClock
 from tidemark.storage.base import CheckpointStorage
@@ -118,7 +120,7 @@ class KeyedProcessFunctionHarness:
                  state_backend: StateBackendKind | str = StateBackendKind.HEAP, job_id: str = "harness",
                  storage: CheckpointStorage | None = None, clock: ManualClock | None = None,
                  changelog: InMemoryChangelogTopic | None = None,
-                 operator: OperatorFactory | None = None) -> None:
+                 operator: OperatorFactory | None = None, rocksdb: RocksDBConfig = RocksDBConfig()) -> None:
         check_max_parallelism(max_parallelism)
         if not 1 <= parallelism <= max_parallelism:
             raise ValueError(f"parallelism must be in 1..{max_parallelism}, got {parallelism}")
@@ -144,7 +146,9 @@ class KeyedProcessFunctionHarness:
         for assignment in plan_assignments((stage.operator_id,), parallelism, max_parallelism):
             key_groups = KeyGroupRange(assignment.key_group_start, assignment.key_group_end)
             local_dir = Path(self._local.name) / assignment.task_id.replace("#", "-")
-            context = BackendContext(key_groups, max_parallelism, stage.name, local_dir, clock=self.clock)
+            context = BackendContext(key_groups, max_parallelism, stage.name, local_dir, clock=self.clock,
+                                     backend_options=RocksDBSetup.of(rocksdb)
+                                     if self.state_backend is StateBackendKind.ROCKSDB else None)
             wirings = () if changelog is None else (self._changelog_wiring(changelog, assignment.task_id),)
             backend = create_backend(self.state_backend.value, context, *wirings)
             self.tasks.append(StageTask(stage, assignment, parallelism, backend, self.time, operator=operator))
@@ -173,10 +177,10 @@ class KeyedProcessFunctionHarness:
     def for_stage(cls, job: JobSpec, stage: str, *, parallelism: int | None = None,
                   state_backend: StateBackendKind | str | None = None, **options: Any) -> KeyedProcessFunctionHarness:
         """A harness for the stage named ``stage`` of ``job``, with the job's parallelism, max
-        parallelism and state backend unless given."""
+        parallelism and state backend unless given, and its RocksDB configuration."""
         return cls(job.stage(stage), parallelism=parallelism or job.parallelism,
                    max_parallelism=job.max_parallelism, state_backend=state_backend or job.state_backend,
-                   job_id=job.job_id, **options)
+                   job_id=job.job_id, rocksdb=job.rocksdb, **options)
 
     @classmethod
     def for_function(cls, function: Callable[[], ProcessFunction | CoProcessFunction | BroadcastProcessFunction],

@@ -14,7 +14,8 @@ from tidemark.cli import app
 from tidemark.config.environment import NOT_SETTINGS, setting_variables, unknown_variables
 from tidemark.config.service_modules import SERVICES
 from tidemark.config.settings import ConfigurationError, TidemarkSettings, load_settings
-from tidemark.api import JobSpecError, check_job_args, load_job
+from tidemark.api import JobSpec, JobSpecError, Stage, check_job_args, load_job
+from tidemark.examples.access_log import CountHits
 from tidemark.services import run_service, service_module
 from tidemark.services.coordinator.settings import CoordinatorSettings
 from tidemark.services.materializer.settings import MaterializerSettings
@@ -162,6 +163,17 @@ def test_union_literal_and_required_arguments() -> None:
         check_job_args("m:job", job, {"name": "x", "limit": 1.5})
     with pytest.raises(JobSpecError, match=r"m:job needs the argument\(s\) name in --job-args"):
         check_job_args("m:job", job, {})
+
+
+def dotted_stage_job() -> JobSpec:
+
+    return JobSpec("dotted", (Stage("counts.side.x", ("in",), str, CountHits, "out"),))
+
+
+def test_a_stage_name_tidemark_could_confuse_with_its_own_suffixes_is_refused_in_one_line() -> None:
+    with pytest.raises(JobSpecError, match=re.escape(f"{__name__}:dotted_stage_job: stage name 'counts.side.x' "
+                                                     "must be 1-64 letters, digits, '_' or '-'")):
+        load_job(f"{__name__}:dotted_stage_job")
 
 
 def test_valid_job_args_load_the_job() -> None:

@@ -1,4 +1,4 @@
-"""A stage worker's state gauges: each state summed over its tasks' backends."""
+"""A stage worker's state gauges: each state summed over its tasks' backends, a shared cache once."""
 
 from __future__ import annotations
 
@@ -15,8 +15,9 @@ def _value(name: str, **labels: str) -> float | None:
 def test_each_state_is_summed_over_the_tasks_and_rocksdb_figures_only_where_reported() -> None:
     clear_worker_metrics()
     heap = BackendSize({"count": StateSize(10, 1000)})
-    rocks = [BackendSize({"count": StateSize(5, 700, 500, 200, 0), "seen": StateSize(3, 90, 0, 90, 7)}, 4096),
-             BackendSize({"count": StateSize(6, 800, 600, 200, 1)}, 8192)]
+    rocks = [BackendSize({"count": StateSize(5, 700, 500, 200, 0), "seen": StateSize(3, 90, 0, 90, 7)}, 4096, 1),
+             BackendSize({"count": StateSize(6, 800, 600, 200, 1)}, 8192, 2),
+             BackendSize({"count": StateSize(0, 0, 0, 0, 0)}, 8192, 2)]  # sharing the second's cache
     record_state_sizes("heap-job", "counts", [heap, BackendSize({"count": StateSize(2, 150)})])
     record_state_sizes("rocks-job", "counts", rocks)
     assert _value("tidemark_worker_state_entries", job="heap-job", stage="counts", state="count") == 12

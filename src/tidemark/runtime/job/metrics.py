@@ -64,14 +64,15 @@ ROCKSDB_BLOCK_CACHE = Gauge("tidemark_worker_rocksdb_block_cache_bytes",
 
 
 def record_state_sizes(job: str, stage: str, sizes: Iterable[BackendSize]) -> None:
-    """The state gauges of a stage worker: each state summed over its tasks' backends."""
+    """The state gauges of a stage worker: each state summed over its tasks' backends, each block
+    cache once (the tasks of a worker share one)."""
     states: dict[str, list[StateSize]] = {}
-    caches = []
+    caches: dict[int, int] = {}  # a cache the tasks share counts once
     for size in sizes:
         for name, state in size.states.items():
             states.setdefault(name, []).append(state)
         if size.block_cache_bytes is not None:
-            caches.append(size.block_cache_bytes)
+            caches[size.block_cache] = size.block_cache_bytes
     for name, parts in states.items():
         STATE_ENTRIES.labels(job, stage, name).set(sum(p.entries for p in parts))
         STATE_BYTES.labels(job, stage, name).set(sum(p.bytes for p in parts))
@@ -81,7 +82,7 @@ def record_state_sizes(job: str, stage: str, sizes: Iterable[BackendSize]) -> No
             if values:
                 gauge.labels(job, stage, name).set(sum(values))
     if caches:
-        ROCKSDB_BLOCK_CACHE.labels(job, stage).set(sum(caches))
+        ROCKSDB_BLOCK_CACHE.labels(job, stage).set(sum(caches.values()))
 
 
 def init_worker_metrics(job: str) -> None:

@@ -56,7 +56,7 @@ from tidemark.runtime.worker.checkpoint import StageCheckpointer
 from tidemark.runtime.worker.inputs import ChannelInput, RecordPath, SourceInput
 from tidemark.runtime.worker.restore import RestoredStage, restore_stage
 from tidemark.runtime.worker.runner import StageRunner
-from tidemark.runtime.worker.tasks import ChangelogTarget, build_stage_tasks
+from tidemark.runtime.worker.tasks import ChangelogTarget, build_stage_tasks, worker_rocksdb_memory
 from tidemark.runtime.worker.clock import StageClock
 from tidemark.runtime.worker.task import StageTask
 from tidemark.chassis.logs import get_logger
@@ -92,6 +92,7 @@ class _Wiring:
     """The parts of one attempt, as :func:`bootstrap` puts them together."""
 
     def __init__(self, settings: TidemarkSettings, attempt: Attempt) -> None:
+        self.settings = settings
         self.attempt = attempt
         self.topics = topics = TopicNames(settings.topic_prefix)
         written = load_job(attempt.job_ref, attempt.job_args)
@@ -124,7 +125,7 @@ class _Wiring:
         shutil.rmtree(self.local, ignore_errors=True)
         time_ = StageTime()  # the watermark and clock the tasks share
         tasks = build_stage_tasks(spec, stage, attempt.parallelism, self.local, self._changelog(), self.subtasks,
-                                  time_, self._timer_failed)
+                                  time_, self._timer_failed, worker_rocksdb_memory(self.settings.rocksdb))
         self.opened.extend(task.close for task in tasks)
         clock = StageClock(self.job, stage, attempt.worker, spec.event_time_of(stage), tasks, time_, self.client,
                            reads=reads, channels=self._channels(reads) if self.upstreams else None)

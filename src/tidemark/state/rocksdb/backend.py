@@ -23,7 +23,7 @@ from tidemark.state.backend import KeyedSnapshot, StateRegistrationError
 from tidemark.state.descriptors import StateDescriptor, StateKind
 from tidemark.state.local_backend import LocalKeyedStateBackend
 from tidemark.state.restore import read_handle
-from tidemark.state.rocksdb.options import RocksDBOptions, RocksDBResources
+from tidemark.state.rocksdb.options import OptionsFactory, RocksDBMemory, RocksDBOptions, RocksDBResources
 from tidemark.state.rocksdb.snapshot import (
     CF_PREFIX,
     SnapshotStats,
@@ -75,12 +75,16 @@ class RocksDBStateBackend(LocalKeyedStateBackend):
         options: RocksDBOptions = RocksDBOptions(),
         operator_id: str = "operator",
         clock: Clock | None = None,
+        memory: RocksDBMemory | None = None,
+        options_factory: OptionsFactory | None = None,
     ) -> None:
+        """``memory``: a budget shared with other databases (else its own, from ``options``);
+        ``options_factory``: changes each state's column-family options (``rocksdb.options``)."""
         super().__init__(key_group_range, max_parallelism, operator_id=operator_id, clock=clock)
         self.path = Path(path)
         self.options = options
         self._db_path = self.path / "db"
-        self._resources = RocksDBResources(options)
+        self._resources = RocksDBResources(options, memory, options_factory)
         self._prefix = b""
         self._tables: dict[str, RocksStateTable] = {}
         self._cleanup_at: tuple[int, bytes | None] = (0, None)  # where the incremental TTL cleanup goes on
@@ -104,7 +108,7 @@ class RocksDBStateBackend(LocalKeyedStateBackend):
         marker.touch()
 
     def _open(self) -> rocksdict.Rdict:
-        db = open_db(self._db_path, self._resources.db_options())
+        db = open_db(self._db_path, self._resources.db_options(), self._family_options)
         db.set_write_options(self._resources.write_options())
         return db
 
@@ -121,11 +125,15 @@ class RocksDBStateBackend(LocalKeyedStateBackend):
             cf = self._timer_cfs[name] = self._column_family(name)
         return cf
 
+    def _family_options(self, name: str) -> rocksdict.Options:
+        """A column family's options: a state's get what the job's options factory changes."""
+        return self._resources.db_options(name[len(CF_PREFIX):] if name.startswith(CF_PREFIX) else None)
+
     def _column_family(self, name: str) -> rocksdict.Rdict:
         try:
             cf = self._db.get_column_family(name)
         except Exception:
-            cf = self._db.create_column_family(name, self._resources.db_options())
+            cf = self._db.create_column_family(name, self._family_options(name))
         cf.set_write_options(self._resources.write_options())
         return cf
 
@@ -227,7 +235,8 @@ class RocksDBStateBackend(LocalKeyedStateBackend):
             states[name] = StateSize(family.property_int_value("rocksdb.estimate-num-keys") or 0, sst + memtables,
                                      sst, memtables,
                                      family.property_int_value("rocksdb.estimate-pending-compaction-bytes") or 0)
-        return BackendSize(states, self._db.property_int_value("rocksdb.block-cache-usage") or 0)
+        memory = self._resources.memory
+        return BackendSize(states, memory.usage(), id(memory))
 
     def settle(self, timeout_s: float = 120.0) -> bool:
         """Flush memtables and wait until no flush or compaction is pending or running;

@@ -15,6 +15,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any, Iterator
 
 import rocksdict
@@ -129,13 +130,14 @@ def download(handle: StateHandle, storage: CheckpointStorage, target: Path) -> d
     return metadata
 
 
-def open_db(path: Path, options: rocksdict.Options, **kwargs: Any) -> rocksdict.Rdict:
-    """Open a database with every column family it has, all with ``options``."""
+def open_db(path: Path, options: rocksdict.Options,
+            family_options: Callable[[str], rocksdict.Options] | None = None, **kwargs: Any) -> rocksdict.Rdict:
+    """Open a database with every column family it has, each with ``family_options(name)`` (else ``options``)."""
     try:
         names = rocksdict.Rdict.list_cf(str(path), options)
     except Exception:  # a fresh directory has no column families yet
         names = []
-    families = {name: options for name in names if name != "default"}
+    families = {name: family_options(name) if family_options else options for name in names if name != "default"}
     return rocksdict.Rdict(str(path), options, column_families=families, **kwargs)
 
 
