@@ -18,14 +18,21 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import rocksdict
 
-if TYPE_CHECKING:  # the API imports the state package (windows)
-    from tidemark.api import RocksDBConfig
-
 OptionsFactory = Callable[[str, Any], None]  # (state name, rocksdict.Options)
+
+
+class JobRocksDB(Protocol):
+    """What a job sets (``tidemark.api.RocksDBConfig``; the API imports this package, not the reverse)."""
+
+    @property
+    def profile(self) -> Any: ...  # an api.RocksDBProfile: its value names a profile
+
+    @property
+    def options_factory(self) -> OptionsFactory | None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +159,6 @@ class RocksDBSetup:
     options_factory: OptionsFactory | None = None
 
     @classmethod
-    def of(cls, config: RocksDBConfig, memory: RocksDBMemory | None = None) -> RocksDBSetup:
+    def of(cls, config: JobRocksDB, memory: RocksDBMemory | None = None) -> RocksDBSetup:
         """A job's RocksDB configuration (its profile and options factory) with ``memory``."""
         return cls(profile_options(config.profile.value), memory, config.options_factory)
