@@ -58,7 +58,10 @@ HANDLE_TYPES: dict[StateKind, type[State]] = {
     StateKind.AGGREGATING: AggregatingState,
 }
 
-_KEY_CACHE_SIZE = 1 << 16
+# keys whose context (key group, stored bytes) a backend keeps, cleared when full: about 270 bytes
+# each, per task, so a worker's memory grows with its tasks by this much (1 << 16 was 17 MiB a task,
+# more than RocksDB's whole shared budget at 8 tasks; bench/bench_rocksdb_memory.py)
+_KEY_CACHE_SIZE = 1 << 14
 
 
 class LocalKeyedStateBackend(KeyedStateBackend):
