@@ -13,7 +13,8 @@ name is a digest of both, :func:`archive_path`): a training run in a child proce
 into ``foreachBatch``, and Spark's Kafka connector on a broker when one is given), and the JVM
 writes the archive as it exits. A file lock keeps two builders (a test session's workers, a demo)
 from training at the same time; a build removes the archives of installations that are gone (a
-deleted virtualenv), as its ``.origin`` file names them. :func:`with_archive` adds ``-XX:SharedArchiveFile`` to a JVM's
+deleted virtualenv) or were replaced at the same path (a virtualenv created again), as each
+archive's ``.origin`` file names them. :func:`with_archive` adds ``-XX:SharedArchiveFile`` to a JVM's
 options when the archive exists. With ``-Xshare:auto`` an archive that does not fit (another JDK,
 changed jars, other heap settings) is ignored by the JVM, never an error; a missing one only
 means a slower start. The image builds it at build time (``Dockerfile``).
@@ -65,12 +66,16 @@ def archive_path(cache_dir: Path | None = None) -> Path:
     return (cache_dir or default_cache_dir()) / "spark-classes" / f"{_installation_digest()}.jsa"
 
 
-def remove_orphans(directory: Path) -> None:
+def remove_orphans(directory: Path, current: Path | None = None) -> None:
     """Remove the archives (and their files) of installations that are gone: another
-    virtualenv's PySpark or JDK deleted since (each archive is about 160 MiB)."""
+    virtualenv's PySpark or JDK deleted since, or replaced where it was (a virtualenv created
+    again at the same path: the archive ``current`` of that installation is not the one its
+    ``.origin`` names). Each archive is about 170 MiB."""
+    here = [str(p) for p in _installation()] if current is not None else None
     for origin in directory.glob("*.origin"):
         paths = origin.read_text(encoding="utf-8").splitlines()
-        if all(Path(path).exists() for path in paths):
+        replaced = current is not None and paths == here and origin.stem != current.stem
+        if all(Path(path).exists() for path in paths) and not replaced:
             continue
         for leftover in directory.glob(f"{origin.stem}.*"):
             leftover.unlink(missing_ok=True)
@@ -100,7 +105,7 @@ def ensure_archive(jars: list[str] | None = None, bootstrap: str | None = None,
         fcntl.flock(lock, fcntl.LOCK_EX)
         if path.is_file() or failed.is_file():  # built (or tried) by another process meanwhile
             return path if path.is_file() else None
-        remove_orphans(path.parent)
+        remove_orphans(path.parent, path)
         return _build(path, jars or [], bootstrap)
 
 

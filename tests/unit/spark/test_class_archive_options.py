@@ -48,3 +48,20 @@ def test_the_archives_of_installations_that_are_gone_are_removed(tmp_path: Path)
         (directory / f"{name}.origin").write_text(f"{tmp_path}\n{origin}\n")
     remove_orphans(directory)
     assert sorted(p.name for p in directory.iterdir()) == ["here.jsa", "here.origin"]
+
+
+def test_the_archive_of_an_installation_replaced_at_the_same_path_is_removed(tmp_path: Path) -> None:
+    """A virtualenv created again where it was (a fresh clone of the same directory) has a new
+    archive; the old one, whose origin still exists, is removed, another installation's is not."""
+    from tidemark.spark.class_archive import _installation
+
+    directory = tmp_path / "spark-classes"
+    directory.mkdir()
+    current = archive_path(tmp_path)
+    here = "\n".join(str(p) for p in _installation()) + "\n"
+    for name, origin in (("replaced", here), (current.stem, here), ("other", f"{tmp_path}\n{tmp_path}\n")):
+        (directory / f"{name}.jsa").write_bytes(b"archive")
+        (directory / f"{name}.origin").write_text(origin)
+    remove_orphans(directory, current)
+    assert sorted(p.name for p in directory.iterdir()) == sorted(
+        [f"{current.stem}.jsa", f"{current.stem}.origin", "other.jsa", "other.origin"])
