@@ -58,11 +58,11 @@ def _child(tasks: int, mode: str, keys: int, value_bytes: int, budget_mib: int) 
 
     def sample() -> None:
         while not done.wait(0.2):
-            caches = {id(b._resources.memory): b._resources.memory.usage() for b in backends}
-            families = [f for b in backends for f in (b._db, *b._cfs.values())]
-            memtables = sum(f.property_int_value("rocksdb.cur-size-all-mem-tables") or 0 for f in families)
-            readers = sum(f.property_int_value("rocksdb.estimate-table-readers-mem") or 0 for f in families)
-            cache = sum(caches.values())
+            sizes = [b.size() for b in backends]  # what the worker's state metrics report
+            cache = sum({s.block_cache: s.block_cache_bytes or 0 for s in sizes}.values())
+            memtables = sum(state.memtable_bytes or 0 for s in sizes for state in s.states.values())
+            readers = sum(f.property_int_value("rocksdb.estimate-table-readers-mem") or 0
+                          for b in backends for f in (b._db, *b._cfs.values()))  # outside the cache
             figures = {"cache": cache, "memtables": memtables, "readers": readers,
                        "rocksdb": cache + readers,  # the memtables are charged to the caches, in their usage
                        "rss": _rss_bytes() - baseline}

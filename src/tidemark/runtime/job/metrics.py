@@ -46,11 +46,11 @@ LATE_RECORDS = Counter("tidemark_worker_late_records_total",
                        ["job", "stage", "action"])
 
 STATE_ENTRIES = Gauge("tidemark_worker_state_entries",
-                      "Entries of a keyed state in the worker's tasks: values, lists and map entries (RocksDB: "
-                      "its estimate; heap: at the last snapshot)", ["job", "stage", "state"])
+                      "Entries of a keyed state in the worker's tasks at its last checkpoint: values, lists and "
+                      "map entries (RocksDB: its estimate)", ["job", "stage", "state"])
 STATE_BYTES = Gauge("tidemark_worker_state_bytes",
-                    "Bytes of a keyed state in the worker's tasks (RocksDB: live SST files and memtables; heap: "
-                    "serialized, at the last snapshot)", ["job", "stage", "state"])
+                    "Bytes of a keyed state in the worker's tasks at its last checkpoint (RocksDB: live SST files "
+                    "and memtables; heap: serialized, estimated from a sample)", ["job", "stage", "state"])
 ROCKSDB_LIVE_SST = Gauge("tidemark_worker_rocksdb_live_sst_bytes",
                          "RocksDB live SST files of a state (rocksdb.live-sst-files-size)", ["job", "stage", "state"])
 ROCKSDB_MEMTABLES = Gauge("tidemark_worker_rocksdb_memtable_bytes",
