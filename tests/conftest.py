@@ -2,8 +2,8 @@
 
 The broker is ``KAFKA_BOOTSTRAP_SERVERS`` when set (any real Kafka), otherwise the embedded
 broker: Apache Kafka (KRaft) by default, Tansu with ``TIDEMARK_BROKER_ENGINE=tansu``; started once
-for the session on a free port and killed with the session (also when the test process itself is
-killed).
+for the run on a free port (one for all the lanes of ``pytest -n``, ``tests/shared_broker.py``)
+and killed with the run (also when the test process itself is killed).
 Tests of behaviour Tansu lacks carry ``broker_gaps.tansu_gap``.
 
 Tiers: every test gets exactly one of the markers ``unit`` (no broker, no Spark, no process of
@@ -15,6 +15,7 @@ uses, so a test in ``tests/unit`` that asks for ``kafka_bootstrap`` is an integr
 
 from __future__ import annotations
 
+import os
 import re
 import uuid
 from collections.abc import Callable, Iterator
@@ -35,7 +36,7 @@ _INTEGRATION_FIXTURES = {"kafka_bootstrap", "spark", "topic_names", "postgres_ds
 _LONGEST_FIRST = {name: rank for rank, name in enumerate((  # seconds in a whole run on the 2-core machine
     "test_changelog_exactly_once.py",  # ~400: 3 SIGKILLs in changelog mode, then a savepoint resumed rescaled
     "test_production_continuity.py",  # ~400: an upgrade, a tree SIGKILL and a restore call; a checkpoint timeout
-    "test_exactly_once.py",  # ~370: 6 SIGKILLs of one of 4 workers (each successor a warm standby)
+    "test_exactly_once.py",  # ~300: 4 SIGKILLs of one of 4 workers (successors from warm standbys)
     "test_demo.py",  # ~290: a demo interrupted by Ctrl-C, then a whole one (6 workers, 3 warm standbys)
     "test_chart_worker_hosts.py",  # ~280: 4 worker-host pods, a host pod's and the supervisor's restarts
     "test_job_graph.py",  # ~270: a five-worker graph, 4 SIGKILLs
@@ -86,6 +87,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(scope="session")
 def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The run's broker: under pytest-xdist one for every lane (``shared_broker``), else this
+    process's own."""
+    if os.environ.get("PYTEST_XDIST_WORKER") and not os.environ.get("KAFKA_BOOTSTRAP_SERVERS"):
+        from shared_broker import shared_broker
+
+        yield shared_broker(tmp_path_factory.getbasetemp().parent, os.getppid())
+        return
     with kafka_or_embedded(tmp_path_factory.mktemp("embedded-broker")) as (bootstrap, _):
         yield bootstrap
 

@@ -3,16 +3,17 @@ second stage on three workers, killed with SIGKILL at many points.
 
 Every attempt of the job is killed once at a different point of the checkpoint protocol or while
 its timers fire (the worker SIGKILLs itself there, see ``tidemark.runtime.job.faults``): the
-one-worker first stage after its snapshot, after a write to the key-group-partitioned channel
-and while its timers fire; one of the three workers of the second stage while its timers fire,
-while its sink's transaction is written and not committed, and after it committed (the other
-workers may not have). The supervisor restores all stages from the newest completed checkpoint
-each time: the workers not killed in place, the killed one's successor from its stage's warm
-standby. Input keeps arriving throughout. At the end, read_committed output must hold each
-closed minute's top URLs exactly once, record by record, equal to those computed from the input.
+one-worker first stage after a write to the key-group-partitioned channel; one of the three
+workers of the second stage while its sink's transaction is written and not committed, after it
+committed (the other workers may not have), and while its timers fire. The supervisor restores all
+stages from the newest completed checkpoint each time: the workers not killed in place, the killed
+one's successor from its stage's warm standby. Input keeps arriving throughout. At the end,
+read_committed output must hold each closed minute's top URLs exactly once, record by record,
+equal to those computed from the input.
 
-A barrier half aligned and a sink pre-committed, not committed, are killed in
-``test_job_graph.py`` and ``test_changelog_exactly_once.py``; a worker killed mid-stream, no
+A barrier half aligned, a worker killed after its snapshot and a sink pre-committed, not
+committed, are killed in ``test_job_graph.py`` and ``test_changelog_exactly_once.py``; a first
+stage's timers mid-round in ``test_rules_and_enrichment.py``; a worker killed mid-stream, no
 checkpoint in progress, in ``test_chaos.py`` and the demo (``test_demo.py``).
 """
 
@@ -25,15 +26,13 @@ from tidemark.local.pipeline import InputFeeder, stage_logs
 
 pytestmark = pytest.mark.timeout(900)
 
-# the first attempts kill the first stage, so that the second stage's standby is warm when one of
+# the first attempt kills the first stage, so that the second stage's standby warms before one of
 # its workers is killed
 KILLS = (
-    "0@minute_counts@after-snapshot:2",  # state written, not acked
-    "1@minute_counts@after-channel-write:2",  # a batch of the key-group-partitioned channel written
-    "2@top_urls.w0@during-commit:1",  # one worker's sink transaction written, not committed
-    "3@minute_counts@during-timer-firing:40",  # minutes' counts dropped by their timers, mid-round
-    "4@top_urls.w1@after-commit:1",  # one worker committed; the others may not have
-    "5@top_urls.w2@during-timer-firing:2",  # a minute's window emitted and cleared, not checkpointed
+    "0@minute_counts@after-channel-write:2",  # a batch of the key-group-partitioned channel written
+    "1@top_urls.w0@during-commit:1",  # one worker's sink transaction written, not committed
+    "2@top_urls.w1@after-commit:1",  # one worker committed; the others may not have
+    "3@top_urls.w2@during-timer-firing:2",  # a minute's window emitted and cleared, not checkpointed
 )
 
 

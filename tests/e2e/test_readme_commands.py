@@ -5,8 +5,9 @@ script (``set -euo pipefail``: any failing command fails it) in a scratch direct
 ``.venv`` is a link to this interpreter's virtualenv, so ``.venv/bin/tidemark`` is the command the
 README names and ``.tidemark/`` the state it creates: its own broker, started by its own
 ``broker start``. Only the environment is prepared: no ``KAFKA_BOOTSTRAP_SERVERS`` or
-``TIDEMARK_HOME``, and a 1 s checkpoint interval to keep it short. Afterwards nothing it started
-runs any more.
+``TIDEMARK_HOME``, and the settings the local pipeline's jobs run with (the quick-start settings of
+:mod:`tidemark.local.quick_start`, checkpoints every 2 s). Afterwards nothing it started runs any
+more.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from pipeline_support import processes_mentioning
+from tidemark.local.quick_start import QUICK_START_ENV
 from tidemark.processes import port_free
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1800)]
@@ -72,7 +74,7 @@ def test_readme_everyday_commands_run_as_written(tmp_path):
     script = workdir / "everyday.sh"
     script.write_text("set -euo pipefail\nset -x\n" + readme_block())
     env = {k: v for k, v in os.environ.items() if k not in ("KAFKA_BOOTSTRAP_SERVERS", "TIDEMARK_HOME")}
-    env["TIDEMARK_CHECKPOINT__INTERVAL_MS"] = "1000"
+    env.update({"TIDEMARK_CHECKPOINT__INTERVAL_MS": "2000", **QUICK_START_ENV})
     started = time.monotonic()
     process = subprocess.Popen(["bash", str(script)], cwd=workdir, env=env, stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
