@@ -45,7 +45,8 @@ from tidemark.types import TopicPartition
 
 _POLL_S = 0.2
 Owner = tuple[str, str, int]  # job id, task id, epoch of a range's writer
-StateMetaCallback = Callable[[dict[str, Any]], None]
+# a state's definition, and the key groups of the range(s) it was logged in (clipped to the target)
+StateMetaCallback = Callable[[dict[str, Any], tuple[KeyGroupRange, ...]], None]
 
 
 @dataclass(slots=True)
@@ -214,7 +215,7 @@ class ChangelogReader:
         if is_meta:
             stats.metas += 1
             if on_state_meta is not None:
-                on_state_meta(self._state_meta(cursor, offset, record))
+                on_state_meta(self._state_meta(cursor, offset, record), tuple(r.clip for r in mine))
             return None
         if not any(record.key_group in r.clip for r in mine):
             stats.outside_key_groups += 1

@@ -22,6 +22,7 @@ from typing import Any
 
 from tidemark.changelog.reader import ChangelogReader, ReadStats
 from tidemark.changelog.backend.restore import restore_from_changelog
+from tidemark.keygroups import KeyGroupRange
 from tidemark.materializer.materializer_ledger import TaskCheckpoint
 from tidemark.materializer.replica_planning import Current, Extend, FoldPlan, Rebuild, ReplicaLineage, plan_fold
 from tidemark.protocol.messages import StateHandle
@@ -86,8 +87,8 @@ class TaskReplica:
     def _extend(self, target: TaskCheckpoint, plan: Extend, reader: ChangelogReader) -> None:
         backend = self.backend
 
-        def on_state_meta(meta: dict[str, Any]) -> None:
-            backend.restore_state_metas([meta], "changelog")
+        def on_state_meta(meta: dict[str, Any], key_groups: tuple[KeyGroupRange, ...]) -> None:
+            backend.restore_state_metas([meta], "changelog", key_groups)
 
         for change in reader.read([target.source()], target.key_groups, resume=plan.resume,
                                   on_state_meta=on_state_meta):

@@ -45,7 +45,8 @@ from tidemark.state.operator import (
 from tidemark.state.rocksdb.backend import RocksDBStateBackend
 from tidemark.state.rocksdb.options import RocksDBOptions
 from tidemark.state.backend_registry import BackendContext, create_backend
-from tidemark.state.serializers import AvroSerializer, Serializer, TaggedSerializer
+from tidemark.state.schema_evolution import StateMigrationError
+from tidemark.state.serializers import AvroSerializer, DataclassSerializer, Serializer, TaggedSerializer
 from tidemark.state.table import KeyedStateChange
 from tidemark.state.ttl import ManualClock, StateTtlConfig, SystemClock
 
@@ -57,6 +58,7 @@ __all__ = [
     "BackendContext",
     "BroadcastState",
     "BroadcastStateDescriptor",
+    "DataclassSerializer",
     "DEFAULT_MAX_PARALLELISM",
     "HashMapStateBackend",
     "KeyGroupRange",
@@ -79,6 +81,7 @@ __all__ = [
     "Serializer",
     "State",
     "StateKind",
+    "StateMigrationError",
     "StateRegistrationError",
     "StateTtlConfig",
     "SystemClock",

@@ -129,9 +129,21 @@ class KeyedStateBackend(ABC):
         not changed; do not write the state while iterating."""
 
     @abstractmethod
-    def restore_state_metas(self, metas: list[dict[str, Any]], source: str) -> None:
-        """Record state definitions read outside a snapshot (a changelog's state-metadata
-        records); the same name with another definition raises :class:`StateRegistrationError`."""
+    def registration_meta(self, descriptor: StateDescriptor) -> dict[str, Any]:
+        """The definition ``descriptor``'s state is (or will be) registered and snapshotted with:
+        its meta, with the schema version a migration of its restored state gives it
+        (:mod:`tidemark.state.schema_evolution`); raises ``StateMigrationError`` when the restored
+        state is incompatible. Registering does not change it."""
+
+    @abstractmethod
+    def restore_state_metas(self, metas: list[dict[str, Any]], source: str,
+                            key_groups: Sequence[KeyGroupRange] | None = None) -> None:
+        """Record the state definitions a restored source writes ``key_groups`` with (all of ours
+        when None): a changelog range's state-metadata records, or the header of a snapshot part
+        whose entries follow through :meth:`apply_change`. A newer definition (a higher
+        ``schema_version``) migrates the state stored so far, the changes of an older one are
+        migrated as they are applied; the same version with another definition raises
+        :class:`StateRegistrationError`."""
 
     @abstractmethod
     def cleanup_expired_state(self, limit: int | None = None) -> int:

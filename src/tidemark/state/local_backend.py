@@ -13,6 +13,7 @@ from __future__ import annotations
 from abc import abstractmethod
 from typing import Any, Iterable, Iterator, Sequence
 
+from tidemark.chassis.logs import get_logger
 from tidemark.keygroups import (
     KEY_TAGS,
     KeyGroupRange,
@@ -20,7 +21,7 @@ from tidemark.keygroups import (
     hash_key_bytes,
     key_to_bytes,
 )
-from tidemark.protocol.messages import StateFile, StateHandle, StateHandleKind
+from tidemark.protocol.messages import StateChangeOp, StateFile, StateHandle, StateHandleKind
 from tidemark.state.backend import (
     KeyedSnapshot,
     KeyedStateBackend,
@@ -37,6 +38,15 @@ from tidemark.state.handles import (
     ValueState,
 )
 from tidemark.state.restore import overlapping
+from tidemark.state.schema_evolution import (
+    Compatibility,
+    Migration,
+    check_registration,
+    element_migration,
+    resolve_state,
+    schema_version,
+    with_schema_version,
+)
 from tidemark.state.snapshot import Entry, state_meta, write_snapshot
 from tidemark.state.table import ChangeListener, KeyedStateChange, StateTable
 from tidemark.state.timer_queue import (
@@ -49,6 +59,8 @@ from tidemark.state.timer_queue import (
 from tidemark.state.ttl import Clock, SystemClock
 from tidemark.storage.base import CheckpointStorage
 from tidemark.types import CheckpointId, KeyGroup, OperatorId
+
+log = get_logger(__name__)
 
 HANDLE_TYPES: dict[StateKind, type[State]] = {
     StateKind.VALUE: ValueState,
@@ -92,6 +104,12 @@ class LocalKeyedStateBackend(KeyedStateBackend):
         self._timer_queues: dict[str, TimerQueue] = {}
         self._timer_queues_by_state: dict[str, TimerQueue] = {}  # by the name of their canonical state
         self._restored_meta: dict[str, dict[str, Any]] = {}
+        self._schema_versions: dict[str, int] = {}  # of registered states migrated at least once
+        # per restored state: the definition each source's key groups were written with (newest
+        # last), and the migrations from the older ones to the stored one
+        self._sources: dict[str, list[tuple[tuple[KeyGroupRange, ...], dict[str, Any]]]] = {}
+        self._evolving: set[str] = set()  # restored states met with more than one definition
+        self._migrations: dict[tuple[str, int, int, bool], Migration] = {}
         self._listeners: list[ChangeListener] = []
         self._closed = False
 
@@ -109,14 +127,71 @@ class LocalKeyedStateBackend(KeyedStateBackend):
 
     # ------------------------------------------------------------------ current key
 
-    def _merge_metas(self, metas: list[dict[str, Any]], source: str) -> None:
-        """Record restored state definitions; the same name with another definition is refused."""
+    def _merge_metas(self, metas: list[dict[str, Any]], source: str,
+                     key_groups: Sequence[KeyGroupRange] | None = None) -> None:
+        """Record the definitions a restored source (a snapshot part, or a changelog range from
+        one of its state-metadata records on) writes ``key_groups`` (all of ours when None) with.
+        Another definition of a known state is a schema evolution
+        (:mod:`tidemark.state.schema_evolution`): a newer one migrates what is stored so far; the
+        changes of a source with an older one are migrated as they are applied (:meth:`_forwarded`)."""
+        ranges = tuple(key_groups) if key_groups is not None else (self.key_group_range,)
         for meta in metas:
-            known = self._restored_meta.setdefault(meta["name"], meta)
+            name = meta["name"]
+            known = self._restored_meta.setdefault(name, meta)
             if known != meta:
-                raise StateRegistrationError(
-                    f"{source}: state {meta['name']!r} was written with a different definition"
-                )
+                self._evolve(name, known, meta, source)
+            sources = self._sources.setdefault(name, [])
+            sources[:] = [(r, m) for r, m in sources if r != ranges] + [(ranges, meta)]
+
+    def _evolve(self, name: str, known: dict[str, Any], meta: dict[str, Any], source: str) -> None:
+        ours, theirs = schema_version(known), schema_version(meta)
+        older, newer = (known, meta) if theirs >= ours else (meta, known)
+        resolution = resolve_state(older, newer)
+        if resolution.compatibility is Compatibility.AS_IS:  # the same bytes (another TTL, say)
+            self._restored_meta[name] = meta if theirs >= ours else known
+            return
+        if ours == theirs or name in self._states:
+            raise StateRegistrationError(f"{source}: state {name!r} was written with a different definition "
+                                         f"({resolution.reason or 'at the same schema version'})")
+        check_registration(name, resolution)
+        self._evolving.add(name)
+        if newer is meta:  # the stored bytes move forward
+            self._migrate(name, resolution.migrate)  # type: ignore[arg-type]
+            self._restored_meta[name] = meta
+
+    def _forwarded(self, change: KeyedStateChange) -> KeyedStateChange:
+        """``change`` of a restored source, its value migrated to the stored definition when the
+        source wrote it with an older one (see :meth:`_merge_metas`)."""
+        if change.state_name not in self._evolving or change.value is None:
+            return change
+        migrate = self._source_migration(change.state_name, change.key_group, element=change.op is StateChangeOp.ADD)
+        if migrate is None:
+            return change
+        return KeyedStateChange(change.state_name, change.key_group, change.key, change.namespace, change.op,
+                                change.user_key, migrate(change.value))
+
+    def _source_migration(self, name: str, key_group: int, *, element: bool) -> Migration | None:
+        """How a value of state ``name`` in ``key_group`` from the source being restored is
+        migrated to the stored definition (None: it is written with it); ``element``: a list's
+        element (an ``ADD``) rather than a stored value."""
+        written = next((meta for ranges, meta in reversed(self._sources[name]) if any(key_group in r for r in ranges)),
+                       None)
+        stored = self._restored_meta[name]
+        if written is None or schema_version(written) == schema_version(stored):
+            return None
+        cache_key = (name, schema_version(written), schema_version(stored), element)
+        migrate = self._migrations.get(cache_key)
+        if migrate is None:
+            resolution = resolve_state(written, stored)
+            check_registration(name, resolution)
+            migrate = resolution.migrate or (lambda data: data)
+            self._migrations[cache_key] = migrate = element_migration(migrate) if element else migrate
+        return migrate
+
+    def _migrate(self, name: str, migrate: Migration) -> None:
+        """Rewrite every stored value of state ``name`` with ``migrate``."""
+        count = self._migrate_stored(name, migrate)
+        log.info("state migrated to its new schema", operator=self.operator_id, state=name, values=count)
 
     def set_current_key(self, key: Any) -> None:
         """Make ``key`` current; ``KeyNotInRangeError`` if its key group is not ours."""
@@ -178,21 +253,32 @@ class LocalKeyedStateBackend(KeyedStateBackend):
         self._states[descriptor.name] = handle
         return handle
 
+    def registration_meta(self, descriptor: StateDescriptor) -> dict[str, Any]:
+        meta = state_meta(descriptor)
+        restored = self._restored_meta.get(descriptor.name)
+        if restored is None:
+            return with_schema_version(meta, self._schema_versions.get(descriptor.name, 0))
+        resolution = resolve_state(restored, meta)
+        check_registration(descriptor.name, resolution)
+        return with_schema_version(meta, schema_version(restored) + (resolution.migrate is not None))
+
     def _check_restored(self, descriptor: StateDescriptor) -> None:
+        """Resolve the restored definition of ``descriptor``'s state, if any, against it: an
+        incompatible one raises ``StateMigrationError``; one compatible after migration is
+        migrated now, before the table reads it."""
         restored = self._restored_meta.get(descriptor.name)
         if restored is None:
             return
-        wanted = state_meta(descriptor)
-        for field in ("kind", "value_serializer", "user_key_serializer"):
-            if restored[field] != wanted[field]:
-                raise StateRegistrationError(
-                    f"state {descriptor.name!r}: {field} {wanted[field]} differs from the "
-                    f"restored {restored[field]} (state migration is not supported)"
-                )
-        if (restored["ttl_ms"] is None) != (wanted["ttl_ms"] is None):
-            raise StateRegistrationError(
-                f"state {descriptor.name!r}: enabling or disabling TTL on restore is not supported"
-            )
+        resolution = resolve_state(restored, state_meta(descriptor))
+        check_registration(descriptor.name, resolution)
+        meta = self.registration_meta(descriptor)
+        if resolution.migrate is not None:
+            self._migrate(descriptor.name, resolution.migrate)
+        self._restored_meta[descriptor.name] = meta
+        self._sources.pop(descriptor.name, None)
+        self._evolving.discard(descriptor.name)
+        if schema_version(meta):
+            self._schema_versions[descriptor.name] = schema_version(meta)
 
     def timer_queue(self, name: str) -> TimerQueue:
         """The timer queue ``name``, created on first use (its definition checked against a
@@ -220,17 +306,17 @@ class LocalKeyedStateBackend(KeyedStateBackend):
     def registered_states(self) -> list[str]:
         return sorted(self._states)
 
-    def restore_state_metas(self, metas: list[dict[str, Any]], source: str) -> None:
-        """Record state definitions read outside a snapshot (a changelog's state-metadata
-        records), as restored snapshot headers are; the same name with another definition
-        raises :class:`StateRegistrationError`. Registering such a state later is checked
-        against them."""
+    def restore_state_metas(self, metas: list[dict[str, Any]], source: str,
+                            key_groups: Sequence[KeyGroupRange] | None = None) -> None:
+        """Record state definitions read outside a snapshot, as restored snapshot headers are
+        (see :meth:`_merge_metas`). Registering such a state later is checked against them."""
         self._check_open()
-        self._merge_metas(metas, source)
+        self._merge_metas(metas, source, key_groups)
 
     def _state_metas(self) -> list[dict[str, Any]]:
         """Metas of registered states and timer queues, plus restored ones not registered yet."""
-        metas = {name: state_meta(h.descriptor) for name, h in self._states.items()}
+        metas = {name: with_schema_version(state_meta(h.descriptor), self._schema_versions.get(name, 0))
+                 for name, h in self._states.items()}
         for queue_name in self._timer_queues:
             metas[timer_state_name(queue_name)] = state_meta(timer_state_descriptor(queue_name))
         for name, meta in self._restored_meta.items():
@@ -251,7 +337,7 @@ class LocalKeyedStateBackend(KeyedStateBackend):
         self._check_open()
         if change.key_group not in self.key_group_range:
             raise KeyNotInRangeError(f"change for key group {change.key_group} outside range")
-        self._apply_change(change)
+        self._apply_change(self._forwarded(change) if self._evolving else change)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -315,6 +401,11 @@ class LocalKeyedStateBackend(KeyedStateBackend):
 
     @abstractmethod
     def _apply_change(self, change: KeyedStateChange) -> None: ...
+
+    @abstractmethod
+    def _migrate_stored(self, name: str, migrate: Migration) -> int:
+        """Rewrite each stored value of the not-yet-registered state ``name`` with ``migrate``;
+        how many were rewritten."""
 
     @abstractmethod
     def _close(self) -> None: ...

@@ -19,11 +19,12 @@ import io
 import json
 import struct
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from tidemark.protocol.messages import StateHandle, StateHandleKind
 from tidemark.state.descriptors import ListStateDescriptor
 from tidemark.state.rescale import redistribute_list
+from tidemark.state.schema_evolution import Compatibility, Resolution, check_registration, resolve_serializer
 from tidemark.state.serializers import DEFAULT_SERIALIZER, Serializer, describe
 from tidemark.state.snapshot import SnapshotFormatError
 from tidemark.storage.base import CheckpointStorage
@@ -157,12 +158,13 @@ class OperatorStateBackend:
         restored = self._restored.pop(name, None)
         if restored is not None:
             meta, items = restored
-            if meta["mode"] != mode.value or meta["value_serializer"] != describe(ser):
+            if meta["mode"] != mode.value:
                 raise ValueError(f"operator state {name!r} was snapshotted as {meta}")
+            migrate = _migration(name, meta, ser, keys)
             if mode is OperatorStateMode.BROADCAST:
-                data = {keys.deserialize(k): ser.deserialize(v) for k, v in items}
+                data = {keys.deserialize(k): ser.deserialize(migrate(v)) for k, v in items}
             else:
-                data = [ser.deserialize(item) for item in items]
+                data = [ser.deserialize(migrate(item)) for item in items]
         registered = _Registered(mode, ser, keys, data)
         self._states[name] = registered
         return registered
@@ -273,3 +275,15 @@ def _decode(data: bytes, name: str) -> tuple[dict[str, Any], dict[str, list[Any]
         broadcast = meta["mode"] == OperatorStateMode.BROADCAST.value
         states[meta["name"]] = [(take(), take()) if broadcast else take() for _ in range(count)]
     return header, states
+
+
+def _migration(name: str, meta: dict[str, Any], values: Serializer, keys: Serializer) -> Callable[[bytes], bytes]:
+    """How the restored operator state ``name``'s values are read by ``values`` (its keys must
+    be read as they are; :mod:`tidemark.state.schema_evolution`)."""
+    key_resolution = resolve_serializer(meta.get("user_key_serializer", describe(DEFAULT_SERIALIZER)), describe(keys))
+    if key_resolution.compatibility is not Compatibility.AS_IS:
+        check_registration(name, Resolution(Compatibility.INCOMPATIBLE, "its keys' serializer changed (keys cannot be "
+                                                                        "migrated)"))
+    resolution = resolve_serializer(meta["value_serializer"], describe(values))
+    check_registration(name, resolution)
+    return resolution.migrate or (lambda data: data)

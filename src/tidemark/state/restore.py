@@ -19,14 +19,18 @@ KEYED_KINDS = (StateHandleKind.KEYED_FULL, StateHandleKind.KEYED_INCREMENTAL,
                StateHandleKind.MATERIALIZED)
 
 
+def handle_key_groups(handle: StateHandle) -> KeyGroupRange:
+    """The key groups a keyed handle holds."""
+    return KeyGroupRange(handle.key_group_start, handle.key_group_end)
+
+
 def overlapping(handles: Sequence[StateHandle], key_groups: KeyGroupRange) -> list[StateHandle]:
     """Keyed handles whose key-group range intersects ``key_groups``."""
     result = []
     for handle in handles:
         if handle.kind not in KEYED_KINDS:
             raise ValueError(f"not a keyed state handle: {handle.kind.value}")
-        their = KeyGroupRange(handle.key_group_start, handle.key_group_end)
-        if len(their.intersection(key_groups)):
+        if len(handle_key_groups(handle).intersection(key_groups)):
             result.append(handle)
     return result
 

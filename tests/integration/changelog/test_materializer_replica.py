@@ -164,3 +164,42 @@ def test_a_checkpoint_that_is_not_newer_rebuilds(make_topic, make_changelog_back
     assert isinstance(replica.fold(task_checkpoint(cp2, 2), storage, make_reader(1)).plan, Current)
     assert isinstance(replica.fold(task_checkpoint(cp1, 1), storage, make_reader(1)).plan, Rebuild)
     assert isinstance(replica.fold(task_checkpoint(cp2, 2), storage, make_reader(1)).plan, Extend)
+
+
+def test_a_migration_logged_in_the_changelog_is_followed_by_the_replica(
+        make_topic, make_changelog_backend, make_backend, make_reader, storage, replica) -> None:
+    """An attempt restores the checkpoint of an older version of the job and migrates a state's
+    Avro schema; the replica, which never sees a descriptor, folds the ranges on either side of
+    the migration and materializes the new schema, which a later restore reads as it is."""
+    from tidemark.state import AvroSerializer, ValueStateDescriptor
+
+    def visits(*extra: dict) -> ValueStateDescriptor:
+        return ValueStateDescriptor("visits", serializer=AvroSerializer({"type": "record", "name": "Visits", "fields": [
+            {"name": "hits", "type": "int"}, *extra]}))
+
+    old, new = visits(), visits({"name": "country", "type": "string", "default": "?"})
+    topic, keys = make_topic(2), keys_in(ALL)[:50]
+    first = make_changelog_backend("rocksdb", ALL, topic, 2, epoch=0)
+    for n, key in enumerate(keys):
+        first.set_current_key(key)
+        first.get_state(old).update({"hits": n})
+    cp1 = first.snapshot(CheckpointId(1), storage)
+    first.notify_checkpoint_complete(CheckpointId(1))
+    materialize(task_checkpoint(cp1, 1), replica, storage, make_reader(2), MaterializationId(1), 0)
+
+    second = make_changelog_backend("rocksdb", ALL, topic, 2, epoch=1)
+    second.restore([cp1], storage)
+    migrated = second.get_state(new)  # logs the new definition, then migrates
+    second.set_current_key(keys[0])
+    migrated.update({"hits": 100, "country": "nl"})
+    cp2 = second.snapshot(CheckpointId(2), storage)
+    second.notify_checkpoint_complete(CheckpointId(2))
+    outcome = materialize(task_checkpoint(cp2, 2, epoch=1), replica, storage, make_reader(2), MaterializationId(2), 0)
+    assert [m.get("schema_version") for m in replica.backend._state_metas() if m["name"] == "visits"] == [1]
+
+    fresh = make_backend("heap", ALL)
+    restore_from_changelog(fresh, [ChangelogSource(ALL, outcome.event.state_handles)], storage, make_reader(2))
+    restored = fresh.get_state(new)
+    for n, key in enumerate(keys):
+        fresh.set_current_key(key)
+        assert restored.value() == ({"hits": 100, "country": "nl"} if n == 0 else {"hits": n, "country": "?"})

@@ -15,6 +15,7 @@ from tidemark.runtime.job.start_errors import (
     not_retryable_reason,
 )
 from tidemark.kafka.metadata import TopicNotFoundError
+from tidemark.state import StateMigrationError
 
 # what a Python data source error looks like after Spark and Py4J wrapped it (shortened)
 SPARK_TEXT = """An error occurred while calling o47.start.
@@ -40,6 +41,12 @@ def test_a_missing_topic_gives_the_root_message_from_our_error_and_from_a_spark_
     (JobSpecError("cannot import 'acme_jobs.orders': No module named 'acme_jobs'"),
      "cannot import 'acme_jobs.orders': No module named 'acme_jobs'"),
     (MissingInputTopic("input topic 'x' does not exist"), "input topic 'x' does not exist"),
+    (StateMigrationError("state 'visits' cannot be restored: its serializer changed from avro.binary.v1 to "
+                         "tidemark.tagged.v1"),
+     "state 'visits' cannot be restored: its serializer changed from avro.binary.v1 to tidemark.tagged.v1"),
+    (RuntimeError("PythonException: ...\ntidemark.state.schema_evolution.StateMigrationError: state 'v' cannot be "
+                  "restored: TTL was turned on (the stored values' layout differs)\n\tat org.apache.spark"),
+     "state 'v' cannot be restored: TTL was turned on (the stored values' layout differs)"),
     (ConfigurationError([("TIDEMARK_HTTP_PORT", "Input should be a valid integer")]), None),
 ])
 def test_bad_job_references_arguments_and_configuration_are_not_retryable(error: Exception, reason: str | None) -> None:

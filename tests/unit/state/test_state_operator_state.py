@@ -65,3 +65,43 @@ def test_mode_conflict_is_refused() -> None:
     backend.get_list_state(SPLIT)
     with pytest.raises(ValueError):
         backend.get_union_list_state(SPLIT)
+
+
+def test_operator_and_broadcast_state_evolve_their_avro_schema_or_refuse_in_one_line(storage) -> None:
+    from dataclasses import dataclass
+
+    from tidemark.state import DataclassSerializer, StateMigrationError
+
+    @dataclass
+    class Rule:
+        name: str
+        limit: int
+
+    @dataclass
+    class RuleV2:
+        name: str
+        limit: int
+        enabled: bool = True
+
+    RuleV2.__name__ = "Rule"
+    before = OperatorStateBackend(operator_id="op", subtask_index=0, parallelism=1)
+    before.get_union_list_state(ListStateDescriptor("pending", serializer=DataclassSerializer(Rule))).add(Rule("a", 1))
+    before.get_broadcast_state(BroadcastStateDescriptor("rules", value_serializer=DataclassSerializer(Rule))).put(
+        "a", Rule("a", 5))
+    handles = before.snapshot(1, storage)
+    after = OperatorStateBackend(operator_id="op", subtask_index=0, parallelism=1)
+    after.restore(handles, storage)
+    pending = after.get_union_list_state(ListStateDescriptor("pending", serializer=DataclassSerializer(RuleV2)))
+    rules = after.get_broadcast_state(BroadcastStateDescriptor("rules", value_serializer=DataclassSerializer(RuleV2)))
+    assert pending.get() == [RuleV2("a", 1)] and dict(rules.items()) == {"a": RuleV2("a", 5, enabled=True)}
+
+    @dataclass
+    class RuleBroken:
+        name: str
+        limit: str  # long -> string: no promotion
+
+    RuleBroken.__name__ = "Rule"
+    refused = OperatorStateBackend(operator_id="op", subtask_index=0, parallelism=1)
+    refused.restore(handles, storage)
+    with pytest.raises(StateMigrationError, match=r"^state 'rules' cannot be restored: its Avro schema cannot read"):
+        refused.get_broadcast_state(BroadcastStateDescriptor("rules", value_serializer=DataclassSerializer(RuleBroken)))

@@ -86,12 +86,13 @@ def restore_from_changelog(
     entries = 0
     for handle, clip in clipped:
         for part in read_handle(handle, storage, clip):
+            backend.restore_state_metas(part.states, part.source, (clip,))
             for e in part.entries:
                 backend.apply_change(KeyedStateChange(e.state_name, e.key_group, e.key, e.namespace,
                                                       StateChangeOp.PUT, e.user_key, e.value))
                 entries += 1
-    def on_state_meta(meta: dict[str, Any]) -> None:
-        backend.restore_state_metas([meta], "changelog")
+    def on_state_meta(meta: dict[str, Any], key_groups: tuple[KeyGroupRange, ...]) -> None:
+        backend.restore_state_metas([meta], "changelog", key_groups)
 
     for change in reader.read(sources, target, on_state_meta=on_state_meta):
         backend.apply_change(change)

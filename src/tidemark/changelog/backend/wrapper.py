@@ -44,7 +44,6 @@ from tidemark.changelog.backend.restore import (
     restore_from_changelog,
 )
 from tidemark.state.descriptors import StateDescriptor
-from tidemark.state.snapshot import state_meta
 from tidemark.state.table import ChangeListener, KeyedStateChange
 from tidemark.state.timer_queue import TimerQueue, timer_state_descriptor
 from tidemark.storage.base import CheckpointStorage
@@ -119,11 +118,10 @@ class ChangelogStateBackend(KeyedStateBackend):
     def get_state(self, descriptor: StateDescriptor) -> Any:
         """The wrapped backend's handle; the first call per state also logs its definition."""
         self._started = True
-        handle = self.backend.get_state(descriptor)
-        if descriptor.name not in self._logged_states:
-            self.writer.append_state_meta(state_meta(descriptor), self.key_group_range)
+        if descriptor.name not in self._logged_states:  # before a migration's rewritten values
+            self.writer.append_state_meta(self.backend.registration_meta(descriptor), self.key_group_range)
             self._logged_states.add(descriptor.name)
-        return handle
+        return self.backend.get_state(descriptor)
 
     def registered_states(self) -> list[str]:
         return self.backend.registered_states()
@@ -135,15 +133,19 @@ class ChangelogStateBackend(KeyedStateBackend):
         queue = self.backend.timer_queue(name)
         descriptor = timer_state_descriptor(name)
         if descriptor.name not in self._logged_states:
-            self.writer.append_state_meta(state_meta(descriptor), self.key_group_range)
+            self.writer.append_state_meta(self.backend.registration_meta(descriptor), self.key_group_range)
             self._logged_states.add(descriptor.name)
         return queue
 
     def keys(self, state_name: str) -> Iterator[Any]:
         return self.backend.keys(state_name)
 
-    def restore_state_metas(self, metas: list[dict[str, Any]], source: str) -> None:
-        self.backend.restore_state_metas(metas, source)
+    def registration_meta(self, descriptor: StateDescriptor) -> dict[str, Any]:
+        return self.backend.registration_meta(descriptor)
+
+    def restore_state_metas(self, metas: list[dict[str, Any]], source: str,
+                            key_groups: Sequence[KeyGroupRange] | None = None) -> None:
+        self.backend.restore_state_metas(metas, source, key_groups)
 
     def add_change_listener(self, listener: ChangeListener) -> None:
         self.backend.add_change_listener(listener)

@@ -6,7 +6,8 @@ job with that line (exit 3, state ``FAILED``) instead of restoring attempt after
 other failure is retryable and goes through the restart policy (``--max-restarts``).
 
 Not retryable: a missing input topic, a job reference or job arguments that do not load, invalid
-configuration (also a worker's exit 78). A changelog topic the changelog service has not created
+configuration (also a worker's exit 78), restored state the job's new code cannot read (a schema
+change that is not compatible, ``StateMigrationError``). A changelog topic the changelog service has not created
 yet is retried. Errors raised inside Spark arrive as Java and
 Py4J exceptions whose text holds the Python error somewhere between stack frames;
 :func:`not_retryable_reason` finds the root message there too.
@@ -21,11 +22,13 @@ from tidemark.config.settings import ConfigurationError
 from tidemark.api import JobSpecError
 from tidemark.kafka.metadata import TopicNotFoundError
 from tidemark.runtime.job.attempt import stage_file
+from tidemark.state.schema_evolution import StateMigrationError
 
 
 _MISSING_TOPICS = re.compile(r"topic\(s\) not found: \[([^\]]*)\]")
 # a Python exception named inside a Spark/Py4J error's text: "TopicNotFoundError: <message>"
-_NAMED = re.compile(r"\b(TopicNotFoundError|JobSpecError|ConfigurationError|MissingInputTopic):\s*([^\n]+)")
+_NAMED = re.compile(r"\b(TopicNotFoundError|JobSpecError|ConfigurationError|MissingInputTopic|StateMigrationError):"
+                    r"\s*([^\n]+)")
 
 
 class MissingInputTopic(LookupError):
@@ -49,7 +52,7 @@ def _topics_of(text: str) -> list[str] | None:
 
 def not_retryable_reason(error: BaseException) -> str | None:
     """The one-line reason when ``error`` is one a restart will not fix, else None."""
-    if isinstance(error, (MissingInputTopic, JobSpecError, ConfigurationError)):
+    if isinstance(error, (MissingInputTopic, JobSpecError, ConfigurationError, StateMigrationError)):
         return str(error).splitlines()[0] if str(error) else type(error).__name__
     if isinstance(error, TopicNotFoundError):  # an input topic; not a changelog topic still being created
         topics = _topics_of(str(error))

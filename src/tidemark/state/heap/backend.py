@@ -20,7 +20,8 @@ from tidemark.state.sizes import BackendSize
 from tidemark.state.heap.table import HeapStateTable, RawStateStore
 from tidemark.state.heap.timers import HeapTimerQueue
 from tidemark.state.local_backend import LocalKeyedStateBackend
-from tidemark.state.restore import read_handle
+from tidemark.state.restore import handle_key_groups, read_handle
+from tidemark.state.schema_evolution import Migration
 from tidemark.state.table import KeyedStateChange
 from tidemark.state.ttl import Clock
 from tidemark.storage.base import CheckpointStorage
@@ -70,6 +71,14 @@ class HashMapStateBackend(LocalKeyedStateBackend):
         else:
             self._raw.setdefault(change.state_name, RawStateStore()).apply(change)
 
+    def _migrate_stored(self, name: str, migrate: Migration) -> int:
+        raw, count = self._raw.get(name), 0
+        for values in (raw.slots.values() if raw is not None else ()):
+            for user_key, value in values.items():
+                values[user_key] = migrate(value)
+                count += 1
+        return count
+
     def cleanup_expired_state(self, limit: int | None = None) -> int:
         """Remove expired TTL values: every one now (``limit`` None), or, as Flink's incremental
         heap cleanup, in the next ``limit`` stored slots from where the last call stopped, a
@@ -107,12 +116,13 @@ class HashMapStateBackend(LocalKeyedStateBackend):
         """Load our key groups from the canonical or incremental handles of any old ranges;
         changelog ranges are ignored (the changelog backend replays them)."""
         for handle in self._handles_to_restore(snapshots):
+            key_groups = (handle_key_groups(handle).intersection(self.key_group_range),)
             for part in read_handle(handle, storage, self.key_group_range):
-                self._merge_metas(part.states, part.source)
+                self._merge_metas(part.states, part.source, key_groups)
                 for e in part.entries:
-                    self._apply_change(KeyedStateChange(
-                        e.state_name, e.key_group, e.key, e.namespace,
-                        StateChangeOp.PUT, e.user_key, e.value))
+                    change = KeyedStateChange(e.state_name, e.key_group, e.key, e.namespace,
+                                              StateChangeOp.PUT, e.user_key, e.value)
+                    self._apply_change(self._forwarded(change) if self._evolving else change)
 
     def _close(self) -> None:
         self._tables.clear()

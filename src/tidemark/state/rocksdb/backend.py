@@ -22,7 +22,8 @@ from tidemark.state.sizes import BackendSize, StateSize
 from tidemark.state.backend import KeyedSnapshot, StateRegistrationError
 from tidemark.state.descriptors import StateDescriptor, StateKind
 from tidemark.state.local_backend import LocalKeyedStateBackend
-from tidemark.state.restore import read_handle
+from tidemark.state.restore import handle_key_groups, read_handle
+from tidemark.state.schema_evolution import Migration
 from tidemark.state.rocksdb.options import OptionsFactory, RocksDBMemory, RocksDBOptions, RocksDBResources
 from tidemark.state.rocksdb.snapshot import (
     CF_PREFIX,
@@ -317,8 +318,9 @@ class RocksDBStateBackend(LocalKeyedStateBackend):
             self._restore_base(base, storage)
         for handle in relevant:
             if handle is not base:
+                key_groups = (handle_key_groups(handle).intersection(self.key_group_range),)
                 for part in read_handle(handle, storage, self.key_group_range):
-                    self._merge_metas(part.states, part.source)
+                    self._merge_metas(part.states, part.source, key_groups)
                     self._write_entries(part.entries)
 
     def _overlap(self, handle: StateHandle) -> int:
@@ -338,7 +340,8 @@ class RocksDBStateBackend(LocalKeyedStateBackend):
         staging.rename(self._db_path)
         families = set(rocksdict.Rdict.list_cf(str(self._db_path), self._resources.db_options()))
         self._db = self._open()
-        self._merge_metas(metadata["states"], handle.files[0].path)
+        self._merge_metas(metadata["states"], handle.files[0].path,
+                          (handle_key_groups(handle).intersection(self.key_group_range),))
         timer_families = [self._timer_cf(name) for name in sorted(families)
                           if name == COUNTS_CF or name.startswith(TIME_ORDER_CF_PREFIX)]
         low, high = key_group_bytes(self.key_group_range.start), key_group_bytes(self.key_group_range.end + 1)
@@ -364,9 +367,14 @@ class RocksDBStateBackend(LocalKeyedStateBackend):
                     self._uploaded[item["name"]] = by_path[item["path"]]
 
     def _write_entries(self, entries: Iterator[Entry]) -> None:
-        """Write restored entries; timers go through their queue (which keeps its order and counts)."""
+        """Write restored entries (migrated when their part's definition is older,
+        ``_forwarded``); timers go through their queue (which keeps its order and counts)."""
         batch, count = rocksdict.WriteBatch(raw_mode=True), 0
         for e in entries:
+            if e.state_name in self._evolving:
+                migrate = self._source_migration(e.state_name, e.key_group, element=False)
+                if migrate is not None:
+                    e = Entry(e.state_name, e.key_group, e.key, e.namespace, e.user_key, migrate(e.value))
             if is_timer_state(e.state_name):
                 self._apply_change(KeyedStateChange(e.state_name, e.key_group, e.key, e.namespace,
                                                     StateChangeOp.PUT, e.user_key, e.value))
@@ -381,6 +389,23 @@ class RocksDBStateBackend(LocalKeyedStateBackend):
                 batch = rocksdict.WriteBatch(raw_mode=True)
         if count % _BATCH:
             self._db.write(batch)
+
+    def _migrate_stored(self, name: str, migrate: Migration) -> int:
+        cf, meta = self._cf(name), self._restored_meta[name]
+        handle = self._db.get_column_family_handle(CF_PREFIX + name)
+        batch, count = rocksdict.WriteBatch(raw_mode=True), 0
+        for e in iter_column_family(cf, meta, self.key_group_range):  # reads a snapshot of the family
+            batch.put(key_prefix(e.key_group, e.key) + namespace_part(e.namespace) + (e.user_key or b""),
+                      migrate(e.value), handle)
+            count += 1
+            if count % _BATCH == 0:
+                self._db.write(batch)
+                batch = rocksdict.WriteBatch(raw_mode=True)
+        if count % _BATCH:
+            self._db.write(batch)
+        if count:
+            cf.compact_range(None, None)  # the old versions gone from the next snapshot
+        return count
 
     # ------------------------------------------------------------------ close
 
