@@ -20,17 +20,9 @@ import sys
 import time
 from pathlib import Path
 
+from tidemark.processes import pid_alive
+
 READY_TIMEOUT_S = 240.0
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def shared_broker(root: Path, owner_pid: int) -> str:
@@ -41,7 +33,7 @@ def shared_broker(root: Path, owner_pid: int) -> str:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if info.exists():
             known = json.loads(info.read_text())
-            if _alive(known["keeper"]):
+            if pid_alive(known["keeper"]):
                 return str(known["bootstrap"])
             info.unlink()
         with open(log, "ab") as out:
@@ -68,7 +60,7 @@ def _keep(state_dir: Path, info: Path, owner_pid: int) -> None:
         partial = info.with_suffix(".partial")
         partial.write_text(json.dumps({"bootstrap": bootstrap, "keeper": os.getpid()}))
         partial.rename(info)
-        while _alive(owner_pid) and not stopping:
+        while pid_alive(owner_pid) and not stopping:
             time.sleep(1.0)
     info.unlink(missing_ok=True)
 

@@ -22,7 +22,6 @@ what lets a field be added to state that was written without it; ``field(metadat
 from __future__ import annotations
 
 import dataclasses
-import json
 import types
 import typing
 from typing import Any
@@ -125,7 +124,3 @@ def _value(hint: Any, datum: Any) -> Any:
     if origin is dict:
         return {key: _value(args[1], item) for key, item in datum.items()}
     return datum
-
-
-def schema_json(cls: type) -> str:
-    return json.dumps(avro_schema_of(cls), sort_keys=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import shutil
 import time
 from pathlib import Path
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import rocksdict
@@ -367,42 +367,42 @@ class RocksDBStateBackend(LocalKeyedStateBackend):
                     self._uploaded[item["name"]] = by_path[item["path"]]
 
     def _write_entries(self, entries: Iterator[Entry]) -> None:
-        """Write restored entries (migrated when their part's definition is older,
-        ``_forwarded``); timers go through their queue (which keeps its order and counts)."""
+        """Write restored entries (migrated when their source's definition is older,
+        ``_source_migration``); timers go through their queue (which keeps its order and counts)."""
+        def states() -> Iterator[Entry]:
+            for e in entries:
+                if e.state_name in self._evolving:
+                    migrate = self._source_migration(e.state_name, e.key_group, element=False)
+                    if migrate is not None:
+                        e = Entry(e.state_name, e.key_group, e.key, e.namespace, e.user_key, migrate(e.value))
+                if is_timer_state(e.state_name):
+                    self._apply_change(KeyedStateChange(e.state_name, e.key_group, e.key, e.namespace,
+                                                        StateChangeOp.PUT, e.user_key, e.value))
+                else:
+                    yield e
+
+        self._put_all(states())
+
+    def _put_all(self, entries: Iterable[Entry]) -> int:
+        """Write ``entries`` into their states' column families, in batches; how many."""
         batch, count = rocksdict.WriteBatch(raw_mode=True), 0
         for e in entries:
-            if e.state_name in self._evolving:
-                migrate = self._source_migration(e.state_name, e.key_group, element=False)
-                if migrate is not None:
-                    e = Entry(e.state_name, e.key_group, e.key, e.namespace, e.user_key, migrate(e.value))
-            if is_timer_state(e.state_name):
-                self._apply_change(KeyedStateChange(e.state_name, e.key_group, e.key, e.namespace,
-                                                    StateChangeOp.PUT, e.user_key, e.value))
-                continue
             self._cf(e.state_name)
             handle = self._db.get_column_family_handle(CF_PREFIX + e.state_name)
-            slot = key_prefix(e.key_group, e.key) + namespace_part(e.namespace)
-            batch.put(slot + (e.user_key or b""), e.value, handle)
+            batch.put(key_prefix(e.key_group, e.key) + namespace_part(e.namespace) + (e.user_key or b""), e.value,
+                      handle)
             count += 1
             if count % _BATCH == 0:
                 self._db.write(batch)
                 batch = rocksdict.WriteBatch(raw_mode=True)
         if count % _BATCH:
             self._db.write(batch)
+        return count
 
     def _migrate_stored(self, name: str, migrate: Migration) -> int:
-        cf, meta = self._cf(name), self._restored_meta[name]
-        handle = self._db.get_column_family_handle(CF_PREFIX + name)
-        batch, count = rocksdict.WriteBatch(raw_mode=True), 0
-        for e in iter_column_family(cf, meta, self.key_group_range):  # reads a snapshot of the family
-            batch.put(key_prefix(e.key_group, e.key) + namespace_part(e.namespace) + (e.user_key or b""),
-                      migrate(e.value), handle)
-            count += 1
-            if count % _BATCH == 0:
-                self._db.write(batch)
-                batch = rocksdict.WriteBatch(raw_mode=True)
-        if count % _BATCH:
-            self._db.write(batch)
+        cf = self._cf(name)
+        count = self._put_all(Entry(e.state_name, e.key_group, e.key, e.namespace, e.user_key, migrate(e.value))
+                              for e in iter_column_family(cf, self._restored_meta[name], self.key_group_range))
         if count:
             cf.compact_range(None, None)  # the old versions gone from the next snapshot
         return count
