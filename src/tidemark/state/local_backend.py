@@ -147,8 +147,9 @@ class LocalKeyedStateBackend(KeyedStateBackend):
         ours, theirs = schema_version(known), schema_version(meta)
         older, newer = (known, meta) if theirs >= ours else (meta, known)
         resolution = resolve_state(older, newer)
-        if resolution.compatibility is Compatibility.AS_IS:  # the same bytes (another TTL, say)
-            self._restored_meta[name] = meta if theirs >= ours else known
+        if resolution.compatibility is Compatibility.AS_IS:  # the same bytes (another TTL, say): the newest wins
+            if theirs >= ours:
+                self._restored_meta[name] = meta
             return
         if ours == theirs or name in self._states:
             raise StateRegistrationError(f"{source}: state {name!r} was written with a different definition "
@@ -254,26 +255,29 @@ class LocalKeyedStateBackend(KeyedStateBackend):
         return handle
 
     def registration_meta(self, descriptor: StateDescriptor) -> dict[str, Any]:
+        return self._resolved(descriptor)[0]
+
+    def _resolved(self, descriptor: StateDescriptor) -> tuple[dict[str, Any], Migration | None]:
+        """The definition ``descriptor``'s state is registered with, and the migration of its
+        restored values (None: none restored, or readable as they are); an incompatible restored
+        definition raises ``StateMigrationError``."""
         meta = state_meta(descriptor)
         restored = self._restored_meta.get(descriptor.name)
         if restored is None:
-            return with_schema_version(meta, self._schema_versions.get(descriptor.name, 0))
+            return with_schema_version(meta, self._schema_versions.get(descriptor.name, 0)), None
         resolution = resolve_state(restored, meta)
         check_registration(descriptor.name, resolution)
-        return with_schema_version(meta, schema_version(restored) + (resolution.migrate is not None))
+        return with_schema_version(meta, schema_version(restored) + (resolution.migrate is not None)), resolution.migrate
 
     def _check_restored(self, descriptor: StateDescriptor) -> None:
         """Resolve the restored definition of ``descriptor``'s state, if any, against it: an
         incompatible one raises ``StateMigrationError``; one compatible after migration is
         migrated now, before the table reads it."""
-        restored = self._restored_meta.get(descriptor.name)
-        if restored is None:
+        if descriptor.name not in self._restored_meta:
             return
-        resolution = resolve_state(restored, state_meta(descriptor))
-        check_registration(descriptor.name, resolution)
-        meta = self.registration_meta(descriptor)
-        if resolution.migrate is not None:
-            self._migrate(descriptor.name, resolution.migrate)
+        meta, migrate = self._resolved(descriptor)
+        if migrate is not None:
+            self._migrate(descriptor.name, migrate)
         self._restored_meta[descriptor.name] = meta
         self._sources.pop(descriptor.name, None)
         self._evolving.discard(descriptor.name)

@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 from tidemark.protocol.messages import StateHandle, StateHandleKind
 from tidemark.state.descriptors import ListStateDescriptor
 from tidemark.state.rescale import redistribute_list
-from tidemark.state.schema_evolution import Compatibility, Resolution, check_registration, resolve_serializer
+from tidemark.state.schema_evolution import check_registration, resolve_entries
 from tidemark.state.serializers import DEFAULT_SERIALIZER, Serializer, describe
 from tidemark.state.snapshot import SnapshotFormatError
 from tidemark.storage.base import CheckpointStorage
@@ -280,10 +280,7 @@ def _decode(data: bytes, name: str) -> tuple[dict[str, Any], dict[str, list[Any]
 def _migration(name: str, meta: dict[str, Any], values: Serializer, keys: Serializer) -> Callable[[bytes], bytes]:
     """How the restored operator state ``name``'s values are read by ``values`` (its keys must
     be read as they are; :mod:`tidemark.state.schema_evolution`)."""
-    key_resolution = resolve_serializer(meta.get("user_key_serializer", describe(DEFAULT_SERIALIZER)), describe(keys))
-    if key_resolution.compatibility is not Compatibility.AS_IS:
-        check_registration(name, Resolution(Compatibility.INCOMPATIBLE, "its keys' serializer changed (keys cannot be "
-                                                                        "migrated)"))
-    resolution = resolve_serializer(meta["value_serializer"], describe(values))
+    resolution = resolve_entries({"user_key_serializer": describe(DEFAULT_SERIALIZER), **meta},
+                                 {"user_key_serializer": describe(keys), "value_serializer": describe(values)})
     check_registration(name, resolution)
     return resolution.migrate or (lambda data: data)

@@ -89,15 +89,22 @@ def resolve_state(restored: dict[str, Any], wanted: dict[str, Any]) -> Resolutio
     if (restored["ttl_ms"] is None) != (wanted["ttl_ms"] is None):
         return Resolution(Compatibility.INCOMPATIBLE, "TTL was turned " + ("on" if restored["ttl_ms"] is None else "off")
                           + " (the stored values' layout differs)")
-    keys = resolve_serializer(restored["user_key_serializer"], wanted["user_key_serializer"])
-    if keys.compatibility is not Compatibility.AS_IS:
-        return Resolution(Compatibility.INCOMPATIBLE, "its map keys' serializer changed "
-                          f"({keys.reason or 'their bytes would change'}; map keys cannot be migrated)")
-    values = resolve_serializer(restored["value_serializer"], wanted["value_serializer"])
+    values = resolve_entries(restored, wanted)
     if values.migrate is None:
         return values
     return Resolution(values.compatibility, values.reason,
                       stored_value_migration(values.migrate, restored["kind"] == "LIST", restored["ttl_ms"] is not None))
+
+
+def resolve_entries(restored: dict[str, Any], wanted: dict[str, Any]) -> Resolution:
+    """The compatibility of a state's keys (``user_key_serializer``: they must read as they are,
+    their bytes are its order) and values (``value_serializer``: they may migrate), keyed or
+    operator state; ``migrate`` rewrites one serialized value."""
+    keys = resolve_serializer(restored["user_key_serializer"], wanted["user_key_serializer"])
+    if keys.compatibility is not Compatibility.AS_IS:
+        return Resolution(Compatibility.INCOMPATIBLE, "its keys' serializer changed "
+                          f"({keys.reason or 'their bytes would change'}; keys cannot be migrated)")
+    return resolve_serializer(restored["value_serializer"], wanted["value_serializer"])
 
 
 def stored_value_migration(migrate: Migration, is_list: bool, has_ttl: bool) -> Migration:
