@@ -12,7 +12,7 @@ STAMP := $(VENV)/.tidemark-installed
 DEMO_STAMP := $(VENV)/.tidemark-installed-demo
 PIP_LOG := $(VENV)/pip-install.log
 PYTEST_ARGS ?=
-# three pytest-xdist workers, each with its own session broker; a file's tests stay on one worker, in
+# three pytest-xdist workers sharing one session broker; a file's tests stay on one worker, in
 # the order tests/conftest.py gives (longest files first). Three on the 2-core machine: the 5-minute
 # leak run keeps one of them nearly idle, and waits for checkpoints, timeouts and pauses leave the
 # machine idle at times with two (16% on average); the suite took 27.5 min with three, 30.5-33 with two

@@ -2,7 +2,7 @@
 
 Lifecycle: construct with the key-group range this subtask owns -> optionally ``restore``
 (once, before any state is registered) -> ``set_current_key`` / ``get_state`` and the handles
--> ``snapshot`` any number of times, each followed by ``notify_checkpoint_complete`` or
+-> ``snapshot_async`` (or ``snapshot``, both parts at once) any number of times, each followed by ``notify_checkpoint_complete`` or
 ``notify_checkpoint_aborted`` (at most once, possibly never) -> ``notify_materialization``
 whenever a materialization of this task's state is announced -> ``close`` (afterwards nothing
 may be called). Change listeners may be added at any time; they see every mutation made through
@@ -31,6 +31,7 @@ from tidemark.protocol.messages import (
     StateHandleKind,
     TaskSnapshot,
 )
+from tidemark.state.async_snapshot import AsyncSnapshot
 from tidemark.state.descriptors import StateDescriptor
 from tidemark.state.sizes import BackendSize
 from tidemark.state.table import ChangeListener, KeyedStateChange
@@ -173,11 +174,19 @@ class KeyedStateBackend(ABC):
     # ------------------------------------------------------------------ snapshots
 
     @abstractmethod
-    def snapshot(self, checkpoint_id: CheckpointId, storage: CheckpointStorage, *,
-                 canonical: bool = False) -> KeyedSnapshot:
-        """This backend's state at ``checkpoint_id``, files written into ``storage``.
+    def snapshot_async(self, checkpoint_id: CheckpointId, storage: CheckpointStorage, *,
+                       canonical: bool = False) -> AsyncSnapshot[KeyedSnapshot]:
+        """The synchronous part of a snapshot of this backend's state at ``checkpoint_id``: it
+        captures the state (cheaply: nothing is written to ``storage`` yet where the backend
+        can avoid it) and returns the asynchronous part, which writes the files into ``storage``
+        on any thread while the handles keep being used (:mod:`tidemark.state.async_snapshot`).
         ``canonical=True`` (savepoints) asks for a self-contained full snapshot in the canonical
         format, which every backend can restore."""
+
+    def snapshot(self, checkpoint_id: CheckpointId, storage: CheckpointStorage, *,
+                 canonical: bool = False) -> KeyedSnapshot:
+        """Both parts of :meth:`snapshot_async` at once, on this thread."""
+        return self.snapshot_async(checkpoint_id, storage, canonical=canonical).run()
 
     @abstractmethod
     def restore(self, snapshots: Sequence[KeyedSnapshot], storage: CheckpointStorage) -> None:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from tidemark.protocol.messages import StateHandle, StateHandleKind
+from tidemark.state.async_snapshot import AsyncSnapshot
 from tidemark.state.descriptors import ListStateDescriptor
 from tidemark.state.rescale import redistribute_list
 from tidemark.state.schema_evolution import check_registration, resolve_entries
@@ -173,6 +174,23 @@ class OperatorStateBackend:
 
     def snapshot(self, checkpoint_id: CheckpointId, storage: CheckpointStorage) -> list[StateHandle]:
         """One OPERATOR handle with every state of this subtask (key groups -1, -1)."""
+        return self.snapshot_async(checkpoint_id, storage).run()
+
+    def snapshot_async(self, checkpoint_id: CheckpointId, storage: CheckpointStorage
+                       ) -> AsyncSnapshot[list[StateHandle]]:
+        """:meth:`snapshot` in two parts: the states serialized now, the file written by ``run``."""
+        data = self._encode(checkpoint_id)
+        path = f"{self.operator_id}/chk-{int(checkpoint_id)}/op-{self.subtask_index}.tmos"
+
+        def write() -> list[StateHandle]:
+            ref = storage.write_bytes(path, data)
+            return [StateHandle(StateHandleKind.OPERATOR, self.operator_id, KeyGroup(-1), KeyGroup(-1),
+                                (ref,), ref.size_bytes, ref.size_bytes)]
+
+        return AsyncSnapshot(write)
+
+    def _encode(self, checkpoint_id: CheckpointId) -> bytes:
+        """Every state of this subtask in the snapshot format."""
         metas, bodies = [], []
         for name in sorted(self._states):
             state = self._states[name]
@@ -188,11 +206,7 @@ class OperatorStateBackend:
                   "states": metas}
         head = json.dumps(header, sort_keys=True).encode()
         body = MAGIC + _U32.pack(len(head)) + head + b"".join(bodies)
-        data = body + hashlib.sha256(body).digest()
-        path = f"{self.operator_id}/chk-{int(checkpoint_id)}/op-{self.subtask_index}.tmos"
-        ref = storage.write_bytes(path, data)
-        return [StateHandle(StateHandleKind.OPERATOR, self.operator_id, KeyGroup(-1), KeyGroup(-1),
-                            (ref,), ref.size_bytes, ref.size_bytes)]
+        return body + hashlib.sha256(body).digest()
 
     def _encode_items(self, state: _Registered) -> bytes:
         ser, keys = state.value_serializer, state.key_serializer

@@ -422,7 +422,7 @@ class KeyedProcessFunctionHarness:
         started = now_ms()
         tasks = []
         for task in self.tasks:
-            keyed, operator = task.snapshot(cid, storage, canonical=savepoint, operator_items={})
+            keyed, operator = task.snapshot(cid, storage, canonical=savepoint, operator_items={}).run()
             assignment = task.assignment
             tasks.append(TaskSnapshot(task.task_id, assignment.operator_id, assignment.subtask_index,
                                       assignment.key_group_start, assignment.key_group_end,

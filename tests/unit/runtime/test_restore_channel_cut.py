@@ -58,7 +58,7 @@ def test_a_channel_two_old_workers_read_resumes_at_their_least_offset(tmp_path: 
     for task, cut in zip(old, cuts):
         task.open()
         keyed, operator = task.snapshot(CheckpointId(5), storage, canonical=True,
-                                        operator_items={CUT_STATE: cut, SINK_STATE: [], WATERMARK_STATE: []})
+                                        operator_items={CUT_STATE: cut, SINK_STATE: [], WATERMARK_STATE: []}).run()
         a = task.assignment
         snapshots.append(TaskSnapshot(a.task_id, a.operator_id, a.subtask_index, a.key_group_start, a.key_group_end,
                                       state_handles=keyed.handles + operator))

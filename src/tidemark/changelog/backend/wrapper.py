@@ -36,6 +36,7 @@ from tidemark.protocol.messages import (
     StateHandle,
 )
 from tidemark.state.sizes import BackendSize
+from tidemark.state.async_snapshot import AsyncSnapshot
 from tidemark.state.backend import KeyedSnapshot, KeyedStateBackend, StateRegistrationError
 from tidemark.changelog.backend.restore import (
     RestoreResult,
@@ -222,18 +223,19 @@ class ChangelogStateBackend(KeyedStateBackend):
 
     # ------------------------------------------------------------------ checkpoints
 
-    def snapshot(self, checkpoint_id: CheckpointId, storage: CheckpointStorage, *,
-                 canonical: bool = False) -> KeyedSnapshot:
-        """A checkpoint persists every pending change (blocking until durable) and writes nothing
-        into ``storage``; a savepoint (``canonical``) is a full canonical snapshot of the wrapped
-        backend, self-contained, with no ranges."""
+    def snapshot_async(self, checkpoint_id: CheckpointId, storage: CheckpointStorage, *,
+                       canonical: bool = False) -> AsyncSnapshot[KeyedSnapshot]:
+        """A checkpoint persists every pending change (in the synchronous part: it waits until
+        the changes streamed so far are durable) and writes nothing into ``storage``; a
+        savepoint (``canonical``) is a full canonical snapshot of the wrapped backend (its own
+        two parts), self-contained, with no ranges."""
         if canonical:
-            return self.backend.snapshot(checkpoint_id, storage, canonical=True)
+            return self.backend.snapshot_async(checkpoint_id, storage, canonical=True)
         mark = self.writer.next_sequence_number()
         own = self.writer.persist(mark, checkpoint_id)
         self._marks[checkpoint_id] = mark
-        return KeyedSnapshot(self.key_group_range, self._handles, self._carried + own,
-                             self._materialization)
+        return AsyncSnapshot.done(KeyedSnapshot(self.key_group_range, self._handles, self._carried + own,
+                                                self._materialization))
 
     def notify_checkpoint_complete(self, checkpoint_id: CheckpointId) -> bool:
         return self.writer.confirm(checkpoint_id)

@@ -52,7 +52,7 @@ from tidemark.runtime.worker.record_errors import FunctionFailed, RecordFailures
 from tidemark.runtime.job.records import InputRecord
 from tidemark.runtime.worker.routing import ChannelPartitioner, KeyGroupRouter, KeyPartitioner
 from tidemark.runtime.job.attempt import Attempt
-from tidemark.runtime.worker.checkpoint import StageCheckpointer
+from tidemark.runtime.worker.checkpoint import SnapshotThread, StageCheckpointer
 from tidemark.runtime.worker.inputs import ChannelInput, RecordPath, SourceInput
 from tidemark.runtime.worker.restore import RestoredStage, restore_stage
 from tidemark.runtime.worker.runner import StageRunner
@@ -152,7 +152,7 @@ class _Wiring:
             aligner = BarrierAligner(spec.mode, attempt.epoch, self._channels(reads), restored.cut if restored else {})
             input_ = ChannelInput(path, positions, aligner, attempt.epoch)
         checkpointer = StageCheckpointer(self.job, stage.name, stage.operator_id, spec.mode, attempt.epoch, tasks,
-                                         output, self.storage, control)
+                                         output, self.storage, control, SnapshotThread(stage.name))
         RESTORE_DURATION.labels(self.job).set(time.monotonic() - started if restored else 0)
         return StageRunner(self.job, stage, attempt, tasks, input_, output, control, clock, checkpointer,
                            self.failures, lag, positions, reads, restored.metadata if restored else None, self.local)

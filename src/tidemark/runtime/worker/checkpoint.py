@@ -1,26 +1,31 @@
-"""Taking one checkpoint of a stage at a worker (Flink's synchronous part of a snapshot).
+"""Taking one checkpoint of a stage at a worker, in Flink's two parts.
 
-In this order: pre-commit the output (a channel writes a barrier per task into every partition;
-the exactly-once sink seals its write-ahead buffer), snapshot each task's keyed and operator state
-into checkpoint storage (``<job>/chk-<id>/``, savepoints in their own folder and canonical
-format, RocksDB's shared files under ``<job>/shared/``), then ack every task to the coordinator
-with its handles, its share of the source positions and its timings. A savepoint that cannot
-be written to its target is declined instead (it fails with the reason; the worker runs on).
-A source stage's positions are the offsets after the last processed record; a channel stage's
-are its aligned cut.
+The synchronous part, on the processing thread, which processes nothing meanwhile: pre-commit
+the output (a channel writes a barrier per task into every partition; the exactly-once sink seals
+its write-ahead buffer), then capture each task's keyed and operator state (heap tables
+copy-on-write, a RocksDB checkpoint by hard links, operator state serialized; in changelog mode
+the changes streamed so far made durable). The asynchronous part, on the stage's snapshot thread
+(:class:`SnapshotThread`) while records keep flowing: write what was captured into checkpoint
+storage (``<job>/chk-<id>/``, savepoints in their own folder and canonical format, RocksDB's
+shared files under ``<job>/shared/``), then ack every task to the coordinator with its handles,
+its share of the source positions and the durations of both parts. A savepoint target the
+storage refuses, or a state write that fails, declines the checkpoint instead (it fails with the
+reason; the worker runs on). A source stage's positions are the offsets after the last processed
+record; a channel stage's are its aligned cut.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from tidemark.checkpoint_store.catalog import check_savepoint_target
 from tidemark.checkpoint_store.layout import checkpoint_dir, shared_dir
 from tidemark.clock import now_ms
-from tidemark.protocol.messages import Barrier, SourceOffset, TaskAck, TaskSnapshot, TaskTimings
+from tidemark.protocol.messages import Barrier, SourceOffset, StateHandle, TaskAck, TaskSnapshot, TaskTimings
 from tidemark.runtime.worker.alignment import Aligned
 from tidemark.runtime.job.control import ControlPlane
 from tidemark.runtime.job.faults import FAULTS
@@ -28,12 +33,66 @@ from tidemark.runtime.job.metrics import ALIGNMENT, SNAPSHOT_ASYNC, SNAPSHOT_SYN
 from tidemark.runtime.worker.outputs import StageOutput
 from tidemark.runtime.job.operator_states import CUT_STATE, SINK_STATE, WATERMARK_STATE
 from tidemark.runtime.worker.task import StageTask
+from tidemark.state.backend import KeyedSnapshot
 from tidemark.chassis.logs import get_logger
+from tidemark.state.async_snapshot import AsyncSnapshot
 from tidemark.storage.base import CheckpointStorage, InvalidStoragePath, StorageError
 from tidemark.storage.scoped import SnapshotStorage
 from tidemark.types import CheckpointId, CheckpointType, CheckpointingMode, Epoch, JobId, OperatorId, TaskId, TopicPartition
 
 log = get_logger(__name__)
+
+
+class SnapshotThread:
+    """A stage's one thread for the asynchronous parts of its checkpoints, run in the order taken
+    (a RocksDB upload starts from the files the previous one uploaded). A failure of one that is
+    not a declined checkpoint (an ack not delivered, a value the serializer refuses) is kept and
+    raised on the processing thread by :meth:`raise_failure`, as it would have been there."""
+
+    def __init__(self, name: str) -> None:
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix=f"snapshots-{name}")
+        self._failure: BaseException | None = None
+        self._closed = False
+
+    def submit(self, work: Callable[[], None]) -> None:
+        self._executor.submit(self._run, work)
+
+    def _run(self, work: Callable[[], None]) -> None:
+        try:
+            work()
+        except BaseException as exc:  # noqa: BLE001 - handed to the processing thread
+            if self._closed:  # no processing thread to raise it on any more
+                log.warning("an asynchronous snapshot part failed as the attempt ended",
+                            error=f"{type(exc).__name__}: {exc}")
+            elif self._failure is None:
+                self._failure = exc
+
+    def raise_failure(self) -> None:
+        if self._failure is not None:
+            raise self._failure
+
+    def close(self, *, wait: bool) -> None:
+        """No more parts; ``wait`` for those submitted, else drop those not started (the attempt
+        was abandoned: its checkpoints will not complete)."""
+        self._closed = True
+        self._executor.shutdown(wait=wait, cancel_futures=not wait)
+
+
+_TaskPart = tuple[StageTask, AsyncSnapshot[tuple[KeyedSnapshot, tuple[StateHandle, ...]]], tuple[SourceOffset, ...]]
+
+
+@dataclass(frozen=True)
+class _Taken:
+    """What the synchronous part of a checkpoint leaves to its asynchronous part."""
+
+    checkpoint_id: CheckpointId
+    kind: CheckpointType
+    target: str | None
+    parts: list[_TaskPart]
+    sync_s: float
+    alignment_ms: int
+    held: int
+    overtaken: int
 
 
 @dataclass(frozen=True)
@@ -49,15 +108,18 @@ class StageCheckpointer:
     output: StageOutput
     storage: CheckpointStorage
     control: ControlPlane
+    thread: SnapshotThread
 
     def checkpoint(self, checkpoint_id: CheckpointId, kind: CheckpointType, positions: Mapping[TopicPartition, int],
                    aligned: Aligned | None, target: str | None = None, watermarks: bytes | None = None) -> bool:
-        """Take the checkpoint and ack it; False when it was declined instead: a savepoint with a
-        ``target`` the storage's check refuses (before anything is written) or that fails to be
-        written there, which fails that savepoint with the reason and leaves the worker running.
-        ``positions``: the source stage's positions (ignored when ``aligned`` gives the cut);
-        ``target``: where a savepoint goes (else the checkpoint's own folder); ``watermarks``:
-        the worker's, as of the checkpoint (runtime.worker.watermarks)."""
+        """Take the checkpoint's synchronous part and hand its asynchronous part (the state
+        written, then the acks) to :attr:`thread`; False when it was declined at once instead: a
+        savepoint with a ``target`` the storage's check refuses (nothing is written). A target
+        or state write that fails later declines it from the thread (the savepoint fails with
+        the reason; the worker runs on). ``positions``: the source stage's positions (ignored
+        when ``aligned`` gives the cut); ``target``: where a savepoint goes (else the
+        checkpoint's own folder); ``watermarks``: the worker's, as of the checkpoint
+        (runtime.worker.watermarks)."""
         started = time.monotonic()
         emitted = now_ms()
         barriers = {t.task_id: Barrier(self.job, checkpoint_id, kind, self.mode, t.task_id, emitted, self.epoch)
@@ -68,30 +130,49 @@ class StageCheckpointer:
             if target is not None:
                 check_savepoint_target(self.storage, self.job, target)
             items = self.output.pre_commit(barriers)
-            snapshots = self._snapshot(checkpoint_id, kind, storage, items,
-                                       aligned.resume_offsets() if aligned is not None else dict(positions), aligned,
-                                       [watermarks] if watermarks is not None else [])
+            parts = self._snapshot(checkpoint_id, kind, storage, items,
+                                   aligned.resume_offsets() if aligned is not None else dict(positions), aligned,
+                                   [watermarks] if watermarks is not None else [])
         except (StorageError, OSError) as exc:
             if target is None:
                 raise
             self._decline(checkpoint_id, self._target_failure(target, exc))
             return False
-        sync_s = time.monotonic() - started
-        FAULTS.hit("after-snapshot")
-        alignment_ms = aligned.alignment_ms if aligned is not None else 0
-        acked = time.monotonic()
-        for snapshot in snapshots:
-            timings = TaskTimings(alignment_ms=alignment_ms, sync_ms=int(sync_s * 1000), async_ms=0, processed_bytes=0)
-            self.control.ack(TaskAck(self.job, checkpoint_id, snapshot, timings, now_ms(), self.epoch))
-        SNAPSHOT_SYNC.labels(self.job).observe(sync_s)
-        SNAPSHOT_ASYNC.labels(self.job).observe(time.monotonic() - acked)
-        ALIGNMENT.labels(self.job).observe(alignment_ms / 1000)
         record_state_sizes(self.job, self.stage, (task.backend.size() for task in self.tasks))
-        log.info("checkpoint acked", job=self.job, stage=self.stage, checkpoint=checkpoint_id, kind=kind.value,
-                 sync_ms=int(sync_s * 1000), alignment_ms=alignment_ms, held=aligned.held if aligned else 0,
-                 overtaken=aligned.overtaken if aligned else 0)
-        FAULTS.hit("after-ack")
+        taken = _Taken(checkpoint_id, kind, target, parts, time.monotonic() - started,
+                       aligned.alignment_ms if aligned is not None else 0,
+                       aligned.held if aligned else 0, aligned.overtaken if aligned else 0)
+        self.thread.submit(lambda: self._write_and_ack(taken))
         return True
+
+    def _write_and_ack(self, taken: _Taken) -> None:
+        """The asynchronous part: each task's state written, then every task acked (or the
+        checkpoint declined when a write failed)."""
+        started = time.monotonic()
+        checkpoint_id = taken.checkpoint_id
+        try:
+            snapshots = [self._task_snapshot(task, part.run(), offsets) for task, part, offsets in taken.parts]
+        except (StorageError, OSError) as exc:
+            reason = (self._target_failure(taken.target, exc) if taken.target is not None
+                      else f"state not written to checkpoint storage: {type(exc).__name__}: {exc}")
+            self._decline(checkpoint_id, reason)
+            return
+        finally:
+            for _, part, _ in taken.parts:
+                part.release()
+        async_s = time.monotonic() - started
+        FAULTS.hit("after-snapshot")
+        timings = TaskTimings(alignment_ms=taken.alignment_ms, sync_ms=int(taken.sync_s * 1000),
+                              async_ms=int(async_s * 1000), processed_bytes=0)
+        for snapshot in snapshots:
+            self.control.ack(TaskAck(self.job, checkpoint_id, snapshot, timings, now_ms(), self.epoch))
+        SNAPSHOT_SYNC.labels(self.job).observe(taken.sync_s)
+        SNAPSHOT_ASYNC.labels(self.job).observe(async_s)
+        ALIGNMENT.labels(self.job).observe(taken.alignment_ms / 1000)
+        log.info("checkpoint acked", job=self.job, stage=self.stage, checkpoint=checkpoint_id, kind=taken.kind.value,
+                 sync_ms=timings.sync_ms, async_ms=timings.async_ms, alignment_ms=taken.alignment_ms,
+                 held=taken.held, overtaken=taken.overtaken)
+        FAULTS.hit("after-ack")
 
     def _target_failure(self, target: str, error: Exception) -> str:
         """Why the savepoint could not be written to ``target``: what the storage's check refuses
@@ -113,22 +194,30 @@ class StageCheckpointer:
 
     def _snapshot(self, checkpoint_id: CheckpointId, kind: CheckpointType, storage: SnapshotStorage,
                   sink_items: Mapping[TaskId, list[bytes]], positions: Mapping[TopicPartition, int],
-                  aligned: Aligned | None, watermark_items: list[bytes]) -> list[TaskSnapshot]:
-        """Each task's state; the worker's channel cut and watermarks go with its first task (union
-        state: every task sees them after a restore), its source partitions are dealt round-robin
-        to its tasks."""
+                  aligned: Aligned | None, watermark_items: list[bytes]) -> list[_TaskPart]:
+        """The synchronous part of each task's snapshot, with its source offsets; the worker's
+        channel cut and watermarks go with its first task (union state: every task sees them
+        after a restore), its source partitions are dealt round-robin to its tasks."""
         cut_items = [json.dumps({"topic": t, "partition": p, "task": task, "offset": o}).encode()
                      for (t, p, task), o in sorted(aligned.cut.items())] if aligned is not None else []
         ordered = sorted(positions.items())
-        snapshots = []
-        for position, task in enumerate(self.tasks):
-            index = task.assignment.subtask_index
-            keyed, operator = task.snapshot(checkpoint_id, storage, canonical=kind.is_savepoint, operator_items={
-                SINK_STATE: sink_items.get(task.task_id, []), CUT_STATE: cut_items if position == 0 else [],
-                WATERMARK_STATE: watermark_items if position == 0 else []})
-            offsets = tuple(SourceOffset(t, p, o) for (t, p), o in ordered[position::len(self.tasks)])
-            snapshots.append(TaskSnapshot(
-                task.task_id, self.operator_id, index, task.assignment.key_group_start,
-                task.assignment.key_group_end, state_handles=keyed.handles + operator, source_offsets=offsets,
-                changelog_ranges=keyed.ranges, materialization=keyed.materialization))
-        return snapshots
+        parts: list[_TaskPart] = []
+        try:
+            for position, task in enumerate(self.tasks):
+                part = task.snapshot(checkpoint_id, storage, canonical=kind.is_savepoint, operator_items={
+                    SINK_STATE: sink_items.get(task.task_id, []), CUT_STATE: cut_items if position == 0 else [],
+                    WATERMARK_STATE: watermark_items if position == 0 else []})
+                parts.append((task, part, tuple(SourceOffset(t, p, o) for (t, p), o in ordered[position::len(self.tasks)])))
+        except BaseException:
+            for _, part, _ in parts:
+                part.release()
+            raise
+        return parts
+
+    def _task_snapshot(self, task: StageTask, written: tuple[KeyedSnapshot, tuple[StateHandle, ...]],
+                       offsets: tuple[SourceOffset, ...]) -> TaskSnapshot:
+        keyed, operator = written
+        return TaskSnapshot(task.task_id, self.operator_id, task.assignment.subtask_index,
+                            task.assignment.key_group_start, task.assignment.key_group_end,
+                            state_handles=keyed.handles + operator, source_offsets=offsets,
+                            changelog_ranges=keyed.ranges, materialization=keyed.materialization)

@@ -160,7 +160,9 @@ class StageRunner:
     # ------------------------------------------------------------------ checkpoints
 
     def handle_control(self) -> None:
-        """Act on new notifications of this attempt (called under ``lock``)."""
+        """Act on new notifications of this attempt (called under ``lock``); first, raise what
+        failed in the asynchronous part of a checkpoint (other than a declined write)."""
+        self.checkpointer.thread.raise_failure()
         for note in self.control.poll():
             if isinstance(note, MaterializationEvent):
                 for task in self.tasks:
@@ -232,6 +234,7 @@ class StageRunner:
         if self.closed:
             return
         self.closed = True
+        self.checkpointer.thread.close(wait=not self.abandoned)  # a finished attempt acked everything it took
         for task in self.tasks:
             task.close()
         self.output.close()

@@ -6,7 +6,8 @@ Lifecycle: ``StageTask(...)`` -> ``restore(...)`` at most once -> ``open()`` (th
 per record routed here, ``fire(domain, time)`` whenever the stage's watermark or the wall clock
 moves (the operator's ``process_watermark`` / ``on_processing_time``) ->
 ``prepare_snapshot_pre_barrier(...)`` and ``snapshot(...)`` at each checkpoint (the operator's
-``snapshot_state``, then the keyed and operator state backends) -> ``notify_completed`` /
+``snapshot_state``, then the synchronous parts of the keyed and operator state backends'
+snapshots; the returned asynchronous part writes them, on any thread) -> ``notify_completed`` /
 ``notify_aborted`` as checkpoints end -> ``finish()`` when a stop-with-savepoint completed ->
 ``close()`` always. This is the operator lifecycle of :mod:`tidemark.operators.lifecycle`; the
 operator is a :class:`~tidemark.operators.keyed_process.KeyedProcessOperator` over the stage's
@@ -35,6 +36,7 @@ from tidemark.operators.time import StageTime, TimerServiceManager
 from tidemark.protocol.messages import MaterializationEvent, StateHandle, TaskAssignment
 from tidemark.api import Stage
 from tidemark.state import KeyedSnapshot, KeyedStateBackend, ListStateDescriptor, OperatorStateBackend
+from tidemark.state.async_snapshot import AsyncSnapshot
 from tidemark.state.timers import TimeDomain, Timer
 from tidemark.storage.base import CheckpointStorage
 from tidemark.types import CheckpointId, TaskId
@@ -148,15 +150,21 @@ class StageTask:
 
     def snapshot(self, checkpoint_id: CheckpointId, storage: CheckpointStorage, *, canonical: bool,
                  operator_items: dict[ListStateDescriptor, list[bytes]]
-                 ) -> tuple[KeyedSnapshot, tuple[StateHandle, ...]]:
-        """The operator's ``snapshot_state``, then keyed state, then operator state holding
-        ``operator_items`` (the runtime's union list states) and the function's.
+                 ) -> AsyncSnapshot[tuple[KeyedSnapshot, tuple[StateHandle, ...]]]:
+        """The operator's ``snapshot_state``, then the synchronous parts of the snapshots of keyed
+        state and of operator state (holding ``operator_items``, the runtime's union list states,
+        and the function's); the result's ``run`` writes both (:mod:`tidemark.state.async_snapshot`).
         ``canonical`` (savepoints): a self-contained full snapshot in the canonical format."""
         self.operator.snapshot_state(StateSnapshotContext(int(checkpoint_id), now_ms()))
         for descriptor, items in operator_items.items():
             self.operator_state.get_union_list_state(descriptor).update(items)
-        keyed = self.backend.snapshot(checkpoint_id, storage, canonical=canonical)
-        return keyed, tuple(self.operator_state.snapshot(checkpoint_id, storage))
+        keyed = self.backend.snapshot_async(checkpoint_id, storage, canonical=canonical)
+        try:
+            operator = self.operator_state.snapshot_async(checkpoint_id, storage)
+        except BaseException:
+            keyed.release()
+            raise
+        return AsyncSnapshot(lambda: (keyed.run(), tuple(operator.run())), keyed.release)
 
     def notify_completed(self, checkpoint_id: CheckpointId) -> None:
         self.backend.notify_checkpoint_complete(checkpoint_id)

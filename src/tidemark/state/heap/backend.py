@@ -1,6 +1,8 @@
 """HashMapStateBackend: keyed state as Python objects in memory (Flink's HashMapStateBackend).
 
-Snapshots are always full, in the canonical format. Restored state stays as bytes until its
+Snapshots are always full, in the canonical format, asynchronous: the synchronous part captures
+the tables copy-on-write (:mod:`tidemark.state.heap.copy_on_write`), the asynchronous part
+serializes and writes them. Restored state stays as bytes until its
 descriptor is registered (the serializers are needed to decode it); such not-yet-registered
 state is carried over unchanged into later snapshots. Timers are in heap timer queues
 (every timer in memory), restored and snapshotted in their canonical form.
@@ -15,7 +17,8 @@ from tidemark.keygroups import KeyGroupRange
 from tidemark.protocol.messages import StateChangeOp
 from tidemark.state.backend import KeyedSnapshot
 from tidemark.state.descriptors import StateDescriptor
-from tidemark.state.heap.snapshot import snapshot_entries
+from tidemark.state.async_snapshot import AsyncSnapshot
+from tidemark.state.heap.snapshot import HeapCapture
 from tidemark.state.sizes import BackendSize
 from tidemark.state.heap.table import HeapStateTable, RawStateStore
 from tidemark.state.heap.timers import HeapTimerQueue
@@ -43,7 +46,7 @@ class HashMapStateBackend(LocalKeyedStateBackend):
         self._tables: dict[str, HeapStateTable] = {}
         self._raw: dict[str, RawStateStore] = {}
         self._heap_timers: dict[str, HeapTimerQueue] = {}
-        self._cleanup_cursor: Iterator[tuple[HeapStateTable, int, dict[Any, Any], Any]] | None = None
+        self._cleanup_cursor: Iterator[tuple[HeapStateTable, int, Any]] | None = None
 
     def _create_table(self, descriptor: StateDescriptor) -> HeapStateTable:
         table = HeapStateTable(self, descriptor)
@@ -87,25 +90,27 @@ class HashMapStateBackend(LocalKeyedStateBackend):
         if limit is None:
             return sum(table.cleanup_expired(now) for table in self._tables.values())
         if self._cleanup_cursor is None:
-            self._cleanup_cursor = ((table, index, m, slot) for table in list(self._tables.values())
-                                    for index, m, slot in table.expirable_slots())
+            self._cleanup_cursor = ((table, index, slot) for table in list(self._tables.values())
+                                    for index, slot in table.expirable_slots())
         changed = checked = 0
-        for table, index, m, slot in self._cleanup_cursor:
-            changed += table.cleanup_slot(index, m, slot, now)
+        for table, index, slot in self._cleanup_cursor:
+            changed += table.cleanup_slot(index, slot, now)
             checked += 1
             if checked >= limit:
                 return changed
         self._cleanup_cursor = None  # the pass ended: the next call starts another
         return changed
 
-    def snapshot(self, checkpoint_id: CheckpointId, storage: CheckpointStorage, *,
-                 canonical: bool = False) -> KeyedSnapshot:
+    def snapshot_async(self, checkpoint_id: CheckpointId, storage: CheckpointStorage, *,
+                       canonical: bool = False) -> AsyncSnapshot[KeyedSnapshot]:
         """A full snapshot in the canonical format (one file), whatever ``canonical`` says:
-        every heap snapshot is canonical."""
+        every heap snapshot is canonical. The synchronous part captures the tables and timers
+        copy-on-write (no copy now); the asynchronous part serializes and writes them."""
         self._check_open()
-        entries = snapshot_entries(self._tables, self._raw, self._heap_timers, self.clock.now_ms())
-        return self._full_snapshot(checkpoint_id, storage, self._header(checkpoint_id, "heap"),
-                                   self._state_metas(), entries)
+        header, metas = self._header(checkpoint_id, "heap"), self._state_metas()
+        capture = HeapCapture.take(self._tables, self._raw, self._heap_timers, self.clock.now_ms())
+        return AsyncSnapshot(lambda: self._full_snapshot(checkpoint_id, storage, header, metas, capture.entries()),
+                             capture.release)
 
     def size(self) -> BackendSize:
         """Counted entries, estimated bytes (:mod:`tidemark.state.sizes`)."""

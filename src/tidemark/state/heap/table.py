@@ -7,6 +7,7 @@ import itertools
 from typing import Any, Iterator
 
 from tidemark.protocol.messages import StateChangeOp
+from tidemark.state.heap.copy_on_write import KeyGroupMaps, may_change
 from tidemark.state.local_backend import LocalKeyedStateBackend
 from tidemark.state.descriptors import (
     StateDescriptor,
@@ -30,18 +31,21 @@ class HeapStateTable:
 
     Stored values are the objects the handles pass in (lists for list state, a dict of user
     key -> stored value for map state). Objects are not copied: do not mutate a value after
-    writing it, as with Flink's heap backend.
+    writing it, as with Flink's heap backend. While a snapshot's capture is pending
+    (:meth:`capture`), the maps are copy-on-write (:mod:`tidemark.state.heap.copy_on_write`):
+    a read of a list, a map or a mutable value gets a copy, so what the capture holds stays as
+    it was.
     """
 
-    __slots__ = ("_b", "name", "kind", "_maps", "_ser", "_uks", "_is_map", "_is_list", "_ttl_ms", "_last_namespace")
+    __slots__ = ("_b", "name", "kind", "_cow", "_maps", "_ser", "_uks", "_is_map", "_is_list", "_ttl_ms",
+                 "_last_namespace")
 
     def __init__(self, backend: LocalKeyedStateBackend, descriptor: StateDescriptor) -> None:
         self._b = backend
         self.name = descriptor.name
         self.kind = descriptor.kind
-        self._maps: list[dict[tuple[Any, Any], Any]] = [
-            {} for _ in range(len(backend.key_group_range))
-        ]
+        self._cow = KeyGroupMaps(len(backend.key_group_range))
+        self._maps: list[dict[tuple[Any, Any], Any]] = self._cow.maps  # read directly; write through _cow
         inner = value_serializer_of(descriptor)
         self._ser: Serializer = TtlSerializer(inner) if descriptor.ttl else inner
         self._uks = user_key_serializer_of(descriptor)
@@ -61,26 +65,33 @@ class HeapStateTable:
 
     def get(self, ns: Any) -> Any:
         b = self._b
-        return self._maps[b._kgi].get((b._key, ns), MISSING)
+        stored = self._maps[b._kgi].get((b._key, ns), MISSING)
+        if self._cow.pending and stored is not MISSING and (self._is_list or self._is_map or may_change(stored)):
+            slot = (b._key, ns)
+            stored = self._cow.owned(b._kgi, slot, self._copy)[slot]
+        return stored
 
     def put(self, ns: Any, value: Any) -> None:
         b = self._b
         if self._is_list:
             value = list(value)
-        self._maps[b._kgi][(b._key, ns)] = value
+        slot = (b._key, ns)
+        (self._cow.replaced(b._kgi, slot) if self._cow.pending else self._maps[b._kgi])[slot] = value
         if b._listeners:
             data = self._encode_list(value) if self._is_list else self._ser.serialize(value)
             self._emit(PUT, ns, None, data)
 
     def delete(self, ns: Any) -> None:
         b = self._b
-        self._maps[b._kgi].pop((b._key, ns), None)
+        slot = (b._key, ns)
+        (self._cow.replaced(b._kgi, slot) if self._cow.pending else self._maps[b._kgi]).pop(slot, None)
         if b._listeners:
             self._emit(CLEAR if self._is_map else DELETE, ns, None, None)
 
     def append(self, ns: Any, elements: list[Any]) -> None:
         b = self._b
-        current = self._maps[b._kgi].setdefault((b._key, ns), [])
+        slot = (b._key, ns)
+        current = self._live(b._kgi, slot).setdefault(slot, [])
         current.extend(elements)
         if b._listeners:
             for element in elements:
@@ -88,30 +99,64 @@ class HeapStateTable:
 
     def get_entry(self, ns: Any, user_key: Any) -> Any:
         b = self._b
-        entries = self._maps[b._kgi].get((b._key, ns))
+        slot = (b._key, ns)
+        entries = self._maps[b._kgi].get(slot)
+        if entries is not None and self._cow.pending:
+            entries = self._cow.owned(b._kgi, slot, self._copy)[slot]
         return MISSING if entries is None else entries.get(user_key, MISSING)
 
     def put_entry(self, ns: Any, user_key: Any, value: Any) -> None:
         b = self._b
-        self._maps[b._kgi].setdefault((b._key, ns), {})[user_key] = value
+        slot = (b._key, ns)
+        self._live(b._kgi, slot).setdefault(slot, {})[user_key] = value
         if b._listeners:
             self._emit(PUT, ns, self._uks.serialize(user_key), self._ser.serialize(value))
 
     def delete_entry(self, ns: Any, user_key: Any) -> None:
         b = self._b
-        m = self._maps[b._kgi]
-        entries = m.get((b._key, ns))
+        slot = (b._key, ns)
+        m = self._live(b._kgi, slot)
+        entries = m.get(slot)
         if entries is not None:
             entries.pop(user_key, None)
             if not entries:
-                del m[(b._key, ns)]
+                del m[slot]
         if b._listeners:
             self._emit(DELETE, ns, self._uks.serialize(user_key), None)
 
     def entries(self, ns: Any) -> Iterator[tuple[Any, Any]]:
         b = self._b
-        entries = self._maps[b._kgi].get((b._key, ns))
+        slot = (b._key, ns)
+        entries = self._maps[b._kgi].get(slot)
+        if entries is not None and self._cow.pending:
+            entries = self._cow.owned(b._kgi, slot, self._copy)[slot]
         return iter(()) if entries is None else iter(list(entries.items()))
+
+    # --------------------------------------------------------------- copy-on-write
+
+    def capture(self) -> list[dict[tuple[Any, Any], Any]]:
+        """The key groups' maps as they are now, unchanged until :meth:`release` (a snapshot's
+        synchronous part: no copy)."""
+        return self._cow.capture()
+
+    def release(self) -> None:
+        self._cow.release()
+
+    def _live(self, index: int, slot: tuple[Any, Any]) -> dict[tuple[Any, Any], Any]:
+        """The live map of key-group index ``index`` where the object at ``slot`` may be changed in place."""
+        return self._cow.owned(index, slot, self._copy) if self._cow.pending else self._maps[index]
+
+    def _copy(self, stored: Any) -> Any:
+        """A copy of a stored object no capture shares: containers copied, mutable values
+        through the serializer (as Flink's heap backend copies with ``TypeSerializer.copy``)."""
+        if self._is_map:
+            return {user_key: self._copy_value(value) for user_key, value in stored.items()}
+        if self._is_list:
+            return [self._copy_value(element) for element in stored]
+        return self._copy_value(stored)
+
+    def _copy_value(self, value: Any) -> Any:
+        return self._ser.deserialize(self._ser.serialize(value)) if may_change(value) else value
 
     # --------------------------------------------------------------- bytes in and out
 
@@ -136,8 +181,8 @@ class HeapStateTable:
 
     def apply(self, change: KeyedStateChange) -> None:
         """Apply a byte-level change (recovery, restore) to the live objects."""
-        m = self._maps[change.key_group - self._b.key_group_range.start]
         slot = (decode_key(change.key), decode_namespace(change.namespace))
+        m = self._live(change.key_group - self._b.key_group_range.start, slot)
         op, ser = change.op, self._ser
         if op is PUT and self._is_map:
             m.setdefault(slot, {})[self._uks.deserialize(change.user_key)] = ser.deserialize(change.value)
@@ -158,22 +203,22 @@ class HeapStateTable:
 
     def cleanup_expired(self, now_ms: int) -> int:
         """Drop every expired value, element or entry; returns how many slots changed."""
-        return sum(self.cleanup_slot(index, m, slot, now_ms) for index, m, slot in self.expirable_slots())
+        return sum(self.cleanup_slot(index, slot, now_ms) for index, slot in self.expirable_slots())
 
-    def expirable_slots(self) -> Iterator[tuple[int, dict[tuple[Any, Any], Any], tuple[Any, Any]]]:
-        """(key-group index, key-group map, slot) of every stored value, as they are when each map
-        is reached (none without TTL): what an incremental cleanup walks."""
+    def expirable_slots(self) -> Iterator[tuple[int, tuple[Any, Any]]]:
+        """(key-group index, slot) of every stored value, as they are when each key group is
+        reached (none without TTL): what an incremental cleanup walks."""
         if self._ttl_ms is None:
             return
-        for index, m in enumerate(self._maps):
-            for slot in list(m):
-                yield index, m, slot
+        for index in range(len(self._maps)):
+            for slot in list(self._maps[index]):
+                yield index, slot
 
-    def cleanup_slot(self, index: int, m: dict[tuple[Any, Any], Any], slot: tuple[Any, Any], now_ms: int) -> int:
+    def cleanup_slot(self, index: int, slot: tuple[Any, Any], now_ms: int) -> int:
         """Drop the expired value, elements or entries of one slot; 1 when it changed (a slot
         already gone counts 0). The listeners (a changelog) get the change: a DELETE of each
         expired map entry or of the value, the list's live elements PUT again."""
-        ttl, stored = self._ttl_ms, m.get(slot)
+        ttl, stored = self._ttl_ms, self._maps[index].get(slot)
         if ttl is None or stored is None:
             return 0
         if self._is_map:
@@ -184,6 +229,7 @@ class HeapStateTable:
             live = None if is_expired(stored[1], ttl, now_ms) else stored
         if live is stored or (live is not None and len(live) == len(stored)):
             return 0
+        m = self._cow.replaced(index, slot) if self._cow.pending else self._maps[index]
         if live:
             m[slot] = live
         else:
@@ -220,11 +266,11 @@ class HeapStateTable:
         sampled, sampled_bytes = len(sizes), sum(sizes)
         return StateSize(entries, round(entries * sampled_bytes / sampled) if sampled else 0)
 
-    def snapshot_entries(self, now_ms: int) -> Iterator[Entry]:
-        """Canonical entries in key-group order; expired TTL values are left out."""
+    def snapshot_entries(self, maps: list[dict[tuple[Any, Any], Any]], now_ms: int) -> Iterator[Entry]:
+        """Canonical entries of a :meth:`capture` in key-group order; expired TTL values are left out."""
         start, name, ser, ttl = self._b.key_group_range.start, self.name, self._ser, self._ttl_ms
-        for index, m in enumerate(self._maps):
-            for (key, ns), stored in list(m.items()):
+        for index, m in enumerate(maps):
+            for (key, ns), stored in m.items():
                 prefix = (name, start + index, encode_key(key), encode_namespace(ns))
                 yield from self._entries_of(prefix, stored, ser, ttl, now_ms)
 
@@ -269,6 +315,12 @@ class RawStateStore:
             values.pop(change.user_key, None)
             if not values:
                 self.slots.pop(slot, None)
+
+    def copy(self) -> RawStateStore:
+        """A copy no later change reaches (a snapshot's capture)."""
+        copied = RawStateStore()
+        copied.slots = {slot: dict(values) for slot, values in self.slots.items()}
+        return copied
 
     def changes(self, name: str) -> Iterator[KeyedStateChange]:
         for (key_group, key, ns), values in self.slots.items():

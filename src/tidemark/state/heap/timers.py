@@ -5,7 +5,8 @@ Two structures: per key group, (key, namespace) -> set of timestamps (dedup, ``c
 namespace)`` over all key groups (which timer is due first; ``order`` is
 :func:`~tidemark.state.timer_queue.timer_order`). ``remove`` leaves the heap entry behind; ``peek`` and
 ``poll`` drop entries whose timer is gone, and the heap is rebuilt from the sets once more than
-half of it is such leftovers, so memory stays proportional to the live timers.
+half of it is such leftovers, so memory stays proportional to the live timers. The sets are
+copy-on-write while a snapshot's capture is pending (:mod:`tidemark.state.heap.copy_on_write`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from tidemark.keygroups import decode_key, encode_key
+from tidemark.state.heap.copy_on_write import KeyGroupMaps
 from tidemark.protocol.messages import StateChangeOp
 from tidemark.state.local_backend import LocalKeyedStateBackend
 from tidemark.state.snapshot import Entry
@@ -41,7 +43,8 @@ class HeapTimerQueue(TimerQueue):
         self._name = name
         self._state_name = timer_state_name(name)
         self._start = backend.key_group_range.start
-        self._by_key: list[dict[tuple[Any, Any], set[int]]] = [{} for _ in range(len(backend.key_group_range))]
+        self._cow = KeyGroupMaps(len(backend.key_group_range))
+        self._by_key: list[dict[tuple[Any, Any], set[int]]] = self._cow.maps  # read directly; write through _cow
         self._heap: list[tuple[int, bytes, int, Any, Any]] = []
         self._count = 0
 
@@ -114,10 +117,17 @@ class HeapTimerQueue(TimerQueue):
             for timestamp in list(self._by_key[kgi].get((key, namespace), ())):
                 self._discard(kgi, (key, namespace), timestamp)
 
-    def snapshot_entries(self) -> Iterator[Entry]:
-        """Every timer in the canonical form, in key-group order."""
+    def capture(self) -> list[dict[tuple[Any, Any], set[int]]]:
+        """The timers as they are now, unchanged until :meth:`release` (a snapshot's synchronous part)."""
+        return self._cow.capture()
+
+    def release(self) -> None:
+        self._cow.release()
+
+    def snapshot_entries(self, captured: list[dict[tuple[Any, Any], set[int]]]) -> Iterator[Entry]:
+        """Every timer of a :meth:`capture` in the canonical form, in key-group order."""
         name = self._state_name
-        for kgi, by_key in enumerate(self._by_key):
+        for kgi, by_key in enumerate(captured):
             for (key, namespace), timestamps in by_key.items():
                 stored, encoded = encode_key(key), encode_namespace(namespace)
                 for timestamp in sorted(timestamps):
@@ -126,7 +136,9 @@ class HeapTimerQueue(TimerQueue):
     # ------------------------------------------------------------------ internals
 
     def _insert(self, kgi: int, key: Any, namespace: Any, stored: bytes, encoded: bytes, timestamp: int) -> bool:
-        timestamps = self._by_key[kgi].setdefault((key, namespace), set())
+        slot = (key, namespace)
+        live = self._cow.owned(kgi, slot, set) if self._cow.pending else self._by_key[kgi]
+        timestamps = live.setdefault(slot, set())
         if timestamp in timestamps:
             return False
         timestamps.add(timestamp)
@@ -138,10 +150,11 @@ class HeapTimerQueue(TimerQueue):
         return True
 
     def _discard(self, kgi: int, slot: tuple[Any, Any], timestamp: int) -> bool:
-        by_key = self._by_key[kgi]
-        timestamps = by_key.get(slot)
+        timestamps = self._by_key[kgi].get(slot)
         if timestamps is None or timestamp not in timestamps:
             return False
+        by_key = self._cow.owned(kgi, slot, set) if self._cow.pending else self._by_key[kgi]
+        timestamps = by_key[slot]
         timestamps.discard(timestamp)
         if not timestamps:
             del by_key[slot]

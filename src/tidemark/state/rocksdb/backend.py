@@ -19,6 +19,7 @@ import rocksdict
 from tidemark.keygroups import KeyGroupRange
 from tidemark.protocol.messages import StateChangeOp, StateFile, StateHandle, StateHandleKind
 from tidemark.state.sizes import BackendSize, StateSize
+from tidemark.state.async_snapshot import AsyncSnapshot
 from tidemark.state.backend import KeyedSnapshot, StateRegistrationError
 from tidemark.state.descriptors import StateDescriptor, StateKind
 from tidemark.state.local_backend import LocalKeyedStateBackend
@@ -28,10 +29,12 @@ from tidemark.state.rocksdb.options import OptionsFactory, RocksDBMemory, RocksD
 from tidemark.state.rocksdb.snapshot import (
     CF_PREFIX,
     SnapshotStats,
+    create_local_checkpoint,
     download,
     iter_column_family,
     open_db,
-    write_incremental,
+    read_states,
+    upload_incremental,
 )
 from tidemark.state.rocksdb.table import (
     RocksListTable,
@@ -265,38 +268,46 @@ class RocksDBStateBackend(LocalKeyedStateBackend):
             raise StateRegistrationError(f"states {sorted(unknown)} have data but no definition")
         return metas
 
-    def snapshot(self, checkpoint_id: CheckpointId, storage: CheckpointStorage, *,
-                 canonical: bool = False) -> KeyedSnapshot:
+    def snapshot_async(self, checkpoint_id: CheckpointId, storage: CheckpointStorage, *,
+                       canonical: bool = False) -> AsyncSnapshot[KeyedSnapshot]:
         """Incremental native snapshot (if enabled in options) or, with ``canonical=True`` or
-        incremental disabled, a full snapshot in the canonical format (savepoints)."""
+        incremental disabled, a full snapshot in the canonical format (savepoints). Either way
+        the synchronous part is a local RocksDB checkpoint (memtables flushed, files hard-linked);
+        the asynchronous part uploads its new SST files, or reads it into the canonical file.
+        One asynchronous part at a time: the next one's upload starts from this one's."""
         self._check_open()
         metas = self._checked_metas()
         header = {**self._header(checkpoint_id, "rocksdb"), "states": metas}
-        if canonical or not self.options.incremental:
-            full = self._full_snapshot(checkpoint_id, storage, header, metas, self._full_entries(metas))
-            (ref,) = full.handles[0].files
-            self.last_snapshot_stats = SnapshotStats((ref.path,), (), ref.size_bytes, ref.size_bytes)
-            return full
         for meta in metas:  # a defined state without data still gets its (empty) column family
             self._cf(meta["name"])
         for queue in self._rocks_timers.values():
             queue.write_counts()
-        files, stats = write_incremental(
-            self._db, self.path / "checkpoints", storage,
-            self._snapshot_path(int(checkpoint_id), ""), f"shared/{self.operator_id}",
-            header, self._uploaded,
-        )
-        self.last_snapshot_stats = stats
-        return self._keyed_snapshot(StateHandleKind.KEYED_INCREMENTAL, files, stats.state_size,
-                                    stats.bytes_written)
+        local = create_local_checkpoint(self._db, self.path / "checkpoints", int(checkpoint_id))
+        if canonical or not self.options.incremental:
+            now = self.clock.now_ms()
 
-    def _full_entries(self, metas: list[dict[str, Any]]) -> Iterator[Entry]:
-        now = self.clock.now_ms()
-        for meta in metas:
-            if meta["name"] not in self._cfs and meta["name"] not in self._restored_meta:
-                continue
+            def write_full() -> KeyedSnapshot:
+                full = self._full_snapshot(checkpoint_id, storage, header, metas, self._full_entries(local, metas, now))
+                (ref,) = full.handles[0].files
+                self.last_snapshot_stats = SnapshotStats((ref.path,), (), ref.size_bytes, ref.size_bytes)
+                return full
+
+            return AsyncSnapshot(write_full, lambda: shutil.rmtree(local, ignore_errors=True))
+
+        def upload() -> KeyedSnapshot:
+            files, stats = upload_incremental(local, storage, self._snapshot_path(int(checkpoint_id), ""),
+                                              f"shared/{self.operator_id}", header, self._uploaded)
+            self.last_snapshot_stats = stats
+            return self._keyed_snapshot(StateHandleKind.KEYED_INCREMENTAL, files, stats.state_size,
+                                        stats.bytes_written)
+
+        return AsyncSnapshot(upload, lambda: shutil.rmtree(local, ignore_errors=True))
+
+    def _full_entries(self, local: Path, metas: list[dict[str, Any]], now: int) -> Iterator[Entry]:
+        """The canonical entries of a local checkpoint, expired TTL values left out."""
+        for meta, entries in read_states(local, metas, self.key_group_range):
             ttl, is_list = meta["ttl_ms"], meta["kind"] == StateKind.LIST.value
-            for entry in iter_column_family(self._cf(meta["name"]), meta, self.key_group_range):
+            for entry in entries:
                 if ttl is None:
                     yield entry
                     continue

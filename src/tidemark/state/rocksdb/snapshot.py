@@ -1,7 +1,8 @@
 """Incremental RocksDB snapshots: native SST sets whose unchanged files are shared.
 
-A RocksDB checkpoint (hard links of the live files) is taken; every ``*.sst`` file not uploaded
-before is written once under ``shared/<operator>/<sha256>.sst`` (content-addressed, marked
+A RocksDB checkpoint (hard links of the live files, after a flush of the memtables) is taken
+on the processing thread (:func:`create_local_checkpoint`: a snapshot's synchronous part); then,
+on any thread, every ``*.sst`` file not uploaded before is written once under ``shared/<operator>/<sha256>.sst`` (content-addressed, marked
 ``shared=True`` so the checkpoint-store reference-counts it); the small mutable files (MANIFEST,
 CURRENT, OPTIONS, WAL) are private to the checkpoint. ``INCREMENTAL.json`` maps every file back
 to its local name and records the states, so any backend can read the set.
@@ -73,15 +74,22 @@ def _upload(
     return ref, fresh
 
 
-def write_incremental(
-    db: rocksdict.Rdict, work_dir: Path, storage: CheckpointStorage, private_dir: str,
-    shared_dir: str, header: dict[str, Any], uploaded: dict[str, StateFile],
-) -> tuple[tuple[StateFile, ...], SnapshotStats]:
-    """Upload a RocksDB checkpoint of ``db``; ``uploaded`` (local SST name -> ref) is updated."""
-    checkpoint_dir = work_dir / f"chk-{header['checkpoint_id']}"
+def create_local_checkpoint(db: rocksdict.Rdict, work_dir: Path, checkpoint_id: int) -> Path:
+    """A RocksDB checkpoint of ``db`` under ``work_dir``: the memtables flushed, every live file
+    hard-linked (the database's state now, unchanged by later writes)."""
+    checkpoint_dir = work_dir / f"chk-{checkpoint_id}"
     shutil.rmtree(checkpoint_dir, ignore_errors=True)
     work_dir.mkdir(parents=True, exist_ok=True)
     rocksdict.Checkpoint(db).create_checkpoint(str(checkpoint_dir))
+    return checkpoint_dir
+
+
+def upload_incremental(
+    checkpoint_dir: Path, storage: CheckpointStorage, private_dir: str,
+    shared_dir: str, header: dict[str, Any], uploaded: dict[str, StateFile],
+) -> tuple[tuple[StateFile, ...], SnapshotStats]:
+    """Upload a local checkpoint (then remove it); ``uploaded`` (local SST name -> ref) is
+    updated. One upload at a time per database: consecutive ones share ``uploaded``."""
     try:
         files, new, reused, written = [], [], [], 0
         for local in sorted(checkpoint_dir.iterdir()):
@@ -153,30 +161,39 @@ def iter_column_family(
         yield Entry(meta["name"], key_group, key, namespace, rest if is_map else None, value)
 
 
+def read_states(path: Path, metas: list[dict[str, Any]], key_groups: KeyGroupRange
+                ) -> Iterator[tuple[dict[str, Any], Iterator[Entry]]]:
+    """Each state of ``metas`` with its entries inside ``key_groups``, read from the database
+    files at ``path`` (a downloaded handle or a local checkpoint) opened read-only; a state
+    without a column family there has no entries. The entries stream from the database: take
+    each state's before the next state (the database closes at the end)."""
+    options = rocksdict.Options(raw_mode=True)
+    db = open_db(path, options, access_type=rocksdict.AccessType.read_only())
+    try:
+        families = set(rocksdict.Rdict.list_cf(str(path), options))
+        for meta in metas:
+            name = CF_PREFIX + meta["name"]
+            if name not in families:  # defined without data (snapshots before empty families were kept)
+                yield meta, iter(())
+                continue
+            cf = db.get_column_family(name)
+            try:
+                yield meta, iter_column_family(cf, meta, key_groups)
+            finally:
+                del cf
+    finally:
+        db.close()
+        del db
+
+
 def read_incremental(
     handle: StateHandle, storage: CheckpointStorage, key_groups: KeyGroupRange
 ) -> Iterator[RestoredPart]:
     """The entries of an incremental handle, read through a temporary read-only database."""
     scratch = Path(tempfile.mkdtemp(prefix="tidemark-restore-"))
-    db = None
     try:
         metadata = download(handle, storage, scratch / "db")
-        options = rocksdict.Options(raw_mode=True)
-        db = open_db(scratch / "db", options, access_type=rocksdict.AccessType.read_only())
-        families = set(rocksdict.Rdict.list_cf(str(scratch / "db"), options))
-        for meta in metadata["states"]:
-            name = CF_PREFIX + meta["name"]
-            if name not in families:  # defined without data (snapshots before empty families were kept)
-                yield RestoredPart(handle.files[0].path, [meta], iter(()))
-                continue
-            cf = db.get_column_family(name)
-            try:
-                entries = list(iter_column_family(cf, meta, key_groups))
-            finally:
-                del cf
-            yield RestoredPart(handle.files[0].path, [meta], iter(entries))
+        for meta, entries in read_states(scratch / "db", metadata["states"], key_groups):
+            yield RestoredPart(handle.files[0].path, [meta], entries)
     finally:
-        if db is not None:
-            db.close()
-            del db
         shutil.rmtree(scratch, ignore_errors=True)
