@@ -76,7 +76,7 @@ class HeapStateTable:
         if self._is_list:
             value = list(value)
         slot = (b._key, ns)
-        (self._cow.replaced(b._kgi, slot) if self._cow.pending else self._maps[b._kgi])[slot] = value
+        self._replacing(b._kgi, slot)[slot] = value
         if b._listeners:
             data = self._encode_list(value) if self._is_list else self._ser.serialize(value)
             self._emit(PUT, ns, None, data)
@@ -84,7 +84,7 @@ class HeapStateTable:
     def delete(self, ns: Any) -> None:
         b = self._b
         slot = (b._key, ns)
-        (self._cow.replaced(b._kgi, slot) if self._cow.pending else self._maps[b._kgi]).pop(slot, None)
+        self._replacing(b._kgi, slot).pop(slot, None)
         if b._listeners:
             self._emit(CLEAR if self._is_map else DELETE, ns, None, None)
 
@@ -145,6 +145,10 @@ class HeapStateTable:
     def _live(self, index: int, slot: tuple[Any, Any]) -> dict[tuple[Any, Any], Any]:
         """The live map of key-group index ``index`` where the object at ``slot`` may be changed in place."""
         return self._cow.owned(index, slot, self._copy) if self._cow.pending else self._maps[index]
+
+    def _replacing(self, index: int, slot: tuple[Any, Any]) -> dict[tuple[Any, Any], Any]:
+        """The live map of key-group index ``index`` for a write that replaces or removes the object at ``slot``."""
+        return self._cow.replaced(index, slot) if self._cow.pending else self._maps[index]
 
     def _copy(self, stored: Any) -> Any:
         """A copy of a stored object no capture shares: containers copied, mutable values
@@ -229,7 +233,7 @@ class HeapStateTable:
             live = None if is_expired(stored[1], ttl, now_ms) else stored
         if live is stored or (live is not None and len(live) == len(stored)):
             return 0
-        m = self._cow.replaced(index, slot) if self._cow.pending else self._maps[index]
+        m = self._replacing(index, slot)
         if live:
             m[slot] = live
         else:

@@ -137,8 +137,7 @@ class HeapTimerQueue(TimerQueue):
 
     def _insert(self, kgi: int, key: Any, namespace: Any, stored: bytes, encoded: bytes, timestamp: int) -> bool:
         slot = (key, namespace)
-        live = self._cow.owned(kgi, slot, set) if self._cow.pending else self._by_key[kgi]
-        timestamps = live.setdefault(slot, set())
+        timestamps = self._live(kgi, slot).setdefault(slot, set())
         if timestamp in timestamps:
             return False
         timestamps.add(timestamp)
@@ -153,13 +152,17 @@ class HeapTimerQueue(TimerQueue):
         timestamps = self._by_key[kgi].get(slot)
         if timestamps is None or timestamp not in timestamps:
             return False
-        by_key = self._cow.owned(kgi, slot, set) if self._cow.pending else self._by_key[kgi]
+        by_key = self._live(kgi, slot)
         timestamps = by_key[slot]
         timestamps.discard(timestamp)
         if not timestamps:
             del by_key[slot]
         self._count -= 1
         return True
+
+    def _live(self, kgi: int, slot: tuple[Any, Any]) -> dict[tuple[Any, Any], set[int]]:
+        """The live map of key-group index ``kgi`` where the timestamps of ``slot`` may be changed in place."""
+        return self._cow.owned(kgi, slot, set) if self._cow.pending else self._by_key[kgi]
 
     def _rebuild_heap(self) -> None:
         self._heap = [(timestamp, timer_order(encode_key(key), encode_namespace(namespace)), kgi, key, namespace)
