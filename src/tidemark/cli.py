@@ -34,6 +34,20 @@ HomeOption = typer.Option(DEFAULT_HOME, "--home", envvar="TIDEMARK_HOME",
                           help="Directory for local state (broker record, logs, checkpoints).")
 
 
+def _version(shown: bool) -> None:
+    if shown:
+        from tidemark import __version__
+
+        typer.echo(f"tidemark {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _options(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                          help="Print the version and exit.")) -> None:
+    """Tidemark: stateful PySpark streaming on Kafka."""
+
+
 class Engine(str, enum.Enum):
     kafka = "kafka"
     tansu = "tansu"

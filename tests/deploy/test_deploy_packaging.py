@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import time
+import tomllib
 import zipfile
 from pathlib import Path
 
@@ -98,6 +99,8 @@ def test_the_wheel_carries_every_schema_file(image: ScratchImage) -> None:
                 for p in [SCHEMAS / "ids.json", *SCHEMAS.glob("*/v*.avsc")]}
     with zipfile.ZipFile(_wheel(image)) as wheel:
         shipped = {name: wheel.read(name) for name in wheel.namelist() if name.startswith("tidemark/schemas/")}
+        licenses = [name for name in wheel.namelist() if name.endswith(".dist-info/licenses/LICENSE")]
+        assert len(licenses) == 1 and wheel.read(licenses[0]) == (REPO / "LICENSE").read_bytes()
     assert shipped == expected
 
 
@@ -121,6 +124,8 @@ def test_the_image_entrypoint_runs_the_installed_cli(image: ScratchImage, tmp_pa
     result = image.exec([*entrypoint[2:], *command], cwd=tmp_path, timeout=120)
     assert result.returncode == 0, result.stderr
     assert "run" in result.stdout and "jobs" in result.stdout
+    version = image.exec([*entrypoint[2:], "--version"], cwd=tmp_path, timeout=120)
+    assert (version.returncode, version.stdout) == (0, f"tidemark {tomllib.loads((REPO / 'pyproject.toml').read_text())['project']['version']}\n")
 
 
 def test_the_worker_image_runs_the_installed_example_job(image: ScratchImage, tmp_path: Path) -> None:
