@@ -9,6 +9,7 @@ from pathlib import Path
 
 import typer
 
+from tidemark import __version__
 from tidemark.broker.embedded import EmbeddedBroker, EmbeddedBrokerError
 from tidemark.broker.engine import DEFAULT_ENGINE, ENGINE_ENV
 from tidemark.config.settings import DEFAULT_HOME
@@ -36,8 +37,6 @@ HomeOption = typer.Option(DEFAULT_HOME, "--home", envvar="TIDEMARK_HOME",
 
 def _version(shown: bool) -> None:
     if shown:
-        from tidemark import __version__
-
         typer.echo(f"tidemark {__version__}")
         raise typer.Exit(0)
 

@@ -90,9 +90,7 @@ class _Taken:
     target: str | None
     parts: list[_TaskPart]
     sync_s: float
-    alignment_ms: int
-    held: int
-    overtaken: int
+    aligned: Aligned | None
 
 
 @dataclass(frozen=True)
@@ -139,9 +137,7 @@ class StageCheckpointer:
             self._decline(checkpoint_id, self._target_failure(target, exc))
             return False
         record_state_sizes(self.job, self.stage, (task.backend.size() for task in self.tasks))
-        taken = _Taken(checkpoint_id, kind, target, parts, time.monotonic() - started,
-                       aligned.alignment_ms if aligned is not None else 0,
-                       aligned.held if aligned else 0, aligned.overtaken if aligned else 0)
+        taken = _Taken(checkpoint_id, kind, target, parts, time.monotonic() - started, aligned)
         self.thread.submit(lambda: self._write_and_ack(taken))
         return True
 
@@ -162,16 +158,18 @@ class StageCheckpointer:
                 part.release()
         async_s = time.monotonic() - started
         FAULTS.hit("after-snapshot")
-        timings = TaskTimings(alignment_ms=taken.alignment_ms, sync_ms=int(taken.sync_s * 1000),
+        aligned = taken.aligned
+        alignment_ms = aligned.alignment_ms if aligned is not None else 0
+        timings = TaskTimings(alignment_ms=alignment_ms, sync_ms=int(taken.sync_s * 1000),
                               async_ms=int(async_s * 1000), processed_bytes=0)
         for snapshot in snapshots:
             self.control.ack(TaskAck(self.job, checkpoint_id, snapshot, timings, now_ms(), self.epoch))
         SNAPSHOT_SYNC.labels(self.job).observe(taken.sync_s)
         SNAPSHOT_ASYNC.labels(self.job).observe(async_s)
-        ALIGNMENT.labels(self.job).observe(taken.alignment_ms / 1000)
+        ALIGNMENT.labels(self.job).observe(alignment_ms / 1000)
         log.info("checkpoint acked", job=self.job, stage=self.stage, checkpoint=checkpoint_id, kind=taken.kind.value,
-                 sync_ms=timings.sync_ms, async_ms=timings.async_ms, alignment_ms=taken.alignment_ms,
-                 held=taken.held, overtaken=taken.overtaken)
+                 sync_ms=timings.sync_ms, async_ms=timings.async_ms, alignment_ms=alignment_ms,
+                 held=aligned.held if aligned else 0, overtaken=aligned.overtaken if aligned else 0)
         FAULTS.hit("after-ack")
 
     def _target_failure(self, target: str, error: Exception) -> str:

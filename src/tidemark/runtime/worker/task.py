@@ -164,7 +164,8 @@ class StageTask:
         except BaseException:
             keyed.release()
             raise
-        return AsyncSnapshot(lambda: (keyed.run(), tuple(operator.run())), keyed.release)
+        return AsyncSnapshot(lambda: (keyed.run(), tuple(operator.run())),
+                             lambda: (keyed.release(), operator.release()))
 
     def notify_completed(self, checkpoint_id: CheckpointId) -> None:
         self.backend.notify_checkpoint_complete(checkpoint_id)

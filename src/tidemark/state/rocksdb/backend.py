@@ -283,6 +283,7 @@ class RocksDBStateBackend(LocalKeyedStateBackend):
         for queue in self._rocks_timers.values():
             queue.write_counts()
         local = create_local_checkpoint(self._db, self.path / "checkpoints", int(checkpoint_id))
+        discard = lambda: shutil.rmtree(local, ignore_errors=True)  # noqa: E731 - the local checkpoint, once written
         if canonical or not self.options.incremental:
             now = self.clock.now_ms()
 
@@ -292,7 +293,7 @@ class RocksDBStateBackend(LocalKeyedStateBackend):
                 self.last_snapshot_stats = SnapshotStats((ref.path,), (), ref.size_bytes, ref.size_bytes)
                 return full
 
-            return AsyncSnapshot(write_full, lambda: shutil.rmtree(local, ignore_errors=True))
+            return AsyncSnapshot(write_full, discard)
 
         def upload() -> KeyedSnapshot:
             files, stats = upload_incremental(local, storage, self._snapshot_path(int(checkpoint_id), ""),
@@ -301,7 +302,7 @@ class RocksDBStateBackend(LocalKeyedStateBackend):
             return self._keyed_snapshot(StateHandleKind.KEYED_INCREMENTAL, files, stats.state_size,
                                         stats.bytes_written)
 
-        return AsyncSnapshot(upload, lambda: shutil.rmtree(local, ignore_errors=True))
+        return AsyncSnapshot(upload, discard)
 
     def _full_entries(self, local: Path, metas: list[dict[str, Any]], now: int) -> Iterator[Entry]:
         """The canonical entries of a local checkpoint, expired TTL values left out."""

@@ -88,18 +88,18 @@ def upload_incremental(
     checkpoint_dir: Path, storage: CheckpointStorage, private_dir: str,
     shared_dir: str, header: dict[str, Any], uploaded: dict[str, StateFile],
 ) -> tuple[tuple[StateFile, ...], SnapshotStats]:
-    """Upload a local checkpoint (then remove it); ``uploaded`` (local SST name -> ref) is
+    """Upload a local checkpoint (its caller removes it); ``uploaded`` (local SST name -> ref) is
     updated. One upload at a time per database: consecutive ones share ``uploaded``."""
-    try:
-        files, new, reused, written = [], [], [], 0
-        for local in sorted(checkpoint_dir.iterdir()):
-            ref, fresh = _upload(local, storage, private_dir, shared_dir, uploaded)
-            files.append({"name": local.name, "path": ref.path, "size": ref.size_bytes,
-                          "sha256": ref.sha256, "shared": ref.shared})
-            (new if fresh else reused).append(ref)
-            written += ref.size_bytes if fresh else 0
-    finally:
-        shutil.rmtree(checkpoint_dir, ignore_errors=True)
+    files: list[dict[str, Any]] = []
+    new: list[StateFile] = []
+    reused: list[StateFile] = []
+    written = 0
+    for local in sorted(checkpoint_dir.iterdir()):
+        ref, fresh = _upload(local, storage, private_dir, shared_dir, uploaded)
+        files.append({"name": local.name, "path": ref.path, "size": ref.size_bytes,
+                      "sha256": ref.sha256, "shared": ref.shared})
+        (new if fresh else reused).append(ref)
+        written += ref.size_bytes if fresh else 0
     live = {uploaded_name for uploaded_name in (f["name"] for f in files)}
     for stale in [name for name in uploaded if name not in live]:
         del uploaded[stale]
