@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+import cpu_report
 from tidemark.broker.embedded import kafka_or_embedded
 from tidemark.kafka.topics import TopicNames
 
@@ -69,6 +70,10 @@ def _tier(item: pytest.Item) -> str:
     if item.get_closest_marker("e2e") or item.get_closest_marker("slow"):
         rank = TIERS.index("e2e")
     return TIERS[rank]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    cpu_report.install(config)  # TIDEMARK_TEST_CPU_REPORT: the CPU each test costs
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

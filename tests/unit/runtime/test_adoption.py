@@ -165,3 +165,23 @@ def test_an_adopted_process_handed_a_later_attempt_reports_its_exit_through_that
     child.kill()
     child.wait()
     assert adopted.wait(timeout=5) == 0, "read from epoch 1's file it would be taken for killed (-9)"
+
+
+def test_a_worker_whose_attempt_raises_leaves_exit_status_1_for_an_adopter(tmp_path, monkeypatch):
+    """An error escaping an attempt (not a fault point's SIGKILL) must not read as -9 to a
+    supervisor that is not the process's parent: the process writes 1 to the attempt's exited file."""
+    from tidemark.config.settings import TidemarkSettings
+    from tidemark.runtime.worker import process as worker_process
+
+    def failing(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(worker_process, "run_attempt", failing)
+    attempt = Attempt("m:j", "w", Epoch(3), 1, tmp_path)
+    stage = worker_process.StageProcess(TidemarkSettings(), SupervisorLines(io.StringIO("")))
+    with pytest.raises(RuntimeError, match="boom"):
+        stage.run(attempt)
+    path = exited_file(tmp_path, attempt.process, 3)
+    assert path.read_text() == "1"
+    adopted = AdoptedProcess(ProcessRecord(999_999_999, 1), tmp_path / "no-fifo", path)
+    assert adopted.poll() == 1

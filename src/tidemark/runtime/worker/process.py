@@ -237,7 +237,19 @@ class StageProcess:
 
     def run(self, attempt: Attempt | None) -> int:
         """Run ``attempt`` (None: the first assignment read), and the next one after each
-        release; the exit status of the last attempt, or 0 when no next one comes."""
+        release; the exit status of the last attempt, or 0 when no next one comes. An error that
+        escapes an attempt still leaves the exit status (1) in the attempt's ``exited`` file: a
+        supervisor that is not the process's parent would otherwise take its death for a SIGKILL."""
+        try:
+            return self._run(attempt)
+        except BaseException as exc:
+            code = exc.code if isinstance(exc, SystemExit) and isinstance(exc.code, int) else 1
+            if not isinstance(exc, SystemExit):
+                log.error("the attempt ended on an error; the process exits", error=repr(exc), exit_code=code)
+            self._write_exited(code)
+            raise
+
+    def _run(self, attempt: Attempt | None) -> int:
         settings = self.settings
         while True:
             if attempt is None:
@@ -311,9 +323,13 @@ class StageProcess:
         if self.spark is not None:  # released, and no next attempt came
             self.spark.stop()
             self.spark = None
-        if self._last is not None:  # for a supervisor that adopted the process (not its parent)
+        self._write_exited(code)
+        return code
+
+    def _write_exited(self, code: int) -> None:
+        """The exit status, for a supervisor that adopted the process (not its parent)."""
+        if self._last is not None:
             try:
                 exited_file(self._last.run_dir, self._last.process, self._last.epoch).write_text(str(code))
             except OSError:
                 pass
-        return code
