@@ -73,7 +73,7 @@ def _tier(item: pytest.Item) -> str:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    cpu_report.install(config)  # TIDEMARK_TEST_CPU_REPORT: the CPU each test costs
+    cpu_report.install(config)  # PYTEST_CPU_REPORT: the CPU each test costs
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

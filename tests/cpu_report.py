@@ -1,4 +1,4 @@
-"""The CPU each test costs, for keeping the suite fast by design (``TIDEMARK_TEST_CPU_REPORT=<file>``).
+"""The CPU each test costs, for keeping the suite fast by design (``PYTEST_CPU_REPORT=<file>``).
 
 The suite is CPU-bound on a 2-core machine, so a test's wall time says little (it depends on
 what the other lanes run beside it). With the variable set, each pytest process (each lane of
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-REPORT_ENV = "TIDEMARK_TEST_CPU_REPORT"
+REPORT_ENV = "PYTEST_CPU_REPORT"  # not TIDEMARK_*: the services refuse settings they do not know
 
 
 class CpuReport:
