@@ -21,11 +21,17 @@ import uuid
 from collections.abc import Callable, Iterator
 
 import pytest
+from hypothesis import settings
 
 import cpu_report
 from tidemark.broker.embedded import kafka_or_embedded
 from tidemark.kafka.topics import TopicNames
 
+
+# no per-example deadline: a property test checks what holds, never how fast (under the suite's
+# three lanes on two cores one example can take seconds)
+settings.register_profile("tidemark", deadline=None)
+settings.load_profile("tidemark")
 
 TIERS = ("unit", "integration", "e2e")
 _FOLDER_TIERS = {"e2e": "e2e", "integration": "integration", "deploy": "integration", "monitoring": "integration"}

@@ -7,7 +7,8 @@ every core, so nothing is held back) before its first test. Everything the lane 
 there (brokers, services, supervisors, stage workers and their JVMs, also after they are
 reparented), so the group's CPU time before and after each test is what that test cost, whatever
 ran in the other lanes meanwhile. One JSON line per test is appended to the file:
-``{"test", "tier", "cpu_s", "wall_s"}``. ``python tests/cpu_report.py <file>`` prints the tests and
+``{"test", "lane", "tier", "cpu_s", "wall_s", "end_s"}`` (``end_s``: seconds since the lane's
+first test began, so the lanes' timelines line up). ``python tests/cpu_report.py <file>`` prints the tests and
 the files that cost the most. Without the variable (or without a writable cpu controller: not
 root) nothing happens.
 """
@@ -36,14 +37,20 @@ class CpuReport:
         self.path = path
         self.group = CpuQuota(cpu_controller(), f"tests-{os.getpid()}", cores=float(os.cpu_count() or 1))
         self.group.add(os.getpid())
+        self.lane = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        self.started: float | None = None
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(self, item: pytest.Item) -> Iterator[None]:
         cpu, wall = self.group.usage_s(), time.monotonic()
+        if self.started is None:
+            self.started = wall
         yield
         tier = next((m.name for m in item.iter_markers() if m.name in ("unit", "integration", "e2e")), "")
-        line = json.dumps({"test": item.nodeid, "tier": tier, "cpu_s": round(self.group.usage_s() - cpu, 2),
-                           "wall_s": round(time.monotonic() - wall, 2)})
+        now = time.monotonic()
+        line = json.dumps({"test": item.nodeid, "lane": self.lane, "tier": tier,
+                           "cpu_s": round(self.group.usage_s() - cpu, 2), "wall_s": round(now - wall, 2),
+                           "end_s": round(now - self.started, 1)})
         with open(self.path, "a", encoding="utf-8") as out:  # one short write per line: lanes do not interleave
             out.write(line + "\n")
 
@@ -77,7 +84,14 @@ def summary(path: Path, top: int = 40) -> str:
         tiers[row["tier"]][1] += row["wall_s"]
         tiers[row["tier"]][2] += 1
     total = sum(row["cpu_s"] for row in rows) or 1.0
-    out = [f"{len(rows)} tests, {total:,.0f} CPU-s", "", "| tier | tests | CPU-s | share | wall-s |", "|---|---|---|---|---|"]
+    lanes: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+    for row in rows:
+        lane = lanes[row.get("lane", "?")]
+        lane[0] += row["cpu_s"]
+        lane[1] = max(lane[1], row.get("end_s", 0.0))
+    out = [f"{len(rows)} tests, {total:,.0f} CPU-s", "", "| lane | CPU-s | last test ended at (s) |", "|---|---|---|"]
+    out += [f"| {name} | {c:,.0f} | {end:,.0f} |" for name, (c, end) in sorted(lanes.items())]
+    out += ["", "| tier | tests | CPU-s | share | wall-s |", "|---|---|---|---|---|"]
     out += [f"| {t or '?'} | {n} | {c:,.0f} | {c / total:.0%} | {w:,.0f} |" for t, (c, w, n) in sorted(tiers.items())]
     out += ["", "| file | CPU-s | share | wall-s |", "|---|---|---|---|"]
     out += [f"| {f} | {c:,.1f} | {c / total:.1%} | {w:,.0f} |"

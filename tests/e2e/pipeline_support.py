@@ -84,8 +84,25 @@ def worker_deaths(job: JobRun) -> list[dict[str, Any]]:
     would recover from it, so the output alone would not show it)."""
     deaths = [e for e in job.log_events() if e.get("event") in ("worker failed", "worker died while starting")]
     errors = [e for e in deaths if e.get("code") != -9]
-    assert not errors, f"workers exited on an error, not a fault point's SIGKILL: {errors}"
+    assert not errors, f"workers exited on an error, not a fault point's SIGKILL:\n{described(errors)}"
     return deaths
+
+
+def described(deaths: list[dict[str, Any]], lines: int = 25) -> str:
+    """Each death and the end of its worker's log (what it did last: the fault point's line, or
+    the error), for a failure message that says more than the exit status."""
+    out = []
+    for death in deaths:
+        path = Path(death.get("log_file") or "/nonexistent")
+        tail = path.read_text(errors="replace").splitlines()[-lines:] if path.exists() else ["(no log)"]
+        out.append(f"{death}\n  " + "\n  ".join(tail))
+    return "\n".join(out)
+
+
+def assert_deaths(deaths: list[dict[str, Any]], expected: list[str]) -> None:
+    """The workers that died are the processes ``expected`` names (one per planned kill), no other."""
+    assert sorted(d["stage"] for d in deaths) == sorted(expected), (
+        f"died: {sorted(d['stage'] for d in deaths)}, planned: {sorted(expected)}\n{described(deaths)}")
 
 
 def verify_two_stage(bootstrap: str, topics: Topics, records: list[bytes], timeout_s: float) -> Verdict:

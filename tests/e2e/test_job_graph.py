@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline_support import killed_at_every_point, pipeline, worker_deaths
+from pipeline_support import assert_deaths, killed_at_every_point, pipeline, worker_deaths
 from tidemark.examples.verify import EXAMPLES, read_committed, verify_example
 from tidemark.local.pipeline import InputFeeder
 
@@ -53,7 +53,7 @@ def test_a_graph_with_a_fan_out_and_a_fan_in_is_exactly_once_across_a_sigkill_of
             kafka_bootstrap, firsts, expect=len(expected_firsts), timeout_s=60), expected_firsts)
         deaths = worker_deaths(job)
         job.stop()
-    assert sorted(d["stage"] for d in deaths) == sorted(k.split("@")[1] for k in KILLS), deaths
+    assert_deaths(deaths, [k.split("@")[1] for k in KILLS])
     assert totals_verdict.exactly_once, totals_verdict
     assert ips_verdict.exactly_once, ips_verdict
     assert firsts_verdict.exactly_once, firsts_verdict  # through ip_hits' side output, a channel

@@ -28,7 +28,7 @@ from collections.abc import Callable
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from pipeline_support import killed_at_every_point, pipeline, worker_deaths
+from pipeline_support import assert_deaths, killed_at_every_point, pipeline, worker_deaths
 from tidemark.examples import fraud_rules, url_owners
 from tidemark.examples.generator import RecordWriter, generate
 from tidemark.examples.verify import read_committed
@@ -119,8 +119,7 @@ def test_rules_and_an_enrichment_change_while_running_and_both_outputs_are_exact
     assert cleared_verdict.exactly_once, cleared_verdict  # the side output, read_committed, across the kills
     assert enriched_verdict.exactly_once, enriched_verdict
     # each kill took worker 0 of its stage (process "<stage>.w0" when the stage has several, else "<stage>")
-    assert sorted(d["stage"] for d in deaths) == sorted(
-        [f"{k.split('@')[1]}.w0" for k in FRAUD_KILLS] + [k.split("@")[1] for k in ENRICH_KILLS]), deaths
+    assert_deaths(deaths, [f"{k.split('@')[1]}.w0" for k in FRAUD_KILLS] + [k.split("@")[1] for k in ENRICH_KILLS])
     assert len({a["version"] for a in expected_alerts.values() if a["rule"] == "large"}) > 3  # rules changed
     owners_seen = [r["owner"] for r in expected_enriched.values()]
     assert owners_seen.count(None) > 10 and len(set(owners_seen)) > 3  # owners set, changed and gone

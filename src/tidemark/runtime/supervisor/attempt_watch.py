@@ -57,7 +57,7 @@ class AttemptWatch:
             for name, state in states.items():
                 if state.exited:
                     log.error("worker died while starting", job=self.job, stage=name, code=state.exit_code,
-                              epoch=epoch, reason=state.reason or None)
+                              epoch=epoch, reason=state.reason or None, log_file=state.log)
                     return self._stage_failed(name, state)
             pending = sorted(name for name, state in states.items() if not state.started)
             if not pending:
@@ -84,7 +84,7 @@ class AttemptWatch:
             for name, state in states.items():
                 if state.exited and state.exit_code != 0:
                     log.error("worker failed", job=self.job, stage=name, code=state.exit_code,
-                              epoch=epoch, reason=state.reason or None)
+                              epoch=epoch, reason=state.reason or None, log_file=state.log)
                     return self._stage_failed(name, state)
             if all(state.exited for state in states.values()):
                 return "finished"
