@@ -44,7 +44,8 @@ from tidemark.broker.embedded import kafka_or_embedded
 from tidemark.local.cpu_quota import CpuController, CpuQuota, QuotaUnavailable, cpu_controller
 from tidemark.examples.generator import generate, produce
 from tidemark.examples.verify import read_committed
-from tidemark.local.pipeline import LocalPipeline, process_tree, wait_for
+from tidemark.local.pipeline import LocalPipeline, wait_for
+from tidemark.processes import tree_pids
 
 JOB = "tidemark.examples.access_log:url_counts"
 PARALLELISM = 4
@@ -71,9 +72,9 @@ class PeakRss(threading.Thread):
 
     def run(self) -> None:
         while not self.done:
-            for worker in process_tree(self.supervisor)[1:]:
+            for worker in tree_pids(self.supervisor)[1:]:
                 if _cmdline(worker).find("jobs worker") >= 0:
-                    tree = sum(_hwm_kib(pid) for pid in process_tree(worker))
+                    tree = sum(_hwm_kib(pid) for pid in tree_pids(worker))
                     self.peak[worker] = max(self.peak.get(worker, 0), tree)
             time.sleep(1.0)
 
@@ -95,7 +96,7 @@ class WorkerQuotas(threading.Thread):
 
     def run(self) -> None:
         while not self.done.is_set():
-            for pid in process_tree(self.supervisor)[1:]:
+            for pid in tree_pids(self.supervisor)[1:]:
                 if pid in self._placed:
                     continue
                 command = _cmdline(pid).split()
@@ -104,7 +105,7 @@ class WorkerQuotas(threading.Thread):
                 index = int(command[command.index("--worker") + 1])
                 if index not in self.quotas:
                     self.quotas[index] = CpuQuota(self.controller, f"{self.run_name}-w{index}", self.cores)
-                for member in process_tree(pid):
+                for member in tree_pids(pid):
                     if self.quotas[index].add(member):
                         self._placed.add(member)
             self.done.wait(0.02)

@@ -35,7 +35,8 @@ from typing import Any
 from tidemark.broker.embedded import kafka_or_embedded
 from tidemark.examples.generator import produce
 from tidemark.examples.verify import read_committed
-from tidemark.local.pipeline import LocalPipeline, process_tree, wait_for
+from tidemark.local.pipeline import LocalPipeline, wait_for
+from tidemark.processes import tree_pids
 
 BENCH = Path(__file__).resolve().parent
 JOB = "tidemark_ttl_job:first_visits"
@@ -44,7 +45,7 @@ JOB = "tidemark_ttl_job:first_visits"
 def _rss_mib(root: int) -> float:
     """Resident set of ``root``'s stage-worker process trees (MiB)."""
     total = 0
-    for pid in process_tree(root)[1:]:
+    for pid in tree_pids(root)[1:]:
         try:
             for line in Path(f"/proc/{pid}/status").read_text().splitlines():
                 if line.startswith("VmRSS:"):

@@ -12,6 +12,8 @@ services, the supervisor's workers and the coordinator's job launcher.
 - :func:`pid_alive`: whether a pid names a live (not zombie) process, also one we did not start;
 - :func:`process_start_time`: when a live process started, which with its pid names it for good
   (a pid is recycled, the pair is not);
+- :func:`process_tree` / :func:`tree_pids`: a process and its descendants as ``/proc`` shows them
+  (parent, CPU time, resident memory), parents first;
 - :func:`stop_processes` / :func:`stop_process` / :func:`stop_pid`: SIGTERM, a bounded wait, then
   SIGKILL (several processes are signalled together and wait out their shutdowns side by side).
 """
@@ -28,6 +30,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 _PR_SET_PDEATHSIG = 1
@@ -35,6 +38,9 @@ _GIVEN_PORTS: deque[int] = deque(maxlen=4096)  # what free_port(_block) handed o
 _GIVEN_LOCK = threading.Lock()
 _LOWEST_PORT = 10000  # below: well-known and registered ports of other software
 _EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+PROC = Path("/proc")
+_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+_PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 
 
 def _port_range() -> tuple[int, int]:
@@ -177,3 +183,52 @@ def _reap(process: subprocess.Popen[bytes] | None) -> None:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessUsage:
+    """One process as ``/proc/<pid>/stat`` shows it."""
+
+    pid: int
+    parent: int
+    cpu_seconds: float
+    """User and system time of the process and of the children it reaped."""
+    rss_bytes: int
+
+
+def parse_stat(pid: int, text: str) -> ProcessUsage:
+    """``/proc/<pid>/stat`` (proc(5)): after the command in parentheses come the state (field 3),
+    the parent (4), utime, stime, cutime, cstime (14-17) and the resident pages (24)."""
+    fields = text.rsplit(")", 1)[1].split()
+    ticks = sum(int(value) for value in fields[11:15])
+    return ProcessUsage(pid, int(fields[1]), ticks / _TICKS_PER_S, int(fields[21]) * _PAGE_BYTES)
+
+
+def process_tree(root: int, proc: Path = PROC) -> list[ProcessUsage]:
+    """``root`` and its descendants as ``proc`` shows them now, parents first (one that ends
+    meanwhile is left out); empty when ``root`` is gone."""
+    processes: dict[int, ProcessUsage] = {}
+    for entry in os.scandir(proc):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(os.path.join(entry.path, "stat"), encoding="ascii", errors="replace") as stat:
+                processes[int(entry.name)] = parse_stat(int(entry.name), stat.read())
+        except (OSError, IndexError, ValueError):
+            continue
+    children: dict[int, list[int]] = {}
+    for process in processes.values():
+        children.setdefault(process.parent, []).append(process.pid)
+    tree: list[ProcessUsage] = []
+    todo = deque([root])
+    while todo:
+        process = processes.get(todo.popleft())
+        if process is not None:
+            tree.append(process)
+            todo.extend(children.get(process.pid, ()))
+    return tree
+
+
+def tree_pids(root: int) -> list[int]:
+    """The pids of ``root`` and its descendants, parents first."""
+    return [process.pid for process in process_tree(root)]

@@ -109,5 +109,7 @@ def test_the_issue_panels_exist() -> None:
     assert {"Checkpoints per second by outcome", "Duration against timeout", "Checkpointed size against full size",
             "In progress", "Since last completed", "Restores (range)"} <= titles["tidemark-checkpoints"]
     assert {"Pending changelog bytes by operator", "Materializations per second by outcome"} <= titles["tidemark-changelog"]
-    assert {"Records per second", "Consumer lag by topic", "Barrier alignment time"} <= titles["tidemark-worker"]
+    assert {"Records per second", "Consumer lag by topic", "Barrier alignment time", "CPU per worker process",
+            "Resident memory per worker process", "JVM heap used against max",
+            "Micro-batch duration"} <= titles["tidemark-worker"]
     assert {"Ready", "Dead letters per second"} <= titles["tidemark-services"]

@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 
 from confluent_kafka.admin import AdminClient
 
-from tidemark.processes import die_with_parent, stop_process, stop_processes
+from tidemark.processes import die_with_parent, stop_process, stop_processes, tree_pids
 from tidemark.runtime.supervisor.adoption import read_record, stop_left_processes
 from tidemark.examples.generator import RecordWriter, generate
 from tidemark.kafka.admin import ensure_topics
@@ -77,12 +77,12 @@ class JobRun:
         """SIGKILL the supervisor and every process under it (workers, their JVMs) at once, as a
         lost pod does, and the worker processes it took from the idle workers of an earlier run
         (runtime.placement.idle_workers: not under it, its record lists them); the pids killed."""
-        pids = process_tree(self.process.pid)
+        pids = tree_pids(self.process.pid)
         for path in (self.log_path.parent.parent / "runs").glob("*.supervisor.json"):
             record = read_record(path)
             if record is not None and record.pid == self.process.pid:
                 pids += [pid for entry in (*record.processes.values(), *record.standbys.values()) if entry.alive()
-                         for pid in process_tree(entry.pid) if pid not in pids]
+                         for pid in tree_pids(entry.pid) if pid not in pids]
         for pid in pids:
             try:
                 os.kill(pid, signal.SIGKILL)
@@ -90,26 +90,6 @@ class JobRun:
                 pass
         self.process.wait(timeout=30)
         return pids
-
-
-def process_tree(root: int) -> list[int]:
-    """``root`` and its descendants (from ``/proc``), parents first."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        parent = int(stat.rsplit(")", 1)[1].split()[1])
-        children.setdefault(parent, []).append(int(entry.name))
-    tree, todo = [], [root]
-    while todo:
-        pid = todo.pop(0)
-        tree.append(pid)
-        todo.extend(children.get(pid, []))
-    return tree
 
 
 @dataclass

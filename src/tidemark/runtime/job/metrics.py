@@ -62,6 +62,20 @@ ROCKSDB_BLOCK_CACHE = Gauge("tidemark_worker_rocksdb_block_cache_bytes",
                             "RocksDB block cache in use by the worker's tasks (rocksdb.block-cache-usage)",
                             ["job", "stage"])
 
+BATCH_DURATION = Histogram("tidemark_worker_batch_duration_seconds",
+                           "Time a stage worker took to process a micro-batch: its records through the "
+                           "operators, the output written, the control plane", ["job", "stage"], buckets=_SECONDS)
+CPU_SECONDS = Counter("tidemark_worker_cpu_seconds_total",
+                      "CPU time of the stage worker's processes: its Python process, its SparkSession's JVM "
+                      "and their children", ["job", "stage"])
+RESIDENT_MEMORY = Gauge("tidemark_worker_resident_memory_bytes",
+                        "Resident memory of the stage worker's processes: its Python process, its "
+                        "SparkSession's JVM and their children", ["job", "stage"])
+JVM_HEAP_USED = Gauge("tidemark_worker_jvm_heap_used_bytes",
+                      "Heap in use in the stage worker's JVM (MemoryMXBean heap used)", ["job", "stage"])
+JVM_HEAP_MAX = Gauge("tidemark_worker_jvm_heap_max_bytes",
+                     "Largest heap the stage worker's JVM may take (MemoryMXBean heap max, -Xmx)", ["job", "stage"])
+
 
 def record_state_sizes(job: str, stage: str, sizes: Iterable[BackendSize]) -> None:
     """The state gauges of a stage worker: each state summed over its tasks' backends, each block
@@ -116,5 +130,6 @@ def clear_worker_metrics() -> None:
     for metric in (RECORDS_IN, RECORDS_OUT, CONSUMER_LAG, ALIGNMENT, SNAPSHOT_SYNC, SNAPSHOT_ASYNC, RECORDS_SKIPPED,
                    RESTORE_DURATION, WATERMARK, WATERMARK_LAG, TIMERS_REGISTERED, TIMERS_FIRED, TIMERS_PENDING,
                    LATE_RECORDS, STATE_ENTRIES, STATE_BYTES, ROCKSDB_LIVE_SST, ROCKSDB_MEMTABLES,
-                   ROCKSDB_PENDING_COMPACTION, ROCKSDB_BLOCK_CACHE):
+                   ROCKSDB_PENDING_COMPACTION, ROCKSDB_BLOCK_CACHE, BATCH_DURATION, CPU_SECONDS, RESIDENT_MEMORY,
+                   JVM_HEAP_USED, JVM_HEAP_MAX):
         metric.clear()

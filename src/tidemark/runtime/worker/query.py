@@ -7,12 +7,13 @@ given: a warm standby's, or the one of the process's previous attempt,
 :mod:`tidemark.runtime.worker.process`), starts the streaming query (the stage's Kafka source,
 :mod:`tidemark.spark.stage_source`, -> ``foreachBatch``, whose batches a processing thread
 processes while Spark fetches the next: :mod:`tidemark.runtime.worker.batch_handoff`), writes the
-attempt's ready file, then loops: the control plane between micro-batches, consumer lag every
-few seconds, until the stage finishes (stop-with-savepoint completed: code 0), the supervisor
-releases the attempt (``released()``: the query stopped and the worker closed, the session kept
-and returned for the next attempt) or the query or a batch fails (raises). A broker outage
-neither ends the loop nor fails the query: every Kafka call of the stage waits for the broker,
-and a :class:`~tidemark.kafka.outage.BrokerWatch` reports the outage in the log.
+attempt's ready file, then loops: the control plane between micro-batches, consumer lag and the
+worker's resources (:mod:`tidemark.runtime.worker.resources`) every few seconds, until the stage
+finishes (stop-with-savepoint completed: code 0), the supervisor releases the attempt
+(``released()``: the query stopped and the worker closed, the session kept and returned for the
+next attempt) or the query or a batch fails (raises). A broker outage neither ends the loop nor
+fails the query: every Kafka call of the stage waits for the broker, and a
+:class:`~tidemark.kafka.outage.BrokerWatch` reports the outage in the log.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from tidemark.runtime.job.start_errors import failed_file, not_retryable_reason
 from tidemark.runtime.job.attempt import Attempt
 from tidemark.runtime.worker.bootstrap import bootstrap, read_selection
 from tidemark.runtime.worker import loaded_code
+from tidemark.runtime.worker.resources import WorkerResources
 from tidemark.runtime.worker.runner import StageRunner
 from tidemark.chassis.logs import get_logger
 from tidemark.spark.session import LocalSessionOptions, local_session, query_checkpoint_location
@@ -201,6 +203,8 @@ def _stream(worker: StageRunner, attempt: Attempt, spark: Any, source: StageSour
              parallelism=attempt.parallelism, worker=attempt.worker, workers=worker.stage.workers or 1,
              tasks=[t.task_id for t in worker.tasks], source=source.format,
              starting_offsets=options["startingOffsets"])
+    resources = WorkerResources(worker.job, worker.stage.name, spark.sparkContext._jvm)
+    resources.report()
     last_lag = 0.0
     while not worker.finished:
         if released():
@@ -216,6 +220,7 @@ def _stream(worker: StageRunner, attempt: Attempt, spark: Any, source: StageSour
             worker.on_tick()  # processing-time timers, idle partitions, the control plane
         if time.monotonic() - last_lag > REPORT_EVERY_S:
             worker.report_lag()
+            resources.report()
             last_lag = time.monotonic()
     query.stop()
     log.info("stage finished", job=worker.job, stage=worker.stage.name, epoch=attempt.epoch)

@@ -40,7 +40,7 @@ from tidemark.api import Stage
 from tidemark.runtime.worker.consumer_lag import ConsumerLag
 from tidemark.runtime.job.control import ControlPlane
 from tidemark.runtime.job.faults import FAULTS
-from tidemark.runtime.job.metrics import RECORDS_IN, RECORDS_OUT
+from tidemark.runtime.job.metrics import BATCH_DURATION, RECORDS_IN, RECORDS_OUT
 from tidemark.runtime.worker.outputs import StageOutput
 from tidemark.runtime.worker.record_errors import RecordFailures
 from tidemark.runtime.job.records import InputRecord
@@ -85,6 +85,9 @@ class StageRunner:
     processing: bool = False  # set when the first records a task processed are counted (flush_outputs)
     _cleaned_at: float = 0.0  # the last incremental TTL cleanup (time.monotonic)
 
+    def __post_init__(self) -> None:
+        self._batch_seconds = BATCH_DURATION.labels(self.job, self.stage.name)
+
     @property
     def epoch(self) -> Epoch:
         return self.attempt.epoch
@@ -92,10 +95,16 @@ class StageRunner:
     # ------------------------------------------------------------------ records
 
     def on_batch(self, records: Iterable[InputRecord]) -> None:
-        """One micro-batch, then the control plane (called under ``lock``)."""
+        """One micro-batch, then the control plane (called under ``lock``), timed in
+        ``tidemark_worker_batch_duration_seconds`` (after any wait for a stop-with-savepoint)."""
         if self.finished:
             return
         self.wait_while_stopping()
+        started = time.monotonic()
+        self._process_batch(records)
+        self._batch_seconds.observe(time.monotonic() - started)
+
+    def _process_batch(self, records: Iterable[InputRecord]) -> None:
         self.input.feed(records, self)
         if self.finished:  # a stop-with-savepoint completed while aligning
             return
