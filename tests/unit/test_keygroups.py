@@ -1,4 +1,4 @@
-"""Key groups: murmur3 vectors, the key-bytes rule and Flink's formulas for every pair."""
+"""Key groups: murmur3 vectors, pinned key groups, the key-bytes rule and Flink's formulas for every pair."""
 
 from __future__ import annotations
 
@@ -45,15 +45,43 @@ VECTORS = [
 ]
 
 
+# Key groups of keys at max_parallelism 128 and 32768: what every restore and every other
+# implementation of the key-bytes rule must reproduce (unsigned hash, seed 0).
+KEY_GROUPS = [
+    ("a", 0x3C2569B2, 50, 27058),
+    ("user-42", 0xB972DAD0, 80, 23248),
+    (b"\xffraw", 0xA9E0CEF9, 121, 20217),
+    (0, 0x63852AFC, 124, 11004),
+    (-1, 0x627564E8, 104, 25832),
+    (2**62, 0x343124F2, 114, 9458),
+    ("ключ", 0x9A592042, 66, 8258),
+    ("/index.html", 0x70D838C7, 71, 14535),
+]
+
+
 @pytest.mark.parametrize(("data", "seed", "expected"), VECTORS)
 def test_murmur3_known_vectors(data: bytes, seed: int, expected: int) -> None:
     assert murmur3_x86_32(data, seed) == expected
+    if seed == 0:
+        assert hash_key_bytes(data) == expected
+
+
+def test_murmur3_seed_is_taken_modulo_2_to_the_32() -> None:
+    assert murmur3_x86_32(b"", -1) == murmur3_x86_32(b"", 0xFFFFFFFF) == 0x81F16F39
+    assert murmur3_x86_32(b"", 1 + (1 << 32)) == 0x514E28B7
+
+
+@pytest.mark.parametrize(("key", "hashed", "group_128", "group_32768"), KEY_GROUPS)
+def test_pinned_key_groups(key: object, hashed: int, group_128: int, group_32768: int) -> None:
+    assert hash_key_bytes(key_to_bytes(key)) == hashed
+    assert assign_to_key_group(key, 128) == group_128
+    assert assign_to_key_group(key, 32768) == group_32768
 
 
 @settings(max_examples=300)
 @given(st.binary(max_size=80))
-def test_accelerated_hash_agrees_with_pure_python(data: bytes) -> None:
-    assert hash_key_bytes(data) == murmur3_x86_32(data, 0)
+def test_hash_is_an_unsigned_32_bit_integer(data: bytes) -> None:
+    assert 0 <= hash_key_bytes(data) < 1 << 32
 
 
 def test_key_bytes_rule() -> None:

@@ -17,6 +17,7 @@ from typing import Any
 from urllib.parse import quote, urlparse
 
 import httpx2
+import tenacity
 
 from tidemark.admin import DEFAULT_URL
 from tidemark.chassis.logs import get_logger
@@ -54,10 +55,14 @@ def unavailable_pause(attempt: int, retry_after: str | None = None) -> float:
     return RETRY_PAUSE_S / 2 if attempt == 1 else RETRY_PAUSE_S
 
 
-def pause_before_deadline(deadline: float, pause_s: float) -> float | None:
-    """``pause_s`` shortened to end at ``deadline`` (monotonic), or None once it has passed."""
-    remaining = deadline - time.monotonic()
-    return None if remaining <= 0 else min(pause_s, remaining)
+def _unavailable(response: httpx2.Response) -> bool:
+    return response.status_code == 503
+
+
+def _last_outcome(state: tenacity.RetryCallState) -> Any:
+    """The last try's answer, or its error raised."""
+    assert state.outcome is not None
+    return state.outcome.result()
 
 
 def _reason(exc: httpx2.RequestError) -> str:
@@ -96,24 +101,33 @@ class CoordinatorClient:
         ``wait_unavailable_s`` has passed: in both cases the coordinator did nothing, whatever
         the method. Any other failure (e.g. no answer in time) is final."""
         url = f"{self.url}/api/v1{path}"
-        deadline = time.monotonic() + self.wait_unavailable_s
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                response = self.http.request(method, url, json=body)
-            except httpx2.RequestError as exc:
-                if not isinstance(exc, NOT_SENT) or (
-                        pause := pause_before_deadline(deadline, unavailable_pause(attempt))) is None:
-                    raise ApiError(None, f"cannot reach the coordinator at {self.url}: {_reason(exc)}") from None
-            else:
-                retry_after = response.headers.get("Retry-After")
-                if response.status_code != 503 or (
-                        pause := pause_before_deadline(deadline, unavailable_pause(attempt, retry_after))) is None:
-                    return self._result(response)
-            if attempt == 1:
-                log.info("coordinator not available; retrying", url=self.url, wait_s=self.wait_unavailable_s)
-            time.sleep(pause)
+        try:
+            response = self._retrying()(self.http.request, method, url, json=body)
+        except httpx2.RequestError as exc:
+            raise ApiError(None, f"cannot reach the coordinator at {self.url}: {_reason(exc)}") from None
+        return self._result(response)
+
+    def _retrying(self) -> tenacity.Retrying:
+        """Tries while the coordinator is unavailable (see :meth:`request`), with the pauses of
+        :func:`unavailable_pause`, the last one shortened to end ``wait_unavailable_s`` after the
+        first try; then the last answer is returned, or the last error raised."""
+        wait_s = self.wait_unavailable_s
+
+        def pause(state: tenacity.RetryCallState) -> float:
+            response = _last_outcome(state) if state.outcome is not None and not state.outcome.failed else None
+            retry_after = None if response is None else response.headers.get("Retry-After")
+            return max(0.0, min(unavailable_pause(state.attempt_number, retry_after),
+                                wait_s - (state.seconds_since_start or 0.0)))
+
+        def first_retry(state: tenacity.RetryCallState) -> None:
+            if state.attempt_number == 1:
+                log.info("coordinator not available; retrying", url=self.url, wait_s=wait_s)
+
+        return tenacity.Retrying(
+            retry=tenacity.retry_if_exception_type(NOT_SENT) | tenacity.retry_if_result(_unavailable),
+            stop=tenacity.stop_after_delay(wait_s), wait=pause, before_sleep=first_retry,
+            retry_error_callback=_last_outcome,
+        )
 
     def _result(self, response: httpx2.Response) -> Any:
         if response.status_code >= 400:

@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
+import tenacity
 from confluent_kafka import KafkaError, KafkaException, TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -49,13 +50,10 @@ def ensure_topics(
 
 def _listed(admin: AdminClient, timeout_s: float, deadline: float) -> Any:
     """The broker's topic metadata, asked again while it times out until ``deadline``."""
-    while True:
-        try:
-            return admin.list_topics(timeout=timeout_s)
-        except KafkaException as exc:
-            if not _passing(exc.args[0]) or time.monotonic() > deadline:
-                raise
-            time.sleep(0.5)
+    return tenacity.Retrying(
+        retry=tenacity.retry_if_exception(_passing_failure), wait=tenacity.wait_fixed(0.5),
+        stop=lambda _: time.monotonic() > deadline, reraise=True,
+    )(admin.list_topics, timeout=timeout_s)
 
 
 def _create(admin: AdminClient, wanted: list[NewTopic], timeout_s: float, deadline: float) -> list[str]:
@@ -65,28 +63,43 @@ def _create(admin: AdminClient, wanted: list[NewTopic], timeout_s: float, deadli
     overloaded controller may answer after the request's timeout (a topic created meanwhile
     answers TOPIC_ALREADY_EXISTS the next time)."""
     created: list[str] = []
-    while wanted:
-        refused = []
-        for name, future in admin.create_topics(wanted, operation_timeout=timeout_s).items():
-            try:
-                future.result(timeout=timeout_s)
-                created.append(name)
-            except FutureTimeout:
-                if time.monotonic() > deadline:
-                    raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"creating topic {name}: the broker did "
-                                                    f"not answer within {timeout_s:g}s until the deadline")) from None
-                refused.append(name)
-            except KafkaException as exc:
-                error = exc.args[0]
-                if error.code() == KafkaError.TOPIC_ALREADY_EXISTS:
-                    continue
-                if not _passing(error) or time.monotonic() > deadline:
-                    raise
-                refused.append(name)
-        wanted = [topic for topic in wanted if topic.topic in refused]
-        if wanted:
-            time.sleep(0.5)
+    pending = list(wanted)
+
+    def create_pending() -> list[NewTopic]:
+        refused = _create_once(admin, pending, timeout_s, deadline, created)
+        pending[:] = [topic for topic in pending if topic.topic in refused]
+        return pending
+
+    tenacity.Retrying(retry=tenacity.retry_if_result(bool), wait=tenacity.wait_fixed(0.5))(create_pending)
     return created
+
+
+def _create_once(admin: AdminClient, wanted: list[NewTopic], timeout_s: float, deadline: float,
+                 created: list[str]) -> list[str]:
+    """One CreateTopics of ``wanted``: adds the names created to ``created``, returns those refused
+    for a passing state before ``deadline`` and raises any other refusal."""
+    refused = []
+    for name, future in admin.create_topics(wanted, operation_timeout=timeout_s).items():
+        try:
+            future.result(timeout=timeout_s)
+            created.append(name)
+        except FutureTimeout:
+            if time.monotonic() > deadline:
+                raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"creating topic {name}: the broker did "
+                                                f"not answer within {timeout_s:g}s until the deadline")) from None
+            refused.append(name)
+        except KafkaException as exc:
+            error = exc.args[0]
+            if error.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                continue
+            if not _passing(error) or time.monotonic() > deadline:
+                raise
+            refused.append(name)
+    return refused
+
+
+def _passing_failure(exc: BaseException) -> bool:
+    return isinstance(exc, KafkaException) and _passing(exc.args[0])
 
 
 def _passing(error: KafkaError) -> bool:

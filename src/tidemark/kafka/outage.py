@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
+import tenacity
 from confluent_kafka import Consumer, KafkaError, KafkaException
 
 from tidemark.kafka.clients import consumer_config
@@ -119,17 +120,13 @@ class BrokerWait:
         """``fn()``, retried every ``RETRY_S`` while it fails with an :func:`unavailable` error,
         for up to ``patience_s``; other errors, and the last one after that, are raised."""
         deadline = self._clock() + patience_s
-        while True:
-            try:
-                result = fn()
-            except Exception as exc:
-                if not unavailable(exc) or self._clock() > deadline:
-                    raise
-                self.failed(operation, exc)
-                time.sleep(RETRY_S)
-                continue
-            self.succeeded()
-            return result
+        result: T = tenacity.Retrying(
+            retry=tenacity.retry_if_exception(unavailable), wait=tenacity.wait_fixed(RETRY_S),
+            stop=lambda _: self._clock() > deadline, reraise=True,
+            before_sleep=lambda state: self.failed(operation, state.outcome and state.outcome.exception()),
+        )(fn)
+        self.succeeded()
+        return result
 
     def deliver(self, producer: Any, operation: str, *, patience_s: float = PATIENCE_S) -> None:
         """Flush ``producer`` until nothing is queued or in flight, waiting through an outage

@@ -1,12 +1,15 @@
 """The reference Avro encoder and decoder, on the ``avro`` package (Apache Avro's own Python code).
 
-The codec's hot path uses fastavro (:mod:`tidemark.protocol.codec`); this module is what that
-path is checked against and what it falls back on:
+The codec's hot path uses the functions compiled for each message
+(:mod:`tidemark.protocol.avro_compiled`, faster than fastavro there: ``bench/bench_avro_encoding.py``);
+this module is what that path is checked against and what it falls back on:
 
-* the golden tests prove that fastavro writes the same bytes as :class:`ReferenceWriter` and
-  reads the same datums as :class:`ReferenceReader`, for every schema version;
-* when fastavro refuses a body, :class:`ReferenceReader` reads it again to say precisely why
-  (:class:`Truncated` versus any other malformation), with every read bounded by the bytes present.
+* the golden tests prove that the compiled functions (and fastavro) write the same bytes as
+  :class:`ReferenceWriter` and read the same messages as :class:`ReferenceReader`, for every
+  schema version;
+* a body of an older writer schema (schema resolution) is read here, and when the compiled reader
+  refuses a body, :class:`ReferenceReader` reads it again to say precisely why (:class:`Truncated`
+  versus any other malformation), with every read bounded by the bytes present.
 
 Both are built once per schema (pair) and are then immutable, safe to share between threads.
 """

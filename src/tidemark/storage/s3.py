@@ -10,8 +10,9 @@ Contract, the same as the filesystem storage's:
   empty, ``.`` or ``..`` part, no NUL or backslash, key at most 1024 bytes), else
   ``InvalidStoragePath``;
 - writes are atomic: ``write_bytes`` and small ``write_from`` streams are one PutObject; larger
-  streams are one multipart upload, whose completion is the single visible step and which is
-  aborted on any failure, so no partial object and no orphaned parts remain;
+  streams are one multipart upload by boto3's transfer manager (``upload_fileobj``, up to
+  ``upload_concurrency`` parts in flight), whose completion is the single visible step and which
+  the transfer manager aborts on any failure, so no partial object and no orphaned parts remain;
 - the SHA-256 of the content is returned in the ``StateFile`` and stored as the object's user
   metadata ``sha256``; ``write_from`` hashes the stream before creating the upload (re-reading a
   seekable source, spooling any other to a local temporary file) and hashes it again while
@@ -28,7 +29,6 @@ One instance shares one botocore client, which is thread-safe; methods may run c
 from __future__ import annotations
 
 import hashlib
-import logging
 import os
 import re
 import tempfile
@@ -43,12 +43,11 @@ from tidemark.storage.base import InvalidStoragePath, StorageError, taken_by_fil
 
 try:
     import boto3
+    from boto3.s3.transfer import TransferConfig
     from botocore.config import Config
     from botocore.exceptions import BotoCoreError, ClientError
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
     raise ImportError("s3:// checkpoint storage needs boto3: install tidemark[s3]") from exc
-
-log = logging.getLogger(__name__)
 
 SHA256_METADATA_KEY = "sha256"
 ENDPOINT_URL_ENV = "TIDEMARK_S3__ENDPOINT_URL"
@@ -75,6 +74,7 @@ class S3Options:
     max_pool_connections: int = 16
     multipart_threshold: int = 16 * _MIB
     part_size: int = 16 * _MIB
+    upload_concurrency: int = 4  # parts of one multipart upload in flight (and held in memory)
     list_page_size: int = 1000
 
     def __post_init__(self) -> None:
@@ -82,8 +82,9 @@ class S3Options:
             raise ValueError(f"unknown addressing_style {self.addressing_style!r}")
         if self.part_size < MIN_PART_SIZE:
             raise ValueError(f"part_size {self.part_size} is below S3's minimum of {MIN_PART_SIZE}")
-        if self.multipart_threshold < 1 or self.max_attempts < 1 or self.max_pool_connections < 1:
-            raise ValueError("multipart_threshold, max_attempts and max_pool_connections must be >= 1")
+        if min(self.multipart_threshold, self.max_attempts, self.max_pool_connections, self.upload_concurrency) < 1:
+            raise ValueError("multipart_threshold, max_attempts, max_pool_connections and upload_concurrency "
+                             "must be >= 1")
         if not 1 <= self.list_page_size <= 1000:
             raise ValueError(f"list_page_size must be within 1..1000: {self.list_page_size}")
 
@@ -106,6 +107,15 @@ class S3Options:
             max_pool_connections=self.max_pool_connections,
             s3={"addressing_style": self.addressing_style},
         )
+
+    def transfer_config(self, part_size: int) -> TransferConfig:
+        """The transfer manager's settings for one upload in parts of ``part_size`` bytes."""
+        config = TransferConfig(
+            multipart_threshold=self.multipart_threshold, multipart_chunksize=part_size,
+            max_concurrency=self.upload_concurrency, preferred_transfer_client="classic",
+        )
+        config.max_in_memory_upload_chunks = self.upload_concurrency  # s3transfer's bound on parts read ahead
+        return config
 
 
 def validate_path(path: str) -> str:
@@ -146,6 +156,43 @@ def _read_full(source: BinaryIO, size: int) -> bytes:
         chunks.append(chunk)
         remaining -= len(chunk)
     return b"".join(chunks)
+
+
+class _VerifiedStream:
+    """``source`` as the transfer manager reads it: once, unseekable (so each part is read into
+    memory exactly once, in order), every read but the last as long as asked. Reaching the end
+    raises ``StorageError`` unless the bytes read hash to ``expected`` (digest, size), so an upload
+    of a source that changed since it was hashed fails before it is completed."""
+
+    def __init__(self, path: str, source: BinaryIO, expected: tuple[str, int]) -> None:
+        self._path = path
+        self._source = source
+        self._expected = expected
+        self._digest = hashlib.sha256()
+        self._size = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return False
+
+    def read(self, size: int | None = -1) -> bytes:
+        wanted = self._expected[1] + 1 - self._size if size is None or size < 0 else size
+        chunk = _read_full(self._source, wanted)
+        self._digest.update(chunk)
+        self._size += len(chunk)
+        if len(chunk) < wanted or self._size > self._expected[1]:  # the end, or more than was hashed
+            self._verify()
+        return chunk
+
+    def _verify(self) -> None:
+        digest = self._digest.hexdigest()
+        if (digest, self._size) != self._expected:
+            raise StorageError(
+                f"{self._path}: the source changed while it was uploaded "
+                f"({self._size} bytes, sha256 {digest}; expected {self._expected[1]}, {self._expected[0]})"
+            )
 
 
 def _position(source: BinaryIO) -> int | None:
@@ -246,54 +293,14 @@ class S3CheckpointStorage:
             )
 
     def _multipart_put(self, path: str, key: str, stream: BinaryIO, digest: str, size: int) -> None:
-        """Upload ``size`` bytes hashing to ``digest`` as one multipart upload, or abort it."""
+        """Upload ``size`` bytes hashing to ``digest`` as one multipart upload (boto3's transfer
+        manager, which aborts it on any failure)."""
         part_size = max(self.options.part_size, -(-size // MAX_PARTS))
         with self._store_errors("write", path):
-            upload_id = self._client.create_multipart_upload(
-                Bucket=self.bucket, Key=key, ContentType=_CONTENT_TYPE,
-                Metadata={SHA256_METADATA_KEY: digest},
-            )["UploadId"]
-        try:
-            with self._store_errors("write", path):
-                parts = self._upload_parts(path, key, upload_id, stream, part_size, (digest, size))
-                self._client.complete_multipart_upload(
-                    Bucket=self.bucket, Key=key, UploadId=upload_id,
-                    MultipartUpload={"Parts": parts},
-                )
-        except BaseException:
-            self._abort_upload(path, key, upload_id)
-            raise
-
-    def _upload_parts(
-        self, path: str, key: str, upload_id: str, stream: BinaryIO, part_size: int,
-        expected: tuple[str, int],
-    ) -> list[dict[str, Any]]:
-        digest = hashlib.sha256()
-        size = 0
-        parts: list[dict[str, Any]] = []
-        while chunk := _read_full(stream, part_size):
-            digest.update(chunk)
-            size += len(chunk)
-            number = len(parts) + 1
-            etag = self._client.upload_part(
-                Bucket=self.bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=chunk
-            )["ETag"]
-            parts.append({"ETag": etag, "PartNumber": number})
-        if (digest.hexdigest(), size) != expected:
-            raise StorageError(
-                f"{path}: the source changed while it was uploaded "
-                f"({size} bytes, sha256 {digest.hexdigest()}; expected {expected[1]}, {expected[0]})"
-            )
-        return parts
-
-    def _abort_upload(self, path: str, key: str, upload_id: str) -> None:
-        try:
-            self._client.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload_id)
-        except (ClientError, BotoCoreError):
-            log.warning(
-                "could not abort the multipart upload %s of %s in %s; its parts remain until a "
-                "lifecycle rule (AbortIncompleteMultipartUpload) removes them",
-                upload_id, path, self.url, exc_info=True,
+            self._client.upload_fileobj(
+                _VerifiedStream(path, stream, (digest, size)), self.bucket, key,
+                ExtraArgs={"ContentType": _CONTENT_TYPE, "Metadata": {SHA256_METADATA_KEY: digest}},
+                Config=self.options.transfer_config(part_size),
             )
 
     # ---------------------------------------------------------------- reads

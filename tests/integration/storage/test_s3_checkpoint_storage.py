@@ -128,6 +128,30 @@ def test_a_source_changed_between_hash_and_upload_is_refused(s3_bucket: str, s3_
     assert no_pending_uploads(s3_env, s3_bucket)
 
 
+class ResizedOnSecondPass(io.BytesIO):
+    """Seekable; rewinding it makes it ``size`` bytes long (a file truncated or appended to)."""
+
+    def __init__(self, data: bytes, size: int) -> None:
+        super().__init__(data)
+        self.size = size
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        self.truncate(self.size)
+        if self.size > len(self.getvalue()):
+            end = super().seek(0, 2)
+            self.write(os.urandom(self.size - end))
+        return super().seek(offset, whence)
+
+
+@pytest.mark.parametrize("size", [MIN_PART_SIZE // 2, BIG - 1, BIG + 1, BIG + MIN_PART_SIZE])
+def test_a_source_resized_between_hash_and_upload_is_refused(s3_bucket: str, s3_env: str, size: int) -> None:
+    storage = storage_on(s3_bucket, **SMALL_PARTS)
+    with pytest.raises(StorageError, match="changed while it was uploaded"):
+        storage.write_from("resized", ResizedOnSecondPass(os.urandom(BIG), size))
+    assert not storage.exists("resized")
+    assert no_pending_uploads(s3_env, s3_bucket)
+
+
 def test_list_pages_through_every_key_in_order(s3_bucket: str) -> None:
     storage = storage_on(s3_bucket, list_page_size=2)
     paths = [f"op/chk-{i}/f" for i in range(7)]

@@ -1,8 +1,8 @@
 """Messages whose wire bytes are pinned in ``golden/<case>.bin``: every sample of every message
 type, plus edge values on the hot paths (empty, unicode, extreme ints, nulls, nested maps).
 
-The ``.bin`` files were written once by the avro-package encoder the codec used before it moved
-to fastavro (``python tests/unit/protocol/golden_cases.py`` on that code); they are only added to,
+The ``.bin`` files were written once by the avro-package encoder the codec used before its
+compiled functions (``python tests/unit/protocol/golden_cases.py`` on that code); they are only added to,
 with one exception: they pin what the *newest* schema writes, so a new version of a record makes
 its cases' files out of date. Then, and only for that record, delete ``golden/<Name>-*.bin`` and
 run this script again: the older version's bytes stay pinned in ``tests/golden/<Name>/v<N>.json``,
