@@ -5,11 +5,20 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import helm_python as helm
 import pytest
+import yaml
+from confluent_kafka.admin import AdminClient, ConfigResource, NewPartitions
 
 from deploy_support import (
     CHART_DIR,
@@ -19,6 +28,8 @@ from deploy_support import (
     Manifest,
     assert_runs_service_image,
     ci_values_files,
+    NAMESPACE,
+    RELEASE,
     load_yaml,
     render_chart,
     render_notes,
@@ -29,6 +40,10 @@ VARIANTS = [pytest.param({}, id="defaults")] + [
     pytest.param(load_yaml(path), id=path.name) for path in ci_values_files()
 ]
 COMPONENTS = list(SERVICE_NAMES)
+RWX = "ReadWriteMany"
+CLAIM_LABEL = "tidemark.io/checkpoint-claim"
+# the processes that open checkpoint storage (tidemark.storage.open_storage); the changelog does not
+CHECKPOINT_USERS = {"coordinator", "checkpoint-store", "materializer", "worker"}
 
 
 def _deployments(manifests: list[Manifest]) -> dict[str, dict[str, Any]]:
@@ -87,8 +102,8 @@ def test_workloads_are_probed_hardened_and_budgeted(values: dict[str, Any]) -> N
         mounts = {m["mountPath"] for m in container["volumeMounts"]}
         assert {"/tmp", "/var/lib/tidemark/state"} <= mounts
         assert f"tidemark-{component}" in services
-        pdb_enabled = values.get(_values_key(component), {}).get("pdb", {}).get("enabled", True)
-        assert (f"tidemark-{component}" in pdbs) == pdb_enabled
+        # a budget over a singleton protects nothing (maxUnavailable 1) or blocks every drain
+        assert deployment["spec"]["replicas"] <= 1 and f"tidemark-{component}" not in pdbs
 
 
 def _values_key(component: str) -> str:
@@ -104,7 +119,7 @@ def test_default_commands_ports_and_settings() -> None:
         assert env["TIDEMARK_HTTP_PORT"] == str(port)
         assert env["KAFKA_BOOTSTRAP_SERVERS"] == "kafka:9092"
         assert env["TIDEMARK_HTTP_HOST"] == "0.0.0.0"  # probes and Prometheus reach the pod IP
-        assert env["TIDEMARK_KAFKA__REPLICATION_FACTOR"] == "3"
+        assert env["TIDEMARK_KAFKA__REPLICATION_FACTOR"] == "1"  # a one-broker Kafka works
         assert env["TIDEMARK_CHECKPOINT_STORAGE_URL"] == "file:///var/lib/tidemark/checkpoints"
         assert_runs_service_image(container, component)
         assert container["image"] == f"ghcr.io/tidemark/tidemark-{component}:0.1.0"
@@ -302,7 +317,8 @@ def test_single_stage_job_variant() -> None:
                                            ["http", "process-0", "process-1"]),
                                           ({"enabled": False}, ["http"])])
 def test_monitors_scrape_every_stage_of_the_worker(worker: dict[str, Any], ports: list[str]) -> None:
-    values = {"worker": worker, "metrics": {"serviceMonitor": {"enabled": True}, "podMonitor": {"enabled": True}}}
+    values = {"worker": worker, "metrics": {"serviceMonitor": {"enabled": True}, "podMonitor": {"enabled": True}},
+              "checkpointStorage": {"filesystem": {"accessModes": [RWX]}}}  # worker hosts need shared storage
     monitors = {m.doc["kind"]: m.doc["spec"] for m in render_chart(values) if m.doc["kind"].endswith("Monitor")}
     assert [e["port"] for e in monitors["ServiceMonitor"]["endpoints"]] == ports
     assert [e["port"] for e in monitors["PodMonitor"]["podMetricsEndpoints"]] == ports
@@ -355,13 +371,300 @@ def test_large_integers_render_as_plain_digits() -> None:
     assert _env(deployments["coordinator"])["TIDEMARK_CHECKPOINT__TIMEOUT_MS"] == "86400000"
 
 
-def test_api_token_is_generated_into_a_secret() -> None:
-    secrets = [m.doc for m in render_chart() if m.doc["kind"] == "Secret"]
-    assert [s["metadata"]["name"] for s in secrets] == ["tidemark-api-token"]
-    token = base64.b64decode(secrets[0]["data"]["api-token"]).decode()
-    assert len(token) == 40 and token.isalnum()
-    again = next(m.doc for m in render_chart() if m.doc["kind"] == "Secret")
-    assert again["data"]["api-token"] != secrets[0]["data"]["api-token"]
+def _pod(manifests: list[Manifest], kind: str, name: str) -> dict[str, Any]:
+    return next(m.doc for m in manifests if m.key == (kind, name))["spec"]["template"]
+
+
+def test_the_default_rendering_works_on_an_ordinary_cluster() -> None:
+    """Issue #40's acceptance: the defaults render valid objects with no ReadWriteMany claim, no
+    generated token and a step that creates the job's input topic; the pods sharing the
+    ReadWriteOnce claim are scheduled together, since all of them read and write its files."""
+    manifests = render_chart()
+    for manifest in manifests:
+        validate_manifest(manifest.doc)
+    claims = [m.doc for m in manifests if m.doc["kind"] == "PersistentVolumeClaim"]
+    assert [c["spec"]["accessModes"] for c in claims] == [["ReadWriteOnce"]]
+    assert [m.key for m in manifests if m.doc["kind"] == "Secret"] == []
+    assert "randAlphaNum" not in json.dumps([m.doc for m in manifests])
+    init = _pod(manifests, "Deployment", "tidemark-worker")["spec"]["initContainers"]
+    assert [(c["name"], c["args"]) for c in init] == [
+        ("create-topic-0", ["topics", "create", "access-log", "--partitions", "4", "--if-not-exists"])]
+    env = {e["name"]: e.get("value") for e in init[0]["env"]}
+    assert env["TIDEMARK_KAFKA__REPLICATION_FACTOR"] == "1" and env["KAFKA_BOOTSTRAP_SERVERS"] == "kafka:9092"
+    assert init[0]["image"] == "ghcr.io/tidemark/tidemark-worker:0.1.0" and "command" not in init[0]
+    assert init[0]["securityContext"]["readOnlyRootFilesystem"] is True
+    claim = claims[0]["metadata"]["name"]
+    for component in COMPONENTS:
+        pod = _pod(manifests, "Deployment", f"tidemark-{component}")
+        volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+        if component not in CHECKPOINT_USERS:
+            assert "checkpoints" not in volumes and "affinity" not in pod["spec"] and CLAIM_LABEL not in pod["metadata"]["labels"]
+            continue
+        assert volumes["checkpoints"]["persistentVolumeClaim"]["claimName"] == claim
+        assert pod["metadata"]["labels"][CLAIM_LABEL] == claim
+        assert pod["spec"]["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] == [
+            {"labelSelector": {"matchLabels": {CLAIM_LABEL: claim}}, "topologyKey": "kubernetes.io/hostname"}]
+
+
+def test_a_readwritemany_claim_or_s3_lets_the_pods_spread() -> None:
+    for storage in ({"filesystem": {"accessModes": [RWX], "storageClass": "nfs"}},
+                    {"type": "s3", "s3": {"bucket": "checkpoints"}}):
+        manifests = render_chart({"checkpointStorage": storage})
+        for manifest in manifests:
+            validate_manifest(manifest.doc)
+            if manifest.doc["kind"] == "Deployment":
+                pod = manifest.doc["spec"]["template"]
+                assert "affinity" not in pod["spec"] and CLAIM_LABEL not in pod["metadata"]["labels"]
+        claims = [m.doc["spec"] for m in manifests if m.doc["kind"] == "PersistentVolumeClaim"]
+        assert claims == ([] if storage.get("type") == "s3" else
+                          [{"accessModes": [RWX], "storageClassName": "nfs", "resources": {"requests": {"storage": "10Gi"}}}])
+
+
+def test_colocation_keeps_a_components_own_affinity() -> None:
+    own = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["streaming"]}]}]}},
+        "podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"labelSelector": {"matchLabels": {"app": "cache"}}, "topologyKey": "topology.kubernetes.io/zone"}]}}
+    manifests = render_chart({"worker": {"affinity": own}})
+    affinity = _pod(manifests, "Deployment", "tidemark-worker")["spec"]["affinity"]
+    assert affinity["nodeAffinity"] == own["nodeAffinity"]
+    terms = affinity["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert terms[0] == own["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]
+    assert terms[1]["labelSelector"] == {"matchLabels": {CLAIM_LABEL: "tidemark-checkpoints"}} and len(terms) == 2
+    coordinator = _pod(manifests, "Deployment", "tidemark-coordinator")["spec"]["affinity"]
+    assert list(coordinator) == ["podAffinity"]  # the worker's own terms stay the worker's
+
+
+def test_input_topics_come_from_values_and_creating_them_can_be_turned_off() -> None:
+    topics = [{"name": "orders", "partitions": 12, "config": {"retention.ms": "604800000", "cleanup.policy": "delete"}},
+              {"name": "refunds"}]
+    values = {"kafka": {"replicationFactor": 3}, "worker": {"inputTopics": {"topics": topics}}}
+    init = _pod(render_chart(values), "Deployment", "tidemark-worker")["spec"]["initContainers"]
+    assert [c["args"] for c in init] == [
+        ["topics", "create", "orders", "--partitions", "12", "--if-not-exists", "--config", "cleanup.policy=delete",
+         "--config", "retention.ms=604800000"],
+        ["topics", "create", "refunds", "--partitions", "1", "--if-not-exists"]]
+    assert all({"name": "TIDEMARK_KAFKA__REPLICATION_FACTOR", "value": "3"} in c["env"] for c in init)
+    off = _pod(render_chart({"worker": {"inputTopics": {"create": False}}}), "Deployment", "tidemark-worker")
+    assert "initContainers" not in off["spec"]
+    assert "input topics must exist" in render_notes({"worker": {"inputTopics": {"create": False}}})
+
+
+def _run_rendered(container: dict[str, Any], kafka_bootstrap: str, state: Path) -> subprocess.CompletedProcess[str]:
+    """The container's arguments to the image's entrypoint (`tidemark`), its environment with what
+    names the cluster mapped to this machine: the broker and the state volume."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TIDEMARK_", "KAFKA_"))}
+    for variable in container["env"]:
+        value = variable["value"]
+        env[variable["name"]] = (kafka_bootstrap if variable["name"] == "KAFKA_BOOTSTRAP_SERVERS"
+                                 else value.replace("/var/lib/tidemark/state", str(state)))
+    entrypoint = Path(sys.executable).with_name("tidemark")
+    return subprocess.run([str(entrypoint), *container["args"]], env=env, capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_the_rendered_topic_step_creates_the_topic_and_passes_once_it_exists(
+        kafka_bootstrap: str, unique_name: Any, tmp_path: Path) -> None:
+    """Run as rendered against the broker: the first start creates the topic with its partitions
+    and settings; a restart after the topic grew (or with it as it was) leaves it as it is."""
+    topic = unique_name("orders")
+    values = {"worker": {"inputTopics": {"topics": [
+        {"name": topic, "partitions": 3, "config": {"retention.ms": "3600000"}}]}}}
+    container = _pod(render_chart(values), "Deployment", "tidemark-worker")["spec"]["initContainers"][0]
+    first = _run_rendered(container, kafka_bootstrap, tmp_path)
+    assert first.returncode == 0 and f"created topic {topic} (3 partitions)" in first.stdout, first.stderr
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    meta = admin.list_topics(topic, timeout=10).topics[topic]
+    assert len(meta.partitions) == 3 and len(meta.partitions[0].replicas) == 1  # kafka.replicationFactor
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    assert admin.describe_configs([resource])[resource].result(timeout=10)["retention.ms"].value == "3600000"
+    admin.create_partitions([NewPartitions(topic, 5)])[topic].result(timeout=10)
+    again = _run_rendered(container, kafka_bootstrap, tmp_path)
+    assert again.returncode == 0 and f"topic {topic} exists (5 partitions)" in again.stdout, again.stderr
+
+
+def test_the_topic_containers_reach_kafka_as_the_worker_does() -> None:
+    manifests = render_chart(load_yaml(CHART_DIR / "ci" / "s3-sasl-values.yaml"))
+    pod = _pod(manifests, "Deployment", "tidemark-worker")["spec"]
+    worker = pod["containers"][0]
+    user_init, create = pod["initContainers"]  # values.initContainers run first
+    assert user_init["name"] == "wait-for-schema-registry"
+    assert create["args"][:3] == ["topics", "create", "nginx-access"] and create["image"] == worker["image"]
+    worker_env = {e["name"]: e for e in worker["env"]}
+    for variable in create["env"]:
+        if variable["name"] != "TIDEMARK_API_TOKEN":
+            assert worker_env[variable["name"]] == variable
+    assert {"TIDEMARK_KAFKA__SASL_PASSWORD", "TIDEMARK_KAFKA__SSL_CA_LOCATION"} <= {e["name"] for e in create["env"]}
+    assert "TIDEMARK_API_TOKEN" not in {e["name"] for e in create["env"]}
+    assert create["envFrom"] == worker["envFrom"] == [{"secretRef": {"name": "orders-job-settings"}}]
+    assert {m["name"] for m in create["volumeMounts"]} == {"tmp", "state", "kafka-ca", "job-config"}
+
+
+def test_extra_volumes_env_from_init_containers_and_grace_period_for_every_component() -> None:
+    keys = {"coordinator": "coordinator", "checkpoint-store": "checkpointStore", "changelog": "changelog",
+            "materializer": "materializer", "worker": "worker"}
+    values: dict[str, Any] = {"worker": {"inputTopics": {"create": False}}}
+    for component, key in keys.items():
+        values.setdefault(key, {}).update({
+            "extraVolumes": [{"name": "extra", "secret": {"secretName": f"{component}-files"}}],
+            "extraVolumeMounts": [{"name": "extra", "mountPath": "/etc/extra", "readOnly": True}],
+            "extraEnvFrom": [{"configMapRef": {"name": f"{component}-env"}}],
+            "initContainers": [{"name": "prepare", "image": "busybox:1.36", "args": ["true"]}],
+            "terminationGracePeriodSeconds": 90})
+    manifests = render_chart(values)
+    for manifest in manifests:
+        validate_manifest(manifest.doc)
+    for component in COMPONENTS:
+        spec = _pod(manifests, "Deployment", f"tidemark-{component}")["spec"]
+        container = spec["containers"][0]
+        assert spec["terminationGracePeriodSeconds"] == 90
+        assert {"name": "extra", "secret": {"secretName": f"{component}-files"}} in spec["volumes"]
+        assert container["volumeMounts"][-1] == {"name": "extra", "mountPath": "/etc/extra", "readOnly": True}
+        assert container["envFrom"] == [{"configMapRef": {"name": f"{component}-env"}}]
+        assert [c["name"] for c in spec["initContainers"]] == ["prepare"]
+    defaults = _pod(render_chart(), "Deployment", "tidemark-coordinator")["spec"]
+    assert defaults["terminationGracePeriodSeconds"] == 30 and "initContainers" not in defaults
+    assert "envFrom" not in defaults["containers"][0]
+
+
+def test_worker_hosts_get_the_workers_extras_but_not_its_topic_containers() -> None:
+    values = load_yaml(CHART_DIR / "ci" / "worker-hosts-values.yaml")
+    values["worker"]["initContainers"] = [{"name": "prepare", "image": "busybox:1.36"}]
+    manifests = render_chart(values)
+    supervisor = _pod(manifests, "Deployment", "tidemark-worker")["spec"]
+    assert [c["name"] for c in supervisor["initContainers"]] == ["prepare", "create-topic-0"]
+    for i in range(2):
+        host = _pod(manifests, "StatefulSet", f"tidemark-worker-s{i}")["spec"]
+        assert [c["name"] for c in host["initContainers"]] == ["prepare"]
+
+
+def test_a_disruption_budget_only_over_more_than_one_pod() -> None:
+    values = load_yaml(CHART_DIR / "ci" / "worker-hosts-values.yaml")
+    pdbs = {m.doc["metadata"]["name"]: m.doc["spec"] for m in render_chart(values)
+            if m.doc["kind"] == "PodDisruptionBudget"}
+    assert sorted(pdbs) == ["tidemark-worker-s0", "tidemark-worker-s1"]  # 2 host pods each; no singleton
+    assert pdbs["tidemark-worker-s0"]["maxUnavailable"] == 1
+    values["worker"]["workers"] = 1
+    assert not [m for m in render_chart(values) if m.doc["kind"] == "PodDisruptionBudget"]
+    values["worker"].update(workers=2, pdb={"enabled": False, "maxUnavailable": 1})
+    assert not [m for m in render_chart(values) if m.doc["kind"] == "PodDisruptionBudget"]
+
+
+def test_network_policy_admits_the_release_and_the_metrics_scrapers() -> None:
+    assert not [m for m in render_chart() if m.doc["kind"] == "NetworkPolicy"]
+    manifests = render_chart({"networkPolicy": {"enabled": True}})
+    policy = next(m.doc for m in manifests if m.doc["kind"] == "NetworkPolicy")
+    validate_manifest(policy)
+    release = {"app.kubernetes.io/name": "tidemark", "app.kubernetes.io/instance": "tidemark"}
+    assert policy["spec"]["podSelector"] == {"matchLabels": release} and policy["spec"]["policyTypes"] == ["Ingress"]
+    own, metrics = policy["spec"]["ingress"]
+    assert own == {"from": [{"podSelector": {"matchLabels": release}}]}
+    assert metrics["from"] == [{"namespaceSelector": {}, "podSelector": {"matchLabels": {
+        "app.kubernetes.io/name": "prometheus"}}}]
+    assert [p["port"] for p in metrics["ports"]] == ["http", "stage-0", "stage-1"]
+    # every named port the policy opens is a port of a pod it selects
+    named = {p["name"] for m in manifests if m.doc["kind"] == "Deployment"
+             for p in m.doc["spec"]["template"]["spec"]["containers"][0]["ports"]}
+    assert {p["port"] for p in metrics["ports"]} <= named
+    hosts = load_yaml(CHART_DIR / "ci" / "worker-hosts-values.yaml") | {"networkPolicy": {
+        "enabled": True, "metricsFrom": [], "extraIngress": [{"ports": [{"port": 9400, "protocol": "TCP"}]}]}}
+    policy = next(m.doc for m in render_chart(hosts) if m.doc["kind"] == "NetworkPolicy")
+    assert policy["spec"]["ingress"][1:] == [{"ports": [{"port": 9400, "protocol": "TCP"}]}]
+
+
+# ---- the API token: an existing Secret by default; generated only where it can be kept ----
+
+def test_by_default_the_token_is_read_from_a_secret_the_chart_does_not_render() -> None:
+    manifests = render_chart()
+    assert not [m for m in manifests if m.doc["kind"] == "Secret"]
+    ref = {"secretKeyRef": {"name": "tidemark-api-token", "key": "api-token"}}
+    deployments = _deployments(manifests)
+    assert _env(deployments["coordinator"])["TIDEMARK_API_TOKEN"] == _env(deployments["worker"])["TIDEMARK_API_TOKEN"] == ref
+    notes = render_notes()
+    assert "kubectl -n tidemark create secret generic tidemark-api-token --from-literal=api-token=" in notes
+    mine = _deployments(render_chart({"auth": {"existingSecret": "ops-token", "existingSecretKey": "token"}}))
+    assert _env(mine["coordinator"])["TIDEMARK_API_TOKEN"] == {"secretKeyRef": {"name": "ops-token", "key": "token"}}
+
+
+def test_a_given_token_is_stored_in_the_chart_secret() -> None:
+    secrets = [m.doc for m in render_chart({"auth": {"apiToken": "s3cr3t"}}) if m.doc["kind"] == "Secret"]
+    assert [(s["metadata"]["name"], base64.b64decode(s["data"]["api-token"]).decode()) for s in secrets] == [
+        ("tidemark-api-token", "s3cr3t")]
+    assert "create secret generic" not in render_notes({"auth": {"apiToken": "s3cr3t"}})
+
+
+def test_an_offline_render_refuses_to_generate_a_token() -> None:
+    """helm template, Argo CD: lookup sees nothing, so a generated token would change on every render."""
+    with pytest.raises(helm.HelmError, match=r"auth.generate: the cluster cannot be read .* set "
+                                             r"auth.existingSecret=tidemark-api-token instead"):
+        render_chart({"auth": {"generate": True}})
+
+
+class _FakeApiServer(BaseHTTPRequestHandler):
+    """The few Kubernetes API answers a render's `lookup` asks for: the discovery of v1, a list of
+    the namespace's Services, and the Secrets in ``secrets``."""
+
+    secrets: dict[str, dict[str, Any]] = {}
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def _answer(self, code: int, body: dict[str, Any]) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        path = self.path.split("?")[0]
+        namespace = f"/api/v1/namespaces/{NAMESPACE}"
+        if path == "/api/v1":
+            self._answer(200, {"kind": "APIResourceList", "groupVersion": "v1", "resources": [
+                {"name": resource, "singularName": kind.lower(), "namespaced": True, "kind": kind, "verbs": ["get", "list"]}
+                for resource, kind in (("secrets", "Secret"), ("services", "Service"))]})
+        elif path == f"{namespace}/services":
+            self._answer(200, {"kind": "ServiceList", "apiVersion": "v1", "metadata": {}, "items": []})
+        elif path.startswith(f"{namespace}/secrets/") and path.rsplit("/", 1)[1] in self.secrets:
+            self._answer(200, self.secrets[path.rsplit("/", 1)[1]])
+        else:
+            self._answer(404, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound",
+                               "code": 404})
+
+
+@contextmanager
+def _cluster(secrets: dict[str, dict[str, Any]]) -> Iterator[helm.Config]:
+    handler = type("Handler", (_FakeApiServer,), {"secrets": secrets})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        with helm.Config(namespace=NAMESPACE, kube_apiserver=f"http://127.0.0.1:{server.server_address[1]}",
+                         kube_token="test") as config:
+            yield config
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _rendered_token(config: helm.Config, values: dict[str, Any]) -> str:
+    with helm.Chart.load(CHART_DIR) as chart:
+        rendered = config.render(chart, values, name=RELEASE, namespace=NAMESPACE, is_install=True)
+    secret = next(doc for doc in yaml.safe_load_all(rendered["tidemark/templates/secrets.yaml"]) if doc)
+    assert secret["metadata"]["name"] == "tidemark-api-token"
+    return base64.b64decode(secret["data"]["api-token"]).decode()
+
+
+def test_a_render_against_the_cluster_generates_a_token_once_and_keeps_it() -> None:
+    generate = {"auth": {"generate": True}}
+    with _cluster({}) as config:  # helm install: no Secret yet
+        first, second = _rendered_token(config, generate), _rendered_token(config, generate)
+    assert len(first) == 40 and first.isalnum() and first != second
+    kept = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "tidemark-api-token", "namespace": NAMESPACE},
+            "data": {"api-token": base64.b64encode(first.encode()).decode()}}
+    with _cluster({"tidemark-api-token": kept}) as config:  # helm upgrade: the token stays
+        assert _rendered_token(config, generate) == _rendered_token(config, generate) == first
 
 
 def test_sasl_tls_and_object_store_come_from_values_and_secrets() -> None:
@@ -396,7 +699,15 @@ def test_chart_created_sasl_secret_and_existing_claim() -> None:
         ({"kafka": {"securityProtocol": "SASL_SSL"}}, "kafka.sasl.username is required"),
         ({"checkpointStorage": {"type": "s3"}}, "checkpointStorage.s3.bucket is required"),
         ({"image": {"digest": "sha256:" + "0" * 64}}, "image.digest pins the one base image"),
-        ({"worker": {"hosts": {"enabled": True}}}, "worker.hosts.enabled needs worker.workers"),
+        ({"worker": {"hosts": {"enabled": True}}, "checkpointStorage": {"filesystem": {"accessModes": [RWX]}}},
+         "worker.hosts.enabled needs worker.workers"),
+        ({"worker": {"hosts": {"enabled": True}, "workers": 2}},
+         "checkpoint storage must be reachable from all of them: set checkpointStorage.type=s3, or a ReadWriteMany"),
+        ({"checkpointStorage": {"filesystem": {"accessModes": ["ReadWriteOncePod"]}}},
+         "ReadWriteOncePod lets one pod mount the claim"),
+        ({"auth": {"existingSecret": "mine", "generate": True}}, "leave auth.apiToken and auth.generate unset"),
+        ({"auth": {"existingSecret": "mine", "apiToken": "t"}}, "leave auth.apiToken and auth.generate unset"),
+        ({"auth": {"apiToken": "t", "generate": True}}, "auth.apiToken and auth.generate exclude each other"),
     ],
 )
 def test_inconsistent_values_fail_rendering(values: dict[str, Any], message: str) -> None:
@@ -423,6 +734,15 @@ def test_inconsistent_values_fail_rendering(values: dict[str, Any], message: str
         ({"image": {"components": {"worker": {"digest": "latest"}}}}, "digest"),
         ({"image": {"components": {"worker": {"image": "acme/jobs"}}}}, "image"),
         ({"image": {"perComponent": "yes"}}, "perComponent"),
+        ({"auth": {"generate": "yes"}}, "generate"),
+        ({"networkPolicy": {"enable": True}}, "enable"),
+        ({"worker": {"inputTopic": [{"name": "orders"}]}}, "inputTopic"),
+        ({"worker": {"inputTopics": {"topics": [{"name": "orders", "partition": 4}]}}}, "partition"),
+        ({"worker": {"inputTopics": {"topics": [{"name": "orders", "config": {"retention.ms": 60000}}]}}},
+         "retention.ms"),
+        ({"worker": {"inputTopics": {"topics": [{"name": "orders topic"}]}}}, "name"),
+        ({"coordinator": {"terminationGracePeriodSeconds": -1}}, "terminationGracePeriodSeconds"),
+        ({"materializer": {"extraVolumeMounts": [{"name": "x"}]}}, "mountPath"),
     ],
 )
 def test_values_schema_rejects_misspelled_and_invalid_keys(values: dict[str, Any], offending: str) -> None:
@@ -491,6 +811,13 @@ def test_monitors_honor_the_job_label() -> None:
 def test_notes_render() -> None:
     notes = render_notes()
     assert "tidemark-coordinator:9400" in notes and "tidemark-api-token" in notes
+    assert "share one node" in notes and "input topics first" in notes and "replication factor 1" in notes
+
+
+def test_the_chart_needs_kubernetes_1_28() -> None:
+    """The worker hosts read the pod-index label StatefulSets set from Kubernetes 1.28 on."""
+    assert load_yaml(CHART_DIR / "Chart.yaml")["kubeVersion"] == ">=1.28.0-0"
+    assert "apps.kubernetes.io/pod-index" in (CHART_DIR / "templates" / "worker.yaml").read_text()
 
 
 def test_chart_metadata() -> None:

@@ -52,7 +52,11 @@ class RenderedContainer:
 
 
 def render_workers(values: dict[str, Any]) -> dict[str, RenderedContainer]:
-    """The worker Deployment and the worker-host StatefulSets, by name."""
+    """The worker Deployment and the worker-host StatefulSets, by name. The local pods share one
+    checkpoint directory from any process, as pods on any node share a ReadWriteMany claim, so that
+    is the claim rendered unless ``values`` names the checkpoint storage (the chart's default
+    ReadWriteOnce claim refuses worker hosts, which spread over nodes)."""
+    values = {"checkpointStorage": {"filesystem": {"accessModes": ["ReadWriteMany"]}}, **values}
     with helm.Chart.load(CHART_DIR) as chart:
         rendered = chart.render(values, name="tidemark", namespace="tidemark", is_install=True)
     source = next(text for name, text in rendered.items() if name.endswith("templates/worker.yaml"))

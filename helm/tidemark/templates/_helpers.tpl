@@ -106,9 +106,14 @@ overrides the registry, repository, tag or digest of one component (a job's own 
 {{- end -}}
 {{- end -}}
 
-{{/* Secret holding the coordinator API token. */}}
+{{/* Secret holding the coordinator API token: auth.existingSecret, else "<fullname>-api-token". */}}
 {{- define "tidemark.apiTokenSecretName" -}}
 {{- default (printf "%s-api-token" (include "tidemark.fullname" .)) .Values.auth.existingSecret -}}
+{{- end -}}
+
+{{/* "true" when the chart renders the API-token Secret (auth.apiToken or auth.generate), else "". */}}
+{{- define "tidemark.createsApiTokenSecret" -}}
+{{- if and (not .Values.auth.existingSecret) (or .Values.auth.apiToken .Values.auth.generate) -}}true{{- end -}}
 {{- end -}}
 
 {{/* Secret holding the Kafka SASL password. */}}
@@ -119,6 +124,16 @@ overrides the registry, repository, tag or digest of one component (a job's own 
 {{/* PVC of filesystem checkpoint storage. */}}
 {{- define "tidemark.checkpointClaimName" -}}
 {{- default (printf "%s-checkpoints" (include "tidemark.fullname" .)) .Values.checkpointStorage.filesystem.existingClaim -}}
+{{- end -}}
+
+{{/*
+"true" when the pods that mount the checkpoint claim must share one node: filesystem storage on a
+claim that is not ReadWriteMany. A ReadWriteOnce volume is attached to one node at a time, and
+the coordinator, checkpoint-store, materializer and worker all read and write the same files.
+*/}}
+{{- define "tidemark.checkpointColocated" -}}
+{{- $s := .Values.checkpointStorage -}}
+{{- if and (eq $s.type "filesystem") (not (has "ReadWriteMany" $s.filesystem.accessModes)) -}}true{{- end -}}
 {{- end -}}
 
 {{/* TIDEMARK_CHECKPOINT_STORAGE_URL from checkpointStorage. */}}
@@ -141,6 +156,20 @@ overrides the registry, repository, tag or digest of one component (a job's own 
 {{- end -}}
 {{- if gt (int .Values.coordinator.replicaCount) 1 -}}
 {{- fail "coordinator.replicaCount must be 1: the coordinator is a singleton" -}}
+{{- end -}}
+{{- $auth := .Values.auth -}}
+{{- if and $auth.existingSecret (or $auth.apiToken $auth.generate) -}}
+{{- fail "auth.existingSecret names a Secret you created: leave auth.apiToken and auth.generate unset with it" -}}
+{{- end -}}
+{{- if and $auth.apiToken $auth.generate -}}
+{{- fail "auth.apiToken and auth.generate exclude each other: give a token, or let the chart generate one" -}}
+{{- end -}}
+{{- $fs := .Values.checkpointStorage.filesystem -}}
+{{- if and (eq .Values.checkpointStorage.type "filesystem") (has "ReadWriteOncePod" $fs.accessModes) -}}
+{{- fail "checkpointStorage.filesystem.accessModes: ReadWriteOncePod lets one pod mount the claim, but the coordinator, checkpoint-store, materializer and worker all use it: use ReadWriteOnce (one node) or ReadWriteMany, or checkpointStorage.type=s3" -}}
+{{- end -}}
+{{- if and .Values.worker.enabled .Values.worker.hosts.enabled (include "tidemark.checkpointColocated" .) -}}
+{{- fail "worker.hosts.enabled spreads the worker processes over several nodes, so checkpoint storage must be reachable from all of them: set checkpointStorage.type=s3, or a ReadWriteMany claim in checkpointStorage.filesystem.accessModes" -}}
 {{- end -}}
 {{- end -}}
 

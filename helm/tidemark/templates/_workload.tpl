@@ -2,10 +2,15 @@
 One Tidemark process as a Deployment (or, with "kind" "StatefulSet", a StatefulSet of
 values.replicaCount pods whose headless Service is its own), its Service and its PodDisruptionBudget.
 Call with (dict "root" $ "component" "coordinator" "values" .Values.coordinator
-  "args" (list "run" "coordinator") "strategy" "Recreate" "env" <yaml list string> "apiToken" true),
-optionally "extraPorts" (list of dict "name" "port"): more metrics ports, on the container and the
-Service (the worker's stages). With image.perComponent the container runs the component's own
-image and leaves out args equal to that image's CMD (`run <component>`).
+  "args" (list "run" "coordinator") "strategy" "Recreate" "env" <yaml list string> "apiToken" true
+  "checkpoints" true), optionally "extraPorts" (list of dict "name" "port"): more metrics ports, on
+the container and the Service (the worker's stages), and "initContainers" (yaml list string): the
+chart's own init containers, run after values.initContainers. "checkpoints" mounts filesystem
+checkpoint storage; on a claim that is not ReadWriteMany the pod gets the label
+tidemark.io/checkpoint-claim and a required affinity to the pods carrying it, so every pod of the
+claim runs on one node. With image.perComponent the container runs the component's own image and
+leaves out args equal to that image's CMD (`run <component>`). The PodDisruptionBudget is rendered
+only for more than one pod.
 */}}
 
 {{/* Environment shared by every process: Kafka, topics, storage, logging, HTTP port. */}}
@@ -78,8 +83,18 @@ image and leaves out args equal to that image's CMD (`run <component>`).
 {{- $root := .root -}}
 {{- $v := .values -}}
 {{- $name := include "tidemark.componentName" . -}}
-{{- $fs := eq $root.Values.checkpointStorage.type "filesystem" -}}
+{{- $fs := and .checkpoints (eq $root.Values.checkpointStorage.type "filesystem") -}}
+{{- $colocated := and $fs (include "tidemark.checkpointColocated" $root) -}}
+{{- $claim := include "tidemark.checkpointClaimName" $root -}}
 {{- $statefulSet := eq (.kind | default "Deployment") "StatefulSet" -}}
+{{- $affinity := deepCopy ($v.affinity | default dict) -}}
+{{- if $colocated }}
+{{- $podAffinity := $affinity.podAffinity | default dict }}
+{{- $terms := $podAffinity.requiredDuringSchedulingIgnoredDuringExecution | default list }}
+{{- $term := dict "labelSelector" (dict "matchLabels" (dict "tidemark.io/checkpoint-claim" $claim)) "topologyKey" "kubernetes.io/hostname" }}
+{{- $_ := set $podAffinity "requiredDuringSchedulingIgnoredDuringExecution" (append $terms $term) }}
+{{- $_ := set $affinity "podAffinity" $podAffinity }}
+{{- end }}
 apiVersion: apps/v1
 kind: {{ .kind | default "Deployment" }}
 metadata:
@@ -109,6 +124,9 @@ spec:
     metadata:
       labels:
         {{- include "tidemark.componentLabels" . | nindent 8 }}
+        {{- if $colocated }}
+        tidemark.io/checkpoint-claim: {{ $claim }}
+        {{- end }}
         {{- with $v.podLabels }}
         {{- toYaml . | nindent 8 }}
         {{- end }}
@@ -130,7 +148,16 @@ spec:
       {{- end }}
       securityContext:
         {{- toYaml $root.Values.podSecurityContext | nindent 8 }}
-      terminationGracePeriodSeconds: 30
+      terminationGracePeriodSeconds: {{ $v.terminationGracePeriodSeconds }}
+      {{- if or $v.initContainers .initContainers }}
+      initContainers:
+        {{- with $v.initContainers }}
+        {{- toYaml . | nindent 8 }}
+        {{- end }}
+        {{- with .initContainers }}
+        {{- . | nindent 8 }}
+        {{- end }}
+      {{- end }}
       containers:
         - name: {{ .component }}
           image: {{ include "tidemark.image" (dict "root" $root "component" .component) }}
@@ -164,6 +191,10 @@ spec:
             {{- with $v.extraEnv }}
             {{- toYaml . | nindent 12 }}
             {{- end }}
+          {{- with $v.extraEnvFrom }}
+          envFrom:
+            {{- toYaml . | nindent 12 }}
+          {{- end }}
           startupProbe:
             httpGet: {path: /livez, port: http}
             {{- toYaml $v.startupProbe | nindent 12 }}
@@ -191,6 +222,9 @@ spec:
               mountPath: /etc/tidemark/kafka-ca
               readOnly: true
             {{- end }}
+            {{- with $v.extraVolumeMounts }}
+            {{- toYaml . | nindent 12 }}
+            {{- end }}
       volumes:
         - name: tmp
           emptyDir: {sizeLimit: 1Gi}
@@ -199,18 +233,21 @@ spec:
         {{- if $fs }}
         - name: checkpoints
           persistentVolumeClaim:
-            claimName: {{ include "tidemark.checkpointClaimName" $root }}
+            claimName: {{ $claim }}
         {{- end }}
         {{- if $root.Values.kafka.tls.caSecret }}
         - name: kafka-ca
           secret:
             secretName: {{ $root.Values.kafka.tls.caSecret }}
         {{- end }}
+        {{- with $v.extraVolumes }}
+        {{- toYaml . | nindent 8 }}
+        {{- end }}
       {{- with $v.nodeSelector }}
       nodeSelector:
         {{- toYaml . | nindent 8 }}
       {{- end }}
-      {{- with $v.affinity }}
+      {{- with $affinity }}
       affinity:
         {{- toYaml . | nindent 8 }}
       {{- end }}
@@ -251,7 +288,7 @@ spec:
       targetPort: {{ .name }}
       protocol: TCP
     {{- end }}
-{{- if $v.pdb.enabled }}
+{{- if and $v.pdb.enabled (gt (int $v.replicaCount) 1) }}
 ---
 apiVersion: policy/v1
 kind: PodDisruptionBudget
@@ -268,5 +305,57 @@ spec:
   selector:
     matchLabels:
       {{- include "tidemark.componentSelectorLabels" . | nindent 6 }}
+{{- end }}
+{{- end -}}
+
+{{/*
+The worker pod's init containers that create the job's input topics (worker.inputTopics), one per
+topic: `tidemark topics create <name> --partitions <n> --if-not-exists [--config k=v]` in the
+worker's image, with the environment through which the worker reaches Kafka (replication factor
+kafka.replicationFactor). A topic that exists is left as it is, whatever its partitions, so a pod
+restarted after the topic grew still starts.
+Call with (dict "root" $ "values" .Values.worker); empty when there is nothing to create.
+*/}}
+{{- define "tidemark.inputTopicContainers" -}}
+{{- $root := .root -}}
+{{- $w := .values -}}
+{{- if $w.inputTopics.create }}
+{{- range $i, $topic := $w.inputTopics.topics }}
+{{- $args := list "topics" "create" $topic.name "--partitions" (int ($topic.partitions | default 1) | toString) "--if-not-exists" }}
+{{- range $key, $value := ($topic.config | default dict) }}
+{{- $args = concat $args (list "--config" (printf "%s=%s" $key $value)) }}
+{{- end }}
+- name: create-topic-{{ $i }}
+  image: {{ include "tidemark.image" (dict "root" $root "component" "worker") }}
+  imagePullPolicy: {{ $root.Values.image.pullPolicy }}
+  args:
+    {{- toYaml $args | nindent 4 }}
+  env:
+    {{- include "tidemark.commonEnv" (dict "root" $root "values" $w) | nindent 4 }}
+    {{- with $w.extraEnv }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+  {{- with $w.extraEnvFrom }}
+  envFrom:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  resources:
+    {{- toYaml $w.inputTopics.resources | nindent 4 }}
+  securityContext:
+    {{- toYaml $root.Values.containerSecurityContext | nindent 4 }}
+  volumeMounts:
+    - name: tmp
+      mountPath: /tmp
+    - name: state
+      mountPath: /var/lib/tidemark/state
+    {{- if $root.Values.kafka.tls.caSecret }}
+    - name: kafka-ca
+      mountPath: /etc/tidemark/kafka-ca
+      readOnly: true
+    {{- end }}
+    {{- with $w.extraVolumeMounts }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+{{- end }}
 {{- end }}
 {{- end -}}

@@ -50,8 +50,11 @@ def topics_create(
     partitions: int = typer.Option(1, "--partitions", min=1, max=10_000, help="Number of partitions."),
     config: list[str] = typer.Option([], "--config", help="A topic setting as key=value (repeatable), "
                                      "e.g. --config retention.ms=86400000."),
+    if_not_exists: bool = typer.Option(False, "--if-not-exists", help="Leave a topic that exists as it is, "
+                                       "whatever its partition count (a deployment's start step)."),
 ) -> None:
-    """Create a topic; nothing to do when it exists with this partition count (exit 1 when it has another)."""
+    """Create a topic; nothing to do when it exists with this partition count (exit 1 when it has another,
+    unless --if-not-exists)."""
     if not TOPIC_NAME.match(name):
         fail("topics create", f"invalid topic name {name!r}: use 1-249 of A-Z a-z 0-9 . _ -", EXIT_USAGE)
     settings, client = kafka_client("topics create")
@@ -64,7 +67,7 @@ def topics_create(
         fail("topics create", f"{name}: {short_reason(exc)}", EXIT_FAILED)
     if created:
         typer.echo(f"created topic {name} ({partitions} partitions)")
-    elif existing == partitions:
+    elif existing == partitions or if_not_exists:
         typer.echo(f"topic {name} exists ({existing} partitions)")
     else:
         fail("topics create", f"topic {name} exists with {existing} partitions, not {partitions}", EXIT_FAILED)
