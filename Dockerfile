@@ -22,13 +22,16 @@ RUN python -m venv /opt/tidemark \
  && /opt/tidemark/bin/python -c "from tidemark.protocol.codec import Codec; Codec.local()"
 # Spark's Kafka connector, which the stage workers read Kafka with (tidemark.spark.kafka_connector):
 # fetched with Maven here, so a worker never needs Maven or Maven Central at run time.
-RUN command -v mvn >/dev/null || (apt-get update && apt-get install -y --no-install-recommends maven) \
+# /usr/share/man/man1: a slim base has none, and the JRE's post-install script fails without it.
+RUN command -v mvn >/dev/null || (mkdir -p /usr/share/man/man1 && apt-get update \
+    && apt-get install -y --no-install-recommends maven) \
  && TIDEMARK_CACHE_DIR=/opt/tidemark/cache /opt/tidemark/bin/python -c \
     "from tidemark.spark.kafka_connector import connector_jars; print(len(connector_jars()), 'connector jars')"
 
 FROM ${PYTHON_IMAGE} AS runtime
 # Java 17 for PySpark; tini reaps the JVM children and forwards signals; no other packages.
-RUN apt-get update \
+RUN mkdir -p /usr/share/man/man1 \
+ && apt-get update \
  && apt-get install -y --no-install-recommends openjdk-17-jre-headless tini \
  && ln -s "/usr/lib/jvm/java-17-openjdk-$(dpkg --print-architecture)" /usr/lib/jvm/java-17 \
  && rm -rf /var/lib/apt/lists/*

@@ -18,7 +18,7 @@ PYTEST_ARGS ?=
 # machine idle at times with two (16% on average); the suite took 27.5 min with three, 30.5-33 with two
 PYTEST_WORKERS ?= 3
 
-.PHONY: demo test install install-demo system-deps system-deps-demo bench clean
+.PHONY: demo test install install-demo system-deps system-deps-demo bench clean image test-image system-deps-image
 
 demo: install-demo system-deps-demo
 	@$(VENV)/bin/tidemark demo
@@ -56,6 +56,21 @@ system-deps:
 
 system-deps-demo:
 	@bash scripts/install-system-deps.sh demo
+
+# The images (the base and one per component), built with buildah without a container daemon, on a
+# Debian base made with debootstrap when no registry is reachable; cached until an input changes
+# (scripts/image.sh; docs/operations.md, "The image").
+image: system-deps-image
+	@bash scripts/image.sh build
+
+# The image test, apart from `make test` (a first build takes about ten minutes): the coordinator,
+# the checkpoint-store and a job's worker started from their images (tests/deploy/test_image.py)
+test-image: install system-deps system-deps-image
+	@bash scripts/image.sh build
+	PYTEST_IMAGE_TEST=1 $(PY) -m pytest tests/deploy/test_image.py $(PYTEST_ARGS)
+
+system-deps-image:
+	@bash scripts/install-system-deps.sh image
 
 bench: install system-deps
 	for b in bench/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done

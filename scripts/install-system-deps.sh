@@ -2,7 +2,8 @@
 # Install the Debian packages Tidemark needs, when missing.
 #
 #   scripts/install-system-deps.sh demo   what `make demo` needs: Java and Maven
-#   scripts/install-system-deps.sh        what `make test` needs: all of the below
+#   scripts/install-system-deps.sh        what `make test` needs: the first six below
+#   scripts/install-system-deps.sh image  what `make image` and `make test-image` need: the last four
 #
 #   openjdk-17-jre-headless  Java 17 for PySpark and the embedded Apache Kafka broker
 #   maven                    fetches Apache Kafka's broker jars from Maven Central (first broker start)
@@ -11,6 +12,13 @@
 #   chromium                 headless browser for the coordinator's checkpoints page test
 #   postgresql               the PostgreSQL server the exactly-once PostgreSQL sink example's tests start
 #                            (initdb and pg_ctl in a temporary directory, as a non-root user)
+#   buildah                  builds the images from the Dockerfiles without a container daemon
+#                            (scripts/image.sh)
+#   podman                   runs containers from them without a daemon (the image test)
+#   runc                     podman's container runtime here (Debian's default, crun, refuses
+#                            the machine's hybrid cgroup hierarchy)
+#   debootstrap              makes a Debian base image from Debian's packages when no image
+#                            registry is reachable
 #
 # Idempotent: when every package is installed it only runs `dpkg-query` and exits 0.
 # `apt-get update` runs only when something is missing. Exits non-zero with a message
@@ -20,6 +28,8 @@ set -euo pipefail
 PACKAGES=(openjdk-17-jre-headless maven prometheus docker-compose chromium postgresql)
 if [ "${1:-test}" = "demo" ]; then
     PACKAGES=(openjdk-17-jre-headless maven)
+elif [ "${1:-test}" = "image" ]; then
+    PACKAGES=(buildah podman runc debootstrap)
 fi
 LOG=${TIDEMARK_INSTALL_LOG:-/tmp/tidemark-system-deps.log}
 
