@@ -163,6 +163,12 @@ class CheckpointStatsTracker:
         self._last_failed = failed
         self._counts = replace(self._counts, failed=self._counts.failed + 1)
 
+    def report_discarded(self, checkpoint_id: CheckpointId) -> None:
+        """A retained checkpoint or savepoint left storage: the last savepoint, if it was that one,
+        is no more (an older one the history still names is not brought back)."""
+        if self._last_savepoint is not None and self._last_savepoint.checkpoint_id == checkpoint_id:
+            self._last_savepoint = None
+
     def report_restored(self, checkpoint_id: CheckpointId, restored_at: int) -> None:
         self._last_restore_at = restored_at
         self._last_restored_id = checkpoint_id

@@ -88,3 +88,7 @@ def test_the_last_savepoint_is_kept_after_it_leaves_the_history() -> None:
             snapshot.last_savepoint.metadata_path) == (2, 25, "job/x-2/_metadata")
     complete(6, CheckpointType.STOP_WITH_SAVEPOINT)
     assert tracker.snapshot().last_savepoint.checkpoint_id == 6
+    tracker.report_discarded(CheckpointId(5))  # another one: the last savepoint stays
+    assert tracker.snapshot().last_savepoint.checkpoint_id == 6
+    tracker.report_discarded(CheckpointId(6))  # discarded by an operator: no longer shown
+    assert tracker.snapshot().last_savepoint is None
