@@ -236,10 +236,12 @@ SAVEPOINT = "access-log-top-urls/savepoints/sp-12/_metadata"
 @pytest.mark.parametrize("job, start", [
     ({}, []),  # last-state: a (re)started pod resumes the newest retained checkpoint or savepoint
     ({"upgradeMode": "last-state", "initialSavepointPath": SAVEPOINT}, ["--from-savepoint", SAVEPOINT]),
-    ({"upgradeMode": "savepoint", "initialSavepointPath": SAVEPOINT}, ["--from-savepoint", SAVEPOINT]),
+    ({"upgradeMode": "savepoint", "initialSavepointPath": SAVEPOINT, "id": "access-log-top-urls"},
+     ["--from-savepoint", SAVEPOINT]),
     ({"upgradeMode": "stateless"}, ["--fresh", "--start-id", DEFAULT_START_ID]),
     ({"upgradeMode": "stateless", "startId": "rev-7"}, ["--fresh", "--start-id", "rev-7"]),
-    ({"upgradeMode": "savepoint", "initialSavepointPath": SAVEPOINT, "allowNonRestoredState": True},
+    ({"upgradeMode": "savepoint", "initialSavepointPath": SAVEPOINT, "allowNonRestoredState": True,
+      "id": "access-log-top-urls"},
      ["--from-savepoint", SAVEPOINT, "--allow-non-restored-state"]),
 ], ids=["last-state", "last-state-initial-savepoint", "savepoint", "stateless", "stateless-start-id",
         "savepoint-allow-non-restored-state"])
@@ -288,8 +290,60 @@ def test_stateless_start_id_changes_with_the_job_definition_only() -> None:
     assert _start_id({"worker": {"jobArgs": {"a": 1, "b": 2}}}) == _start_id({"worker": {"jobArgs": {"b": 2, "a": 1}}})
 
 
+def _hook_jobs(values: dict[str, Any]) -> list[dict[str, Any]]:
+    return [m.doc for m in render_chart(values) if m.doc["kind"] == "Job"]
+
+
+HOOK_ARGS = ["savepoint", "trigger", "access-log-top-urls", "--stop", "--wait", "--if-running", "--timeout", "600"]
+
+
+@pytest.mark.parametrize("job", [
+    {"state": "suspended", "id": "access-log-top-urls"},
+    {"upgradeMode": "savepoint", "id": "access-log-top-urls"},
+    {"upgradeMode": "savepoint", "initialSavepointPath": SAVEPOINT, "id": "access-log-top-urls"},
+], ids=["suspended", "savepoint", "savepoint-initial-path"])
+def test_suspend_and_savepoint_upgrades_stop_the_job_with_a_savepoint_in_a_pre_upgrade_hook(
+        job: dict[str, Any]) -> None:
+    """The hook's command is the one tests/e2e/test_chart_lifecycle.py runs against a job."""
+    (hook,) = _hook_jobs({"job": job})
+    validate_manifest(hook)
+    assert hook["metadata"]["annotations"]["helm.sh/hook"] == "pre-upgrade"
+    assert hook["metadata"]["annotations"]["helm.sh/hook-delete-policy"] == "before-hook-creation,hook-succeeded"
+    pod = hook["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["args"] == HOOK_ARGS and pod["restartPolicy"] == "Never"
+    assert container["image"] == "ghcr.io/tidemark/tidemark-worker:0.1.0"  # it has the CLI and the job
+    env = {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
+    assert env["TIDEMARK_COORDINATOR_URL"] == "http://tidemark-coordinator:9400"
+    assert env["TIDEMARK_API_TOKEN"] == {"secretKeyRef": {"name": "tidemark-api-token", "key": "api-token"}}
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    replicas = _deployments(render_chart({"job": job}))["worker"]["spec"]["replicas"]
+    assert replicas == (0 if job.get("state") == "suspended" else 1)
+    if "initialSavepointPath" in job:
+        assert _worker_args({"job": job}) == BASE_ARGS + ["--from-savepoint", SAVEPOINT]
+    else:  # the upgraded pod resumes the job's newest state: the hook's savepoint
+        assert _worker_args({"job": job}) == BASE_ARGS
+
+
+def test_a_running_last_state_job_has_no_hook_and_the_id_may_come_from_the_job_args() -> None:
+    assert _hook_jobs({}) == [] and _hook_jobs({"job": {"upgradeMode": "stateless"}}) == []
+    (hook,) = _hook_jobs({"job": {"state": "suspended"}, "worker": {"jobArgs": {"job_id": "orders"}}})
+    assert hook["spec"]["template"]["spec"]["containers"][0]["args"][2] == "orders"
+
+
+def test_a_suspended_job_has_no_worker_host_pods() -> None:
+    values = {"job": {"state": "suspended", "id": "j"}, "worker": {"workers": 2, "hosts": {"enabled": True}},
+              "checkpointStorage": {"filesystem": {"accessModes": [RWX]}}}
+    manifests = render_chart(values)
+    hosts = [m.doc for m in manifests if m.doc["kind"] == "StatefulSet"]
+    assert hosts and all(h["spec"]["replicas"] == 0 for h in hosts)
+    assert not [m for m in manifests if m.doc["kind"] == "PodDisruptionBudget"]
+    assert "--workers" in _deployments(manifests)["worker"]["spec"]["template"]["spec"]["containers"][0]["args"]
+
+
 @pytest.mark.parametrize("job, message", [
-    ({"upgradeMode": "savepoint"}, "job.initialSavepointPath is required with job.upgradeMode=savepoint"),
+    ({"upgradeMode": "savepoint"}, "job.id is required with job.state=suspended or job.upgradeMode=savepoint"),
+    ({"state": "suspended"}, "job.id is required with job.state=suspended or job.upgradeMode=savepoint"),
     ({"upgradeMode": "stateless", "initialSavepointPath": SAVEPOINT}, "cannot be used with job.upgradeMode=stateless"),
     ({"startId": "rev-7"}, "job.startId only applies with job.upgradeMode=stateless"),
     ({"upgradeMode": "savepoint", "initialSavepointPath": SAVEPOINT, "startId": "rev-7"},

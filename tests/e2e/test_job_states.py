@@ -49,7 +49,8 @@ def row_of(url: str, job: str) -> list[str]:
     done = cli(url, "jobs", "list")
     assert done.returncode == 0, done.stderr
     header, *rows = done.stdout.splitlines()
-    assert header.split() == ["JOB", "STATE", "EPOCH", "COMPLETED", "FAILED", "LAST", "ID", "WORKERS", "REASON"]
+    assert header.split() == ["JOB", "STATE", "EPOCH", "COMPLETED", "FAILED", "LAST", "ID", "LAST", "SAVEPOINT",
+                              "WORKERS", "REASON"]
     (row,) = [r for r in rows if r.split()[0] == job]
     return row.split()
 

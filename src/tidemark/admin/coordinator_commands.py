@@ -177,6 +177,20 @@ def savepoints_list(job: str = JobArgument, url: str = UrlOption,
     _emit(document, as_json, lambda d: render.retained_text(d, "savepoints"))
 
 
+_ENDED_STATES = ("FINISHED", "CANCELLED", "FAILED")
+
+
+def _ended_job(client: CoordinatorClient, job: str) -> dict[str, Any] | None:
+    """JOB's document when it has ended (nothing runs to take a savepoint of); None while it is
+    created, running or restarting. A job the coordinator does not know is an error (exit 1)."""
+    jobs = {j["job"]: j for j in _call(client.jobs)["jobs"]}
+    if job not in jobs:
+        typer.echo(f"error: the coordinator knows no job {job!r} (known: {', '.join(sorted(jobs)) or 'none'})",
+                   err=True)
+        raise typer.Exit(1)
+    return jobs[job] if jobs[job]["state"] in _ENDED_STATES else None
+
+
 @savepoint_app.command("trigger")
 def savepoint_trigger(
     job: str = JobArgument,
@@ -184,10 +198,17 @@ def savepoint_trigger(
     target: Optional[str] = typer.Option(None, "--target", help="Relative target directory."),
     wait: bool = typer.Option(False, "--wait", help="Wait until it completes or fails."),
     timeout_s: float = typer.Option(300.0, "--timeout", min=0.1, help="Seconds --wait waits."),
+    if_running: bool = typer.Option(False, "--if-running",
+                                    help="Exit 0 without a savepoint when the job has ended (FINISHED, "
+                                         "CANCELLED, FAILED): the chart's pre-upgrade hook."),
     url: str = UrlOption, token: Optional[str] = TokenOption, as_json: bool = JsonOption,
 ) -> None:
     """Take a savepoint of JOB (and stop it with --stop); exit 1 if --wait sees it fail."""
     client = _client(url, token)
+    if if_running and (ended := _ended_job(client, job)) is not None:
+        _emit(ended, as_json, lambda d: f"job {job} is {d['state']}: no savepoint taken; its last savepoint: "
+                                        f"{(d['last_savepoint'] or {}).get('metadata_path') or 'none'}")
+        return
     document = _call(lambda: client.trigger_savepoint(job, stop=stop, target=target))
     if wait:
         try:

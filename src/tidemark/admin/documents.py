@@ -82,6 +82,7 @@ def job_document(job: JobId, coordinator: CheckpointCoordinator) -> dict[str, An
         "consecutive_failures": coordinator.consecutive_failures,
         "counts": counts_document(snapshot),
         "last_completed": None if last is None else entry_document(last),
+        "last_savepoint": None if snapshot.last_savepoint is None else entry_document(snapshot.last_savepoint),
         "newest_discarded_checkpoint": coordinator.newest_discarded_by_request,
         "workers": workers_document(coordinator),
     }

@@ -63,11 +63,14 @@ def job_workers(job: dict[str, Any]) -> str | None:
 
 
 def jobs_text(document: dict[str, Any]) -> str:
-    """``GET /jobs`` as a table: state and reason first, then epoch and checkpoint counts."""
+    """``GET /jobs`` as a table: state and reason first, then epoch and checkpoint counts, the
+    newest savepoint's ``_metadata`` path (what ``--from-savepoint`` takes)."""
     rows = [(j["job"], job_state(j), j["epoch"], j["counts"]["completed"], j["counts"]["failed"],
-             (j["last_completed"] or {}).get("id"), job_workers(j), j.get("state_reason") or "")
+             (j["last_completed"] or {}).get("id"), (j.get("last_savepoint") or {}).get("metadata_path"),
+             job_workers(j), j.get("state_reason") or "")
             for j in document["jobs"]]
-    return table(("JOB", "STATE", "EPOCH", "COMPLETED", "FAILED", "LAST ID", "WORKERS", "REASON"), rows)
+    headers = ("JOB", "STATE", "EPOCH", "COMPLETED", "FAILED", "LAST ID", "LAST SAVEPOINT", "WORKERS", "REASON")
+    return table(headers, rows)
 
 
 def history_text(document: dict[str, Any]) -> str:

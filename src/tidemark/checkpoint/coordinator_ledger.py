@@ -264,6 +264,7 @@ class CheckpointLedger:
         cid = record.checkpoint_id
         if record.reason == DELETED_BY_REQUEST:
             self.discarded_by_request.add(cid)
+        self.stats.report_discarded(cid)
         if self.completed.pop(cid, None) is not None and self.last_completed is not None \
                 and self.last_completed.checkpoint_id == cid:
             self.last_completed = self.completed[max(self.completed)] if self.completed else None

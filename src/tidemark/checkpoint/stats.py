@@ -63,6 +63,7 @@ class CheckpointStatsSnapshot:
     last_restore_at: int | None
     last_restored_checkpoint_id: CheckpointId | None
     history: tuple[CheckpointStatsEntry, ...] = field(default=())
+    last_savepoint: CheckpointStatsEntry | None = None  # the newest completed savepoint, kept past the history
 
     @property
     def last_completed_id(self) -> CheckpointId | None:
@@ -100,6 +101,7 @@ class CheckpointStatsTracker:
         self._history: OrderedDict[CheckpointId, CheckpointStatsEntry] = OrderedDict()
         self._counts = CheckpointCounts()
         self._last_completed: CheckpointStatsEntry | None = None
+        self._last_savepoint: CheckpointStatsEntry | None = None
         self._last_failed: CheckpointStatsEntry | None = None
         self._last_restore_at: int | None = None
         self._last_restored_id: CheckpointId | None = None
@@ -143,6 +145,8 @@ class CheckpointStatsTracker:
         )
         self._finish(entry, done)
         self._last_completed = done
+        if done.checkpoint_type.is_savepoint:
+            self._last_savepoint = done
         self._counts = replace(self._counts, completed=self._counts.completed + 1)
 
     def report_failed(
@@ -159,6 +163,12 @@ class CheckpointStatsTracker:
         self._last_failed = failed
         self._counts = replace(self._counts, failed=self._counts.failed + 1)
 
+    def report_discarded(self, checkpoint_id: CheckpointId) -> None:
+        """A retained checkpoint or savepoint left storage: the last savepoint, if it was that one,
+        is no more (an older one the history still names is not brought back)."""
+        if self._last_savepoint is not None and self._last_savepoint.checkpoint_id == checkpoint_id:
+            self._last_savepoint = None
+
     def report_restored(self, checkpoint_id: CheckpointId, restored_at: int) -> None:
         self._last_restore_at = restored_at
         self._last_restored_id = checkpoint_id
@@ -172,6 +182,7 @@ class CheckpointStatsTracker:
             last_restore_at=self._last_restore_at,
             last_restored_checkpoint_id=self._last_restored_id,
             history=tuple(self._history.values()),
+            last_savepoint=self._last_savepoint,
         )
 
     def _untracked(self, metadata: CheckpointMetadata) -> CheckpointStatsEntry:

@@ -29,9 +29,10 @@ def test_job_documents_and_the_jobs_table_show_state_and_reason() -> None:
     assert (docs[0]["state"], docs[0]["state_reason"]) == ("RUNNING", None)
     assert (docs[1]["state"], docs[1]["state_reason"]) == ("FAILED", "input topic 'orders' does not exist (create it)")
     lines = render.jobs_text({"jobs": docs}).splitlines()
-    assert lines[0].split() == ["JOB", "STATE", "EPOCH", "COMPLETED", "FAILED", "LAST", "ID", "WORKERS", "REASON"]
-    assert lines[1].split() == ["job", "RUNNING", "2", "0", "0", "-", "src:1", "agg:1"]
-    assert lines[2].split()[:8] == ["orders", "FAILED", "1", "0", "0", "-", "src:1", "agg:1"]
+    assert lines[0].split() == ["JOB", "STATE", "EPOCH", "COMPLETED", "FAILED", "LAST", "ID", "LAST",
+                                 "SAVEPOINT", "WORKERS", "REASON"]
+    assert lines[1].split() == ["job", "RUNNING", "2", "0", "0", "-", "-", "src:1", "agg:1"]
+    assert lines[2].split()[:9] == ["orders", "FAILED", "1", "0", "0", "-", "-", "src:1", "agg:1"]
     assert lines[2].endswith("input topic 'orders' does not exist (create it)")
 
 
@@ -50,7 +51,7 @@ def test_the_job_document_and_the_jobs_table_show_each_stages_workers() -> None:
                                    "agg": [["agg#0"], ["agg#1"], ["agg#2"]]}
     assert json.loads(json.dumps(document)) == document
     (row,) = render.jobs_text({"jobs": [document]}).splitlines()[1:]
-    assert row.split()[6:] == ["src:2", "agg:3"]
+    assert row.split()[7:] == ["src:2", "agg:3"]
 
 
 def test_a_job_known_only_by_its_supervisors_heartbeat_has_epoch_0() -> None:
@@ -63,3 +64,21 @@ def test_a_job_known_only_by_its_supervisors_heartbeat_has_epoch_0() -> None:
     coordinator = CheckpointCoordinator(JOB, OPTS)
     coordinator.heard(SupervisorHeartbeat(JOB, Epoch(0), "host:1", 0), 0)
     assert job_document(JOB, coordinator)["epoch"] == 0
+
+
+def test_the_job_document_and_the_jobs_table_show_the_last_savepoint() -> None:
+    from checkpoint_support import ack_all, savepoint_request
+
+    coordinator = CheckpointCoordinator(JOB, OPTS)
+    reg = registration(epoch=1)
+    coordinator.apply(reg, 0)
+    coordinator.apply(savepoint_request("r1", 10), 10)
+    coordinator.tick(20)
+    (persist,) = ack_all(coordinator, reg, 1, 30)
+    coordinator.apply(persist.metadata, 40)
+    document = job_document(JOB, coordinator)
+    saved = document["last_savepoint"]
+    assert (saved["id"], saved["type"], saved["ended_at"]) == (1, "SAVEPOINT", 40)
+    assert saved["metadata_path"] == persist.metadata_path and "savepoints/sp-1" in saved["metadata_path"]
+    (row,) = render.jobs_text({"jobs": [document]}).splitlines()[1:]
+    assert row.split()[5:7] == ["1", persist.metadata_path]

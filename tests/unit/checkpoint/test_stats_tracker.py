@@ -64,3 +64,31 @@ def test_history_is_bounded_and_in_progress_stays_right_after_eviction() -> None
     assert snapshot.last_completed is None and snapshot.last_duration_ms is None
     with pytest.raises(ValueError):
         CheckpointStatsTracker(history_size=0)
+
+
+def test_the_last_savepoint_is_kept_after_it_leaves_the_history() -> None:
+    from tidemark.protocol.messages import CheckpointMetadata
+    from tidemark.types import JobId
+
+    tracker = CheckpointStatsTracker(history_size=2)
+
+    def complete(cid: int, kind: CheckpointType) -> None:
+        tracker.report_triggered(CheckpointId(cid), kind, cid * 10, 1)
+        metadata = CheckpointMetadata(JobId("job"), CheckpointId(cid), kind, cid * 10, cid * 10 + 5, 8, ())
+        tracker.report_completed(metadata, cid * 10 + 5, f"job/x-{cid}/_metadata")
+
+    assert tracker.snapshot().last_savepoint is None
+    complete(1, CheckpointType.CHECKPOINT)
+    complete(2, CheckpointType.SAVEPOINT)
+    for cid in range(3, 6):
+        complete(cid, CheckpointType.CHECKPOINT)
+    snapshot = tracker.snapshot()
+    assert snapshot.last_savepoint is not None and 2 not in [e.checkpoint_id for e in snapshot.history]
+    assert (snapshot.last_savepoint.checkpoint_id, snapshot.last_savepoint.ended_at,
+            snapshot.last_savepoint.metadata_path) == (2, 25, "job/x-2/_metadata")
+    complete(6, CheckpointType.STOP_WITH_SAVEPOINT)
+    assert tracker.snapshot().last_savepoint.checkpoint_id == 6
+    tracker.report_discarded(CheckpointId(5))  # another one: the last savepoint stays
+    assert tracker.snapshot().last_savepoint.checkpoint_id == 6
+    tracker.report_discarded(CheckpointId(6))  # discarded by an operator: no longer shown
+    assert tracker.snapshot().last_savepoint is None

@@ -2,7 +2,7 @@
 
 The decisions are :class:`tidemark.checkpoint.CheckpointCoordinator`'s (pure); this package is
 its edge: settings, Kafka in and out (:mod:`.edge`), Prometheus metrics (:mod:`.metrics`), the
-operator HTTP API (:mod:`.api`), the checkpoints page in the browser (:mod:`.checkpoints_page`),
+operator HTTP API (:mod:`.api`), periodic savepoints and their history (:mod:`.periodic_savepoints`), the checkpoints page in the browser (:mod:`.checkpoints_page`),
 and the job runs it starts for that API (:mod:`.runs`).
 """
 
@@ -12,6 +12,7 @@ from tidemark.chassis.app import ServiceApp
 from tidemark.services.coordinator.rest_api import install_api
 from tidemark.services.coordinator.checkpoints_page import install_checkpoints_page
 from tidemark.services.coordinator.edge import CoordinatorEdge
+from tidemark.services.coordinator.periodic_savepoints import PeriodicSavepoints
 from tidemark.services.coordinator.runs import LocalLauncher
 from tidemark.services.coordinator.settings import CoordinatorSettings
 
@@ -29,7 +30,9 @@ def build(settings: CoordinatorSettings) -> ServiceApp:
     if settings.jobs.launcher == "local":
         launcher = LocalLauncher(settings, app.bootstrap)
         app.every(1.0)(launcher.reap_periodically)  # runs outlive the coordinator (see runs.py)
-    install_api(app, edge, settings.api_token, settings.resolved_storage_url,
-                launcher=launcher, job_catalog=settings.jobs.catalog)
+    api = install_api(app, edge, settings.api_token, settings.resolved_storage_url,
+                      launcher=launcher, job_catalog=settings.jobs.catalog)
+    savepoints = PeriodicSavepoints(edge, api.storage, settings.savepoints.policy())
+    app.every(1.0)(savepoints.tick)
     install_checkpoints_page(app)
     return app

@@ -161,12 +161,17 @@ class CoordinatorEdge:
         await self.app.publish(self.app.topics.control, request, request.job_id.encode())
         self.savepoint_requests.setdefault(request.request_id, request)
 
+    async def dispose(self, job: JobId, checkpoint_id: CheckpointId) -> None:
+        """Ask the checkpoint-store to discard a retained checkpoint or savepoint (a
+        ``CheckpointDiscarded`` with ``DELETED_BY_REQUEST`` on the control topic); no wait."""
+        request = CheckpointDiscarded(job, checkpoint_id, now_ms(), DELETED_BY_REQUEST)
+        await self.app.publish(self.app.topics.control, request, job.encode())
+
     async def request_discard(self, job: JobId, checkpoint_id: CheckpointId, timeout_s: float) -> bool:
         """Ask the checkpoint-store to discard a retained checkpoint (a ``CheckpointDiscarded``
         with ``DELETED_BY_REQUEST`` on the control topic); True once the store's discard is
         folded (the job's newest completed checkpoint has dropped back), False after ``timeout_s``."""
-        request = CheckpointDiscarded(job, checkpoint_id, now_ms(), DELETED_BY_REQUEST)
-        await self.app.publish(self.app.topics.control, request, job.encode())
+        await self.dispose(job, checkpoint_id)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             coordinator = self.coordinators.get(job)

@@ -1,4 +1,5 @@
-"""Coordinator settings (``TIDEMARK_CHECKPOINT__*``, ``TIDEMARK_JOBS__*``), validated at start."""
+"""Coordinator settings (``TIDEMARK_CHECKPOINT__*``, ``TIDEMARK_SAVEPOINTS__*``, ``TIDEMARK_JOBS__*``),
+validated at start."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from pydantic_settings import NoDecode
 
 from tidemark.checkpoint.options import CheckpointingOptions
+from tidemark.checkpoint.savepoint_schedule import SavepointPolicy
 from tidemark.config.settings import TidemarkSettings
 from tidemark.types import CheckpointingMode
 
@@ -38,6 +40,20 @@ class CheckpointSettings(BaseModel):
             min_pause_ms=self.min_pause_ms, max_concurrent=self.max_concurrent,
             tolerable_failures=self.tolerable_failures, mode=self.mode,
         )
+
+
+class SavepointSettings(BaseModel):
+    """Periodic savepoints and their retained history (``TIDEMARK_SAVEPOINTS__*``): a savepoint of
+    every running job each ``interval_s`` seconds (0: none), and each job's savepoints beyond the
+    newest ``retained`` disposed when one completes (0: every savepoint is kept)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    interval_s: int = Field(0, ge=0, le=7 * 24 * 3600)
+    retained: int = Field(0, ge=0, le=1000)
+
+    def policy(self) -> SavepointPolicy:
+        return SavepointPolicy(interval_ms=self.interval_s * 1000, retained=self.retained)
 
 
 def _importable(reference: str) -> str | None:
@@ -103,6 +119,7 @@ class CoordinatorSettings(TidemarkSettings):
     tick_interval_ms: int = Field(100, ge=10, le=10000)
     supervisor_silence_ms: int = Field(5000, ge=2000, le=600000)  # a job's supervisor unheard this long: not running
     checkpoint: CheckpointSettings = CheckpointSettings()
+    savepoints: SavepointSettings = SavepointSettings()
     jobs: JobsSettings = JobsSettings()
 
     @field_validator("api_token")
