@@ -277,6 +277,9 @@ def _runtime_top_levels() -> set[str]:
             continue
         seen.add(name)
         distribution = importlib.metadata.distribution(requirement.name)
-        todo += [Requirement(r) for r in distribution.requires or ()]
+        for required in map(Requirement, distribution.requires or ()):  # with the extras asked for (psycopg[binary])
+            if required.marker and any(required.marker.evaluate({"extra": e}) for e in requirement.extras):
+                required.marker = None
+            todo.append(required)
         entries |= {f.parts[0] for f in distribution.files or () if f.parts[0] != ".."}
     return entries
