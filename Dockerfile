@@ -1,24 +1,27 @@
 # syntax=docker/dockerfile:1
 # The one Tidemark image: every service (`tidemark run <service>`) and the jobs
 # (`tidemark jobs run package.module:attr`, one PySpark worker process per stage).
-# The build stage makes the Tidemark wheel (it carries the message schemas) and installs it into
-# /opt/tidemark. services/*/Dockerfile are thin FROMs of this image.
+# The build stage installs the locked dependencies (requirements.lock, hash-checked: the versions
+# CI tested), makes the Tidemark wheel (it carries the message schemas) and installs it with every
+# extra into /opt/tidemark. services/*/Dockerfile are thin FROMs of this image.
 #
-#   docker build -t tidemark:0.1.0 .
+#   docker build -t tidemark:<version> .     (<version>: pyproject.toml's; `tidemark --version`)
 
 ARG PYTHON_IMAGE=python:3.11.14-slim-bookworm
 
 FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
-COPY pyproject.toml README.md LICENSE ./
+COPY pyproject.toml README.md LICENSE requirements.lock ./
 COPY schemas ./schemas
 COPY src ./src
 # The wheel carries the message schemas: src/tidemark/schemas links to schemas/.
 RUN python -m pip wheel --no-deps --wheel-dir /wheels .
 # Byte-code is compiled at install time: the root filesystem is read-only at run time.
 RUN python -m venv /opt/tidemark \
- && /opt/tidemark/bin/pip install "$(ls /wheels/tidemark-*.whl)[s3]" \
+ && /opt/tidemark/bin/pip install --require-hashes -r requirements.lock \
+ && /opt/tidemark/bin/pip install --no-deps "$(ls /wheels/tidemark-*.whl)" \
+ && /opt/tidemark/bin/pip check \
  && /opt/tidemark/bin/python -c "from tidemark.protocol.codec import Codec; Codec.local()"
 # Spark's Kafka connector, which the stage workers read Kafka with (tidemark.spark.kafka_connector):
 # fetched with Maven here, so a worker never needs Maven or Maven Central at run time.

@@ -1,9 +1,9 @@
 # Tidemark: two commands on a fresh Debian machine with Python 3.11.
 #   make demo   run the main job on the embedded defaults
 #   make test   run the whole test suite
-# Each creates .venv and installs what it needs, one line per step: the demo the project and
-# Java 17 + Maven (the embedded Apache Kafka broker is fetched with Maven on its first start);
-# the tests also the test extras, Prometheus, docker-compose, Chromium and PostgreSQL. Then it runs.
+# Each creates .venv and installs what it needs, one line per step: the demo the project with
+# the locked versions of requirements.lock and Java 17 + Maven (the embedded Apache Kafka broker is fetched with Maven on its first start);
+# the tests also the test extras (requirements-test.lock), Prometheus, docker-compose, Chromium and PostgreSQL. Then it runs.
 
 PYTHON ?= python3
 VENV := .venv
@@ -17,8 +17,17 @@ PYTEST_ARGS ?=
 # leak run keeps one of them nearly idle, and waits for checkpoints, timeouts and pauses leave the
 # machine idle at times with two (16% on average); the suite took 27.5 min with three, 30.5-33 with two
 PYTEST_WORKERS ?= 3
+# The lock files: pyproject.toml's ranges resolved for Python 3.11 on Linux, with hashes.
+# requirements.lock is what the image and the demo install (every extra but the tests');
+# requirements-test.lock adds the test extras (`make install`, `make test`, CI). `make lock` keeps
+# the versions already locked where the ranges allow; `make lock LOCK_ARGS=--upgrade` takes the newest.
+LOCK := requirements.lock
+TEST_LOCK := requirements-test.lock
+LOCK_ARGS ?=
+UV_COMPILE = $(VENV)/bin/uv pip compile pyproject.toml --python-version 3.11 --python-platform x86_64-manylinux_2_28 \
+  --generate-hashes --annotation-style line --quiet $(LOCK_ARGS)
 
-.PHONY: demo test install install-demo system-deps system-deps-demo bench clean image test-image system-deps-image
+.PHONY: demo test install install-demo lock system-deps system-deps-demo bench clean image test-image system-deps-image
 
 demo: install-demo system-deps-demo
 	@$(VENV)/bin/tidemark demo
@@ -29,27 +38,38 @@ test: install system-deps
 install: $(STAMP)
 install-demo: $(DEMO_STAMP)
 
-# pip_install EXTRAS: the venv (once) and the project with EXTRAS, pip's output in $(PIP_LOG); then
-# the project's sources compiled once (pip compiles the packages it installs, not an editable
-# project's sources), so that each of the many short-lived processes a job starts (workers,
-# services, supervisors) reads them instead of compiling them again where bytecode is not written
+# pip_install LOCKFILE: the venv (once), the locked dependencies (hash-checked), then the project
+# itself with no dependency of its own to resolve; pip's output in $(PIP_LOG). Then the project's
+# sources compiled once (pip compiles the packages it installs, not an editable project's
+# sources), so that each of the many short-lived processes a job starts (workers, services,
+# supervisors) reads them instead of compiling them again where bytecode is not written
 # (PYTHONDONTWRITEBYTECODE)
 define pip_install
-	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else "Tidemark needs Python 3.11 (python3 is %d.%d); set PYTHON=python3.11" % sys.version_info[:2])'
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else "the lock files are for Python 3.11 (python3 is %d.%d); set PYTHON=python3.11" % sys.version_info[:2])'
 	@test -x $(PY) || { echo "install: creating $(VENV)"; $(PYTHON) -m venv $(VENV); }
-	@echo "install: pip install -e '.$(1)' into $(VENV) (a few minutes the first time; output in $(PIP_LOG))"
+	@echo "install: pip install -r $(1) and -e . into $(VENV) (a few minutes the first time; output in $(PIP_LOG))"
 	@$(PY) -m pip install --upgrade pip >$(PIP_LOG) 2>&1 && \
-	  $(PY) -m pip install --progress-bar off -e '.$(1)' >>$(PIP_LOG) 2>&1 || { tail -n 30 $(PIP_LOG); exit 1; }
+	  $(PY) -m pip install --progress-bar off --require-hashes -r $(1) >>$(PIP_LOG) 2>&1 && \
+	  $(PY) -m pip install --progress-bar off --no-deps -e . >>$(PIP_LOG) 2>&1 && \
+	  $(PY) -m pip check >>$(PIP_LOG) 2>&1 || { tail -n 30 $(PIP_LOG); exit 1; }
 	@$(PY) -m compileall -q src >>$(PIP_LOG) 2>&1
 endef
 
-$(STAMP): pyproject.toml
-	$(call pip_install,[test])
+$(STAMP): pyproject.toml $(TEST_LOCK)
+	$(call pip_install,$(TEST_LOCK))
 	@touch $(STAMP) $(DEMO_STAMP)
 
-$(DEMO_STAMP): pyproject.toml
-	$(call pip_install,)
+$(DEMO_STAMP): pyproject.toml $(LOCK)
+	$(call pip_install,$(LOCK))
 	@touch $(DEMO_STAMP)
+
+# Regenerates both lock files from pyproject.toml (uv, installed into the venv for this); the
+# image's lock takes the test lock's versions, so both install the same ones.
+lock:
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@$(PY) -m pip install --quiet 'uv>=0.13.9,<0.14'
+	$(UV_COMPILE) --extra all --extra test -o $(TEST_LOCK)
+	$(UV_COMPILE) --extra all -c $(TEST_LOCK) -o $(LOCK)
 
 system-deps:
 	@bash scripts/install-system-deps.sh test

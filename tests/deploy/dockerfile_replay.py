@@ -251,7 +251,7 @@ class ScratchImage:
 
 def third_party_site(target: Path) -> Path:
     """Links to the installed distributions Tidemark's runtime needs (pyproject's
-    ``dependencies`` and the image's ``s3`` extra, and theirs), so a dependency the project forgot
+    ``dependencies`` and the image's ``all`` extra, and theirs), so a dependency the project forgot
     to declare is missing here as it is in a user's fresh install."""
     site = Path(sysconfig.get_paths()["purelib"])
     target.mkdir(parents=True, exist_ok=True)
@@ -265,15 +265,21 @@ def _runtime_top_levels() -> set[str]:
     """Top-level entries of site-packages (packages, modules, ``*.dist-info``) of the runtime
     dependency closure."""
     project = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())["project"]
-    declared = [*project["dependencies"], *project["optional-dependencies"]["s3"]]
-    todo, seen, entries = [Requirement(d) for d in declared], set(), set()
+    todo, seen, entries = [Requirement(d) for d in project["dependencies"]], set(), set()
+    todo.append(Requirement(f"{project['name']}[all]"))
     while todo:
         requirement = todo.pop()
         name = re.sub(r"[-_.]+", "-", requirement.name).lower()
+        if name == project["name"]:  # the extras' own references (`tidemark[services,s3]`)
+            todo += [Requirement(r) for extra in requirement.extras for r in project["optional-dependencies"][extra]]
+            continue
         if name in seen or (requirement.marker and not requirement.marker.evaluate({"extra": ""})):
             continue
         seen.add(name)
         distribution = importlib.metadata.distribution(requirement.name)
-        todo += [Requirement(r) for r in distribution.requires or ()]
+        for required in map(Requirement, distribution.requires or ()):  # with the extras asked for (psycopg[binary])
+            if required.marker and any(required.marker.evaluate({"extra": e}) for e in requirement.extras):
+                required.marker = None
+            todo.append(required)
         entries |= {f.parts[0] for f in distribution.files or () if f.parts[0] != ".."}
     return entries

@@ -14,13 +14,13 @@ from typing import Any
 import pytest
 import yaml
 
-from deploy_support import REPO, SERVICE_NAMES, service_command, service_dockerfile
+from deploy_support import REPO, SERVICE_NAMES, VERSION, service_command, service_dockerfile
 from dockerfile_replay import base_image, parse_dockerfile
 
 TIDEMARK_SERVICES = {"coordinator": 9400, "checkpoint-store": 9401, "changelog": 9402, "materializer": 9403, "worker": 9404}
 STAGE_PORTS = (9405, 9406)  # the worker's stage i serves its metrics on 9404 + 1 + i
 WORKER_COMMAND = ["jobs", "run", "tidemark.examples.access_log:top_urls"]
-BASE_IMAGE = "tidemark:0.1.0"  # built from the top-level Dockerfile by the one-shot tidemark-image
+BASE_IMAGE = f"tidemark:{VERSION}"  # built from the top-level Dockerfile by the one-shot tidemark-image
 # run to completion before what depends on them starts; no health check
 ONE_SHOT = {"create-topics", "tidemark-image"}
 INSTALL_HINT = "run scripts/install-system-deps.sh (installs Debian's docker-compose package)"
@@ -115,7 +115,7 @@ def test_each_tidemark_service_runs_its_image_built_from_services_dockerfile(con
     assert set(TIDEMARK_SERVICES) == set(SERVICE_NAMES)
     for name, port in TIDEMARK_SERVICES.items():
         service = services[name]
-        assert service["image"] == f"tidemark-{name}:0.1.0"
+        assert service["image"] == f"tidemark-{name}:{VERSION}"
         assert service["build"]["context"] == str(service_dockerfile(name).parent)
         assert service["build"].get("dockerfile", "Dockerfile") == "Dockerfile"
         assert service["build"]["args"] == {"TIDEMARK_IMAGE": BASE_IMAGE}

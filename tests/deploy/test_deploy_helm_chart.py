@@ -25,6 +25,7 @@ from deploy_support import (
     DASHBOARDS_DIR,
     REPO,
     SERVICE_NAMES,
+    VERSION,
     Manifest,
     assert_runs_service_image,
     ci_values_files,
@@ -122,7 +123,7 @@ def test_default_commands_ports_and_settings() -> None:
         assert env["TIDEMARK_KAFKA__REPLICATION_FACTOR"] == "1"  # a one-broker Kafka works
         assert env["TIDEMARK_CHECKPOINT_STORAGE_URL"] == "file:///var/lib/tidemark/checkpoints"
         assert_runs_service_image(container, component)
-        assert container["image"] == f"ghcr.io/tidemark/tidemark-{component}:0.1.0"
+        assert container["image"] == f"ghcr.io/tidemark/tidemark-{component}:{VERSION}"
         if component == "worker":
             assert container["args"][:3] == ["jobs", "run", "tidemark.examples.access_log:top_urls"]
     coordinator = _env(deployments["coordinator"])
@@ -171,7 +172,7 @@ def test_image_values_name_each_components_image() -> None:
     assert containers["checkpoint-store"]["image"] == f"registry.example.com/acme/tidemark-checkpoint-store@{digest}"
     assert containers["coordinator"]["image"] == "registry.example.com/acme/tidemark-coordinator:1.4.0"
     no_registry = _containers({"image": {"registry": ""}})
-    assert no_registry["worker"]["image"] == "tidemark/tidemark-worker:0.1.0"
+    assert no_registry["worker"]["image"] == f"tidemark/tidemark-worker:{VERSION}"
 
 
 def test_a_jobs_own_worker_image() -> None:
@@ -183,7 +184,7 @@ def test_a_jobs_own_worker_image() -> None:
         assert containers["worker"]["image"] == "registry.example.com/acme/orders-jobs:1.4.0"
         assert containers["worker"]["args"][:3] == ["jobs", "run", "acme_jobs.orders:job"]
         suffix = "-coordinator" if per_component else ""
-        assert containers["coordinator"]["image"] == f"ghcr.io/tidemark/tidemark{suffix}:0.1.0"
+        assert containers["coordinator"]["image"] == f"ghcr.io/tidemark/tidemark{suffix}:{VERSION}"
 
 
 def test_worker_runs_the_job_supervisor_against_the_coordinator() -> None:
@@ -445,7 +446,7 @@ def test_the_default_rendering_works_on_an_ordinary_cluster() -> None:
         ("create-topic-0", ["topics", "create", "access-log", "--partitions", "4", "--if-not-exists"])]
     env = {e["name"]: e.get("value") for e in init[0]["env"]}
     assert env["TIDEMARK_KAFKA__REPLICATION_FACTOR"] == "1" and env["KAFKA_BOOTSTRAP_SERVERS"] == "kafka:9092"
-    assert init[0]["image"] == "ghcr.io/tidemark/tidemark-worker:0.1.0" and "command" not in init[0]
+    assert init[0]["image"] == f"ghcr.io/tidemark/tidemark-worker:{VERSION}" and "command" not in init[0]
     assert init[0]["securityContext"]["readOnlyRootFilesystem"] is True
     claim = claims[0]["metadata"]["name"]
     for component in COMPONENTS:

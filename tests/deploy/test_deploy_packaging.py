@@ -1,22 +1,23 @@
 """The wheel and the images: the Dockerfile's build replayed here makes a wheel that carries the
 schemas, installs into a fresh virtualenv, and there decodes every golden sample; each service's
 image, services/<name>/Dockerfile replayed over it, starts that service against the broker with
-its own command, with no checkout in sight."""
+its own command, with no checkout in sight. The same wheel, installed alone with pip into a fresh
+virtualenv of every Python 3.11 to 3.13 the machine has, runs `tidemark --version` and the job API."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
-import tomllib
 import zipfile
 from pathlib import Path
 
 import pytest
 
-from deploy_support import REPO, SERVICE_NAMES, service_dockerfile
+from deploy_support import REPO, SERVICE_NAMES, VERSION, service_dockerfile
 from dockerfile_replay import ScratchImage, base_image, parse_dockerfile, stage, third_party_site
 from tidemark.kafka.topics import TopicNames
 from tidemark.local.cluster import LocalService
@@ -67,7 +68,7 @@ def image(tmp_path_factory: pytest.TempPathFactory) -> ScratchImage:
 def _service_image(image: ScratchImage, name: str) -> ScratchImage:
     """The image services/<name>/Dockerfile builds FROM the base image (its build argument's default)."""
     dockerfile = service_dockerfile(name)
-    assert base_image(dockerfile) == "tidemark:0.1.0"  # what `docker build -t tidemark:0.1.0 .` tags
+    assert base_image(dockerfile) == f"tidemark:{VERSION}"  # what `docker build -t tidemark:<version> .` tags
     (layer,) = parse_dockerfile(dockerfile)
     return image.derive(layer, dockerfile.parent)
 
@@ -125,7 +126,7 @@ def test_the_image_entrypoint_runs_the_installed_cli(image: ScratchImage, tmp_pa
     assert result.returncode == 0, result.stderr
     assert "run" in result.stdout and "jobs" in result.stdout
     version = image.exec([*entrypoint[2:], "--version"], cwd=tmp_path, timeout=120)
-    assert (version.returncode, version.stdout) == (0, f"tidemark {tomllib.loads((REPO / 'pyproject.toml').read_text())['project']['version']}\n")
+    assert (version.returncode, version.stdout) == (0, f"tidemark {VERSION}\n")
 
 
 def test_the_worker_image_runs_the_installed_example_job(image: ScratchImage, tmp_path: Path) -> None:
@@ -205,3 +206,53 @@ def test_each_service_image_starts_its_service_against_the_broker(
     finally:
         code = stop_process(process, timeout_s=30)
     assert code == 0, service.log_tail()
+
+
+def _interpreters() -> list[pytest.param]:
+    """python3.11 to python3.13 where this machine has them on PATH (and they run), plus the
+    paths in TIDEMARK_TEST_PYTHONS; one that is missing is a skip that names it."""
+    found: dict[str, str] = {}
+    for minor in (11, 12, 13):
+        path = shutil.which(f"python3.{minor}")
+        if path and _runs_as(path, f"3.{minor}"):
+            found[f"3.{minor}"] = path
+    for path in filter(None, os.environ.get("TIDEMARK_TEST_PYTHONS", "").split(os.pathsep)):
+        version = _runs_as(path, None)
+        if version:
+            found.setdefault(version, path)
+    return [pytest.param(found.get(v), id=v, marks=() if v in found else
+                         pytest.mark.skip(reason=f"no python{v} on this machine (PATH or TIDEMARK_TEST_PYTHONS)"))
+            for v in sorted({"3.11", "3.12", "3.13", *found}, key=lambda v: tuple(map(int, v.split("."))))]
+
+
+def _runs_as(path: str, expected: str | None) -> str | None:
+    """The interpreter's X.Y when it runs (a pyenv shim of an uninstalled version does not)."""
+    result = subprocess.run([path, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                            capture_output=True, text=True, timeout=30)
+    version = result.stdout.strip() if result.returncode == 0 else None
+    return version if expected in (None, version) else None
+
+
+@pytest.mark.parametrize("python", _interpreters())
+def test_the_wheel_installs_like_a_library_into_a_fresh_venv_of_each_interpreter(
+        image: ScratchImage, python: str, tmp_path: Path) -> None:
+    """`pip install` of the image's wheel alone (a job author's install: pyproject's ranges,
+    resolved by pip, no extra), then `tidemark --version` and the job API; the services' framework
+    is not installed, and a service says which extra it needs."""
+    venv = tmp_path / "venv"
+    subprocess.run([python, "-m", "venv", str(venv)], check=True, timeout=120)
+    installed = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--progress-bar", "off",
+                                str(_wheel(image))], capture_output=True, text=True, timeout=900)
+    assert installed.returncode == 0, installed.stdout[-3000:] + installed.stderr[-3000:]
+    env = {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "VIRTUAL_ENV"}}
+    version = subprocess.run([str(venv / "bin" / "tidemark"), "--version"], capture_output=True, text=True,
+                             cwd=tmp_path, env=env, timeout=120)
+    assert (version.returncode, version.stdout) == (0, f"tidemark {VERSION}\n"), version.stderr
+    job_api = subprocess.run([str(venv / "bin" / "python"), "-c",
+                              "import importlib.util, tidemark.api, tidemark.runtime.worker.process; "
+                              "print(importlib.util.find_spec('faust'))"],
+                             capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120)
+    assert (job_api.returncode, job_api.stdout) == (0, "None\n"), job_api.stderr
+    service = subprocess.run([str(venv / "bin" / "tidemark"), "run", "coordinator"], capture_output=True, text=True,
+                             cwd=tmp_path, env=env, timeout=120)
+    assert service.returncode == 3 and "pip install 'tidemark[services]'" in service.stderr, service.stderr

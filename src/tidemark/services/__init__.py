@@ -7,21 +7,36 @@ import importlib
 import sys
 from types import ModuleType
 
-from tidemark.exit_codes import EXIT_CONFIG
-from tidemark.config.service_modules import SERVICES
+from tidemark.exit_codes import EXIT_CONFIG, EXIT_REFUSED
+from tidemark.config.service_modules import SERVICES, SERVICES_EXTRA_MODULES, missing_extra_message
 from tidemark.config.settings import ConfigurationError, load_settings
 from tidemark.chassis.logs import configure_logging
+
+
+class MissingExtraError(ImportError):
+    """The services' framework is not installed (``pip install 'tidemark[services]'``)."""
 
 
 def service_module(name: str) -> ModuleType:
     if name not in SERVICES:
         raise ValueError(f"unknown service {name!r}; expected one of: {', '.join(SERVICES)}")
-    return importlib.import_module(SERVICES[name])
+    try:
+        return importlib.import_module(SERVICES[name])
+    except ModuleNotFoundError as exc:
+        missing = (exc.name or "").partition(".")[0]
+        if missing not in SERVICES_EXTRA_MODULES:
+            raise
+        raise MissingExtraError(missing_extra_message(f"the {name} service", missing)) from exc
 
 
 def run_service(name: str) -> None:
-    """Read config, wire, run. Exits 78 naming the key on invalid configuration."""
-    module = service_module(name)
+    """Read config, wire, run. Exits 78 naming the key on invalid configuration, 3 naming the
+    extra when the services' framework is not installed."""
+    try:
+        module = service_module(name)
+    except MissingExtraError as exc:  # one line on stderr, no traceback
+        print(f"tidemark {name}: {exc}", file=sys.stderr)
+        raise SystemExit(EXIT_REFUSED) from None
     try:
         settings = load_settings(module.SETTINGS)
         configure_logging(settings.log_level, service=name)
