@@ -145,6 +145,7 @@ class AttemptPlanner:
         self.parallelism = options.parallelism or spec.parallelism
         self.baseline = 0  # newest retained state when the run began: listed by first()
         self.origin: AttemptState | None = None  # whose restore source a failover falls back to
+        self.failed_epoch = 0  # the newest epoch that failed: an empty restart takes a newer one
 
     def first(self) -> AttemptState:
         """The first attempt of the run; later failovers fall back to its restore source."""
@@ -241,13 +242,19 @@ class AttemptPlanner:
                                f"(no --fresh), or pass --force to start empty anyway")
 
     def empty(self, index: int) -> AttemptState:
-        return AttemptState(index, Epoch(self.coordinator_epoch() + 1), None, None)
+        """An attempt with empty state, on an epoch newer than the coordinator's and than any that
+        failed: an attempt that failed before it registered (a worker that died while starting) may
+        not have reached the coordinator yet, and its processes, released in place, take an
+        attempt of an epoch they already released for released at once (nothing runs until the
+        ready timeout)."""
+        return AttemptState(index, Epoch(max(self.coordinator_epoch(), self.failed_epoch) + 1), None, None)
 
     def failover(self, index: int, failed: Epoch) -> AttemptState:
         """Restore from the newest checkpoint of this run, else from where the run started; a
         corrupted one stops the job or falls back (see :mod:`tidemark.runtime.supervisor.restore_source`).
         ``failed``: the epoch of the attempt that failed, which the supervisor has reported ended."""
         self._await_ended(failed)
+        self.failed_epoch = max(self.failed_epoch, failed)
         return self._choose_current(lambda newest: self._failover(index, newest))
 
     def _failover(self, index: int, newest: int) -> AttemptState:
@@ -261,13 +268,16 @@ class AttemptPlanner:
     def _await_ended(self, failed: Epoch) -> None:
         """Wait until the coordinator has attempt ``failed`` ended: it announces no checkpoint of it
         after that, so what storage holds from then on is every checkpoint whose output the
-        attempt's processes may have committed. The supervisor's report of the ending may not
-        have reached it (a broker outage): after ``COORDINATOR_PATIENCE_S`` the failover goes on
-        (nothing completes without a broker, and a restore is still guarded)."""
+        attempt's processes may have committed; and the restore it issues next takes a newer epoch
+        (an attempt that failed before it registered is known to it only by that report, which
+        travels through Kafka). The supervisor's report of the ending may not have reached it (a
+        broker outage): after ``COORDINATOR_PATIENCE_S`` the failover goes on (nothing completes
+        without a broker, and a restore is still guarded)."""
         deadline = time.monotonic() + COORDINATOR_PATIENCE_S
         while True:
             job = self._job()
-            if job is None or int(job.get("epoch") or 0) > failed or job.get("state") != "RUNNING":
+            epoch = int(job.get("epoch") or 0) if job is not None else 0
+            if job is None or epoch > failed or (epoch == failed and job.get("state") != "RUNNING"):
                 return
             if time.monotonic() > deadline:
                 log.warning("the coordinator still shows the failed attempt running; restarting anyway",
