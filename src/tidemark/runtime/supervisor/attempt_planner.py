@@ -18,7 +18,9 @@
   API names (its epoch, source and parallelism); later failovers fall back to it.
 
 A restore goes through the coordinator's restore API, which issues the ``RestoreCommand`` and
-the epoch; an empty start takes the coordinator's newest epoch + 1.
+the epoch; an empty start takes the coordinator's newest epoch + 1, and never an epoch that
+failed (:meth:`AttemptPlanner.empty`). Epochs only grow: a failover first waits until the
+coordinator has seen the failed epoch end (:meth:`AttemptPlanner.failover`).
 
 The processes of the attempt before may still be alive while the next one is chosen (released
 in place, on worker hosts that have not heard yet, or running beside a restarted supervisor), and
