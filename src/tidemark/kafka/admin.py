@@ -63,14 +63,11 @@ def _create(admin: AdminClient, wanted: list[NewTopic], timeout_s: float, deadli
     overloaded controller may answer after the request's timeout (a topic created meanwhile
     answers TOPIC_ALREADY_EXISTS the next time)."""
     created: list[str] = []
-    pending = list(wanted)
-
-    def create_pending() -> list[NewTopic]:
-        refused = _create_once(admin, pending, timeout_s, deadline, created)
-        pending[:] = [topic for topic in pending if topic.topic in refused]
-        return pending
-
-    tenacity.Retrying(retry=tenacity.retry_if_result(bool), wait=tenacity.wait_fixed(0.5))(create_pending)
+    while wanted:
+        refused = _create_once(admin, wanted, timeout_s, deadline, created)
+        wanted = [topic for topic in wanted if topic.topic in refused]
+        if wanted:
+            time.sleep(0.5)
     return created
 
 
