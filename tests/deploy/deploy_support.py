@@ -109,10 +109,12 @@ def load_yaml(path: Path) -> dict[str, Any]:
     return yaml.safe_load(path.read_text()) or {}
 
 
-def render_chart(values: dict[str, Any] | None = None) -> list[Manifest]:
-    """Every non-empty document the chart renders for ``values`` (NOTES.txt excluded)."""
+def render_chart(values: dict[str, Any] | None = None, *, revision: int = 1) -> list[Manifest]:
+    """Every non-empty document the chart renders for ``values`` (NOTES.txt excluded): an install
+    at revision 1, an upgrade at a later ``revision``."""
     with helm.Chart.load(CHART_DIR) as chart:
-        rendered = chart.render(values or {}, name=RELEASE, namespace=NAMESPACE, is_install=True)
+        rendered = chart.render(values or {}, name=RELEASE, namespace=NAMESPACE, revision=revision,
+                                is_install=revision == 1, is_upgrade=revision > 1)
     manifests = []
     for source in sorted(rendered):
         if source.endswith("NOTES.txt"):

@@ -238,12 +238,12 @@ SAVEPOINT = "access-log-top-urls/savepoints/sp-12/_metadata"
     ({}, []),  # last-state: a (re)started pod resumes the newest retained checkpoint or savepoint
     ({"upgradeMode": "last-state", "initialSavepointPath": SAVEPOINT}, ["--from-savepoint", SAVEPOINT]),
     ({"upgradeMode": "savepoint", "initialSavepointPath": SAVEPOINT, "id": "access-log-top-urls"},
-     ["--from-savepoint", SAVEPOINT]),
+     ["--from-savepoint", SAVEPOINT, "--generation", "1"]),
     ({"upgradeMode": "stateless"}, ["--fresh", "--start-id", DEFAULT_START_ID]),
     ({"upgradeMode": "stateless", "startId": "rev-7"}, ["--fresh", "--start-id", "rev-7"]),
     ({"upgradeMode": "savepoint", "initialSavepointPath": SAVEPOINT, "allowNonRestoredState": True,
       "id": "access-log-top-urls"},
-     ["--from-savepoint", SAVEPOINT, "--allow-non-restored-state"]),
+     ["--from-savepoint", SAVEPOINT, "--allow-non-restored-state", "--generation", "1"]),
 ], ids=["last-state", "last-state-initial-savepoint", "savepoint", "stateless", "stateless-start-id",
         "savepoint-allow-non-restored-state"])
 def test_job_upgrade_modes_render_the_start_arguments(job: dict[str, Any], start: list[str]) -> None:
@@ -253,7 +253,8 @@ def test_job_upgrade_modes_render_the_start_arguments(job: dict[str, Any], start
     started resumes what that start retained). tests/e2e/test_production_continuity.py runs
     these arguments: no --from-* (the SIGKILL of the whole tree) and --from-savepoint (the
     upgrade in savepoint mode); tests/e2e/test_chart_started_worker.py runs the rendered
-    last-state and stateless containers twice."""
+    last-state and stateless containers twice. In savepoint mode the job runs as the release's
+    revision (``--generation``: the pre-upgrade hook suspends it for the upgrade's)."""
     assert _worker_args({"job": job}) == BASE_ARGS + start
     assert "--force" not in _worker_args({"job": job})
 
@@ -291,11 +292,12 @@ def test_stateless_start_id_changes_with_the_job_definition_only() -> None:
     assert _start_id({"worker": {"jobArgs": {"a": 1, "b": 2}}}) == _start_id({"worker": {"jobArgs": {"b": 2, "a": 1}}})
 
 
-def _hook_jobs(values: dict[str, Any]) -> list[dict[str, Any]]:
-    return [m.doc for m in render_chart(values) if m.doc["kind"] == "Job"]
+def _hook_jobs(values: dict[str, Any], revision: int = 1) -> list[dict[str, Any]]:
+    return [m.doc for m in render_chart(values, revision=revision) if m.doc["kind"] == "Job"]
 
 
-HOOK_ARGS = ["savepoint", "trigger", "access-log-top-urls", "--stop", "--wait", "--if-running", "--timeout", "600"]
+HOOK_ARGS = ["savepoint", "trigger", "access-log-top-urls", "--stop", "--wait", "--if-running", "--timeout", "600",
+             "--generation", "4"]
 
 
 @pytest.mark.parametrize("job", [
@@ -305,8 +307,9 @@ HOOK_ARGS = ["savepoint", "trigger", "access-log-top-urls", "--stop", "--wait", 
 ], ids=["suspended", "savepoint", "savepoint-initial-path"])
 def test_suspend_and_savepoint_upgrades_stop_the_job_with_a_savepoint_in_a_pre_upgrade_hook(
         job: dict[str, Any]) -> None:
-    """The hook's command is the one tests/e2e/test_chart_lifecycle.py runs against a job."""
-    (hook,) = _hook_jobs({"job": job})
+    """The hook's command is the one tests/e2e/test_chart_lifecycle.py runs against a job: it
+    suspends the job for the upgrade's revision, which the upgraded worker pod passes too."""
+    (hook,) = _hook_jobs({"job": job}, revision=4)
     validate_manifest(hook)
     assert hook["metadata"]["annotations"]["helm.sh/hook"] == "pre-upgrade"
     assert hook["metadata"]["annotations"]["helm.sh/hook-delete-policy"] == "before-hook-creation,hook-succeeded"
@@ -318,12 +321,14 @@ def test_suspend_and_savepoint_upgrades_stop_the_job_with_a_savepoint_in_a_pre_u
     assert env["TIDEMARK_COORDINATOR_URL"] == "http://tidemark-coordinator:9400"
     assert env["TIDEMARK_API_TOKEN"] == {"secretKeyRef": {"name": "tidemark-api-token", "key": "api-token"}}
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
-    replicas = _deployments(render_chart({"job": job}))["worker"]["spec"]["replicas"]
-    assert replicas == (0 if job.get("state") == "suspended" else 1)
+    worker = _deployments(render_chart({"job": job}, revision=4))["worker"]["spec"]
+    assert worker["replicas"] == (0 if job.get("state") == "suspended" else 1)
+    args = worker["template"]["spec"]["containers"][0]["args"]
     if "initialSavepointPath" in job:
-        assert _worker_args({"job": job}) == BASE_ARGS + ["--from-savepoint", SAVEPOINT]
+        assert args == BASE_ARGS + ["--from-savepoint", SAVEPOINT, "--generation", "4"]
     else:  # the upgraded pod resumes the job's newest state: the hook's savepoint
-        assert _worker_args({"job": job}) == BASE_ARGS
+        assert args == BASE_ARGS + ["--generation", "4"]
+    assert _worker_args({}) == BASE_ARGS  # last state, running: no hook, no generation
 
 
 def test_a_running_last_state_job_has_no_hook_and_the_id_may_come_from_the_job_args() -> None:

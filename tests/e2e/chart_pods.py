@@ -51,14 +51,16 @@ class RenderedContainer:
     ports: int  # how many container ports
 
 
-def render_workers(values: dict[str, Any]) -> dict[str, RenderedContainer]:
-    """The worker Deployment and the worker-host StatefulSets, by name. The local pods share one
+def render_workers(values: dict[str, Any], revision: int = 1) -> dict[str, RenderedContainer]:
+    """The worker Deployment and the worker-host StatefulSets, by name, as release ``revision``
+    renders them (1: the install, later: an upgrade). The local pods share one
     checkpoint directory from any process, as pods on any node share a ReadWriteMany claim, so that
     is the claim rendered unless ``values`` names the checkpoint storage (the chart's default
     ReadWriteOnce claim refuses worker hosts, which spread over nodes)."""
     values = {"checkpointStorage": {"filesystem": {"accessModes": ["ReadWriteMany"]}}, **values}
     with helm.Chart.load(CHART_DIR) as chart:
-        rendered = chart.render(values, name="tidemark", namespace="tidemark", is_install=True)
+        rendered = chart.render(values, name="tidemark", namespace="tidemark", revision=revision,
+                                is_install=revision == 1, is_upgrade=revision > 1)
     source = next(text for name, text in rendered.items() if name.endswith("templates/worker.yaml"))
     out = {}
     for doc in yaml.safe_load_all(source):

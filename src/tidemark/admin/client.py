@@ -168,10 +168,13 @@ class CoordinatorClient:
     def savepoints(self, job: str) -> Any:
         return self.request("GET", f"/jobs/{_segment(job)}/savepoints")
 
-    def trigger_savepoint(self, job: str, *, stop: bool = False, target: str | None = None) -> Any:
+    def trigger_savepoint(self, job: str, *, stop: bool = False, target: str | None = None,
+                          generation: int | None = None) -> Any:
         body: dict[str, Any] = {"stop": stop}
         if target is not None:
             body["target"] = target
+        if generation is not None:
+            body["generation"] = generation
         return self.request("POST", f"/jobs/{_segment(job)}/savepoints", body)
 
     def savepoint_status(self, job: str, request_id: str) -> Any:

@@ -177,7 +177,7 @@ def savepoints_list(job: str = JobArgument, url: str = UrlOption,
     _emit(document, as_json, lambda d: render.retained_text(d, "savepoints"))
 
 
-_ENDED_STATES = ("FINISHED", "CANCELLED", "FAILED")
+_ENDED_STATES = ("SUSPENDED", "FINISHED", "CANCELLED", "FAILED")
 
 
 def _ended_job(client: CoordinatorClient, job: str) -> dict[str, Any] | None:
@@ -199,8 +199,12 @@ def savepoint_trigger(
     wait: bool = typer.Option(False, "--wait", help="Wait until it completes or fails."),
     timeout_s: float = typer.Option(300.0, "--timeout", min=0.1, help="Seconds --wait waits."),
     if_running: bool = typer.Option(False, "--if-running",
-                                    help="Exit 0 without a savepoint when the job has ended (FINISHED, "
-                                         "CANCELLED, FAILED): the chart's pre-upgrade hook."),
+                                    help="Exit 0 without a savepoint when the job has ended (SUSPENDED, "
+                                         "FINISHED, CANCELLED, FAILED): the chart's pre-upgrade hook."),
+    generation: Optional[int] = typer.Option(None, "--generation", min=0,
+                                             help="With --stop: suspend the job for this deployment generation "
+                                                  "(the chart's release revision): a start of an older generation "
+                                                  "(`jobs run --generation`) waits instead of resuming it."),
     url: str = UrlOption, token: Optional[str] = TokenOption, as_json: bool = JsonOption,
 ) -> None:
     """Take a savepoint of JOB (and stop it with --stop); exit 1 if --wait sees it fail."""
@@ -209,7 +213,10 @@ def savepoint_trigger(
         _emit(ended, as_json, lambda d: f"job {job} is {d['state']}: no savepoint taken; its last savepoint: "
                                         f"{(d['last_savepoint'] or {}).get('metadata_path') or 'none'}")
         return
-    document = _call(lambda: client.trigger_savepoint(job, stop=stop, target=target))
+    if generation is not None and not stop:
+        raise typer.BadParameter("a savepoint suspends the job for a generation only with --stop",
+                                 param_hint="--generation")
+    document = _call(lambda: client.trigger_savepoint(job, stop=stop, target=target, generation=generation))
     if wait:
         try:
             document = _call(lambda: client.wait_for_savepoint(

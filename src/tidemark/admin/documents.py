@@ -78,6 +78,7 @@ def job_document(job: JobId, coordinator: CheckpointCoordinator) -> dict[str, An
         "state_reason": status.reason,
         "stopping": coordinator.is_stopping,
         "finishing": coordinator.is_finishing,
+        "suspended_generation": coordinator.suspended_generation,
         "pending_checkpoints": list(coordinator.pending_checkpoint_ids),
         "consecutive_failures": coordinator.consecutive_failures,
         "counts": counts_document(snapshot),

@@ -173,12 +173,15 @@ def _metadata(field: FieldInfo) -> list[Any]:
 
 
 class SavepointBody(_Body):
-    """``POST /jobs/{job}/savepoints``: ``{"stop": bool, "target": relative dir | null}``."""
+    """``POST /jobs/{job}/savepoints``: ``{"stop": bool, "target": relative dir | null,
+    "generation": int | null}`` (``generation``: the deployment generation asking; a stop with
+    one suspends the job for it, ``SavepointRequest.generation``)."""
 
     empty_is_object: ClassVar[bool] = True
 
     stop: bool = False
     target: str | None = None
+    generation: Annotated[int, Ge(0)] | None = None
 
     @field_validator("target")
     @classmethod

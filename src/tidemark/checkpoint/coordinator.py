@@ -201,6 +201,12 @@ class CheckpointCoordinator:
         )
 
     @property
+    def suspended_generation(self) -> int | None:
+        """The deployment generation the completed stop-with-savepoint was asked for (the job is
+        ``SUSPENDED`` for it until a start of that generation or a newer one); None without one."""
+        return self._ledger.stop_generation if self._ledger.finishing else None
+
+    @property
     def attempt_failed(self) -> bool:
         """The active attempt failed over for too many checkpoint failures and no new attempt
         has registered yet: the job makes no progress until its supervisor restores it."""
@@ -223,7 +229,7 @@ class CheckpointCoordinator:
         return job_status(
             ledger.registration, restore_epoch=ledger.restore_epoch, restore_reason=ledger.restore_reason,
             failed_epoch=ledger.failed_epoch, failed_reason=ledger.failed_reason,
-            savepoint_finished=ledger.finishing,
+            savepoint_finished=ledger.finishing, stop_generation=self.suspended_generation,
             silence=None if self._silence is None else self._silence.reason,
         )
 
@@ -234,7 +240,7 @@ class CheckpointCoordinator:
 
     @property
     def state(self) -> str:
-        """CREATED, RUNNING, RESTARTING, FINISHED, CANCELLED or FAILED (see :attr:`status`)."""
+        """CREATED, RUNNING, RESTARTING, SUSPENDED, FINISHED, CANCELLED or FAILED (see :attr:`status`)."""
         return self.status.state.value
 
     @property

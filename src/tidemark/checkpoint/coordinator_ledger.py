@@ -85,6 +85,8 @@ class CheckpointLedger:
         self.announced: dict[CheckpointId, CheckpointCompleted] = {}
         self.stopping: CheckpointId | None = None
         self.finishing = False
+        self.stop_generations: dict[CheckpointId, int] = {}  # stop-with-savepoint -> the generation that asked
+        self.stop_generation: int | None = None  # of the completed stop-with-savepoint (while finishing)
         self.failures = CheckpointFailureManager(tolerable_failures)
         self.stats = CheckpointStatsTracker(history)
 
@@ -210,7 +212,10 @@ class CheckpointLedger:
         self.last_id = cid
         kind = trigger.checkpoint_type
         if kind.is_savepoint and self.savepoint_queue:
-            self.savepoint_ids[self.savepoint_queue.popleft().request_id] = cid
+            request = self.savepoint_queue.popleft()
+            self.savepoint_ids[request.request_id] = cid
+            if request.stop and request.generation is not None:
+                self.stop_generations[cid] = request.generation
         reg = self.registration
         if reg is None or reg.epoch != trigger.epoch or not reg.tasks:
             return
@@ -286,6 +291,7 @@ class CheckpointLedger:
             self.announced[cid] = record
         if record.checkpoint_type is CheckpointType.STOP_WITH_SAVEPOINT:
             self.finishing = True
+            self.stop_generation = self.stop_generations.pop(cid, None)
             self.stopping = None
             self._fail_queued_requests(f"the job stopped with savepoint {cid} before this request was triggered")
 

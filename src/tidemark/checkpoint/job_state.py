@@ -8,8 +8,11 @@ States (``GET /jobs``, ``tidemark jobs list``; docs/operations.md "Job states"):
   stop-with-savepoint in flight is still ``RUNNING``, with ``stopping`` set);
 - ``RESTARTING``: the newest attempt failed (the coordinator's failure policy, or its supervisor
   saw a stage fail) or a restore was issued, and the next attempt has not registered yet;
-- ``FINISHED``: a stop-with-savepoint completed (or the supervisor registered the attempt as
-  finished);
+- ``SUSPENDED``: a stop-with-savepoint completed (the Flink operator's suspended job): its state
+  is in that savepoint (``last_savepoint``), and a start resumes it; one stopped for a deployment
+  generation (``SavepointRequest.generation``, the chart's pre-upgrade hook) is resumed only by a
+  start of that generation or a newer one (:mod:`tidemark.runtime.supervisor.suspension`);
+- ``FINISHED``: the supervisor registered the attempt as finished without a stop-with-savepoint;
 - ``CANCELLED``: the supervisor was stopped (``tidemark jobs cancel``, SIGTERM/SIGINT); its
   pending checkpoints were aborted as ``JOB_FINISHED``, so nothing of it counts as a failure;
 - ``FAILED``: the supervisor gave up: a start error a restart will not fix, or more failures than
@@ -35,6 +38,7 @@ class JobState(str, enum.Enum):
     CREATED = "CREATED"
     RUNNING = "RUNNING"
     RESTARTING = "RESTARTING"
+    SUSPENDED = "SUSPENDED"
     FINISHED = "FINISHED"
     CANCELLED = "CANCELLED"
     FAILED = "FAILED"
@@ -83,16 +87,18 @@ def job_status(
     failed_epoch: int,
     failed_reason: str | None,
     savepoint_finished: bool,
+    stop_generation: int | None = None,
     silence: str | None = None,
 ) -> JobStatus:
     """The state of a job from the facts of its ledger (see the module docstring).
 
     ``restore_epoch``: the newest restore command's epoch (-1: none); ``failed_epoch``: the
     newest attempt the coordinator failed over (-1: none); ``savepoint_finished``: a
-    stop-with-savepoint of the registered attempt completed; ``silence``: why the job's supervisor
+    stop-with-savepoint of the registered attempt completed (``stop_generation``: the deployment
+    generation it was asked for, if any); ``silence``: why the job's supervisor
     is taken for gone, if it is (a job the records show alive is then ``FAILED`` with it)."""
     status = _recorded_status(registration, restore_epoch, restore_reason, failed_epoch, failed_reason,
-                              savepoint_finished)
+                              savepoint_finished, stop_generation)
     if silence is not None and status.state in _ALIVE_STATES:
         return JobStatus(JobState.FAILED, silence)
     return status
@@ -102,16 +108,20 @@ _ALIVE_STATES = frozenset({JobState.CREATED, JobState.RUNNING, JobState.RESTARTI
 
 
 def _recorded_status(registration: JobRegistration | None, restore_epoch: int, restore_reason: str | None,
-                     failed_epoch: int, failed_reason: str | None, savepoint_finished: bool) -> JobStatus:
+                     failed_epoch: int, failed_reason: str | None, savepoint_finished: bool,
+                     stop_generation: int | None) -> JobStatus:
     if registration is None or restore_epoch > registration.epoch:
         if restore_epoch >= 0:
             return JobStatus(JobState.RESTARTING, restore_reason)
         return JobStatus(JobState.CREATED)
     outcome = AttemptOutcome.of(registration)
+    if savepoint_finished and outcome in (None, AttemptOutcome.FINISHED):
+        if stop_generation is None:
+            return JobStatus(JobState.SUSPENDED, "stopped with a savepoint; a start resumes it")
+        return JobStatus(JobState.SUSPENDED, f"stopped with a savepoint for generation {stop_generation}; a start of "
+                                             f"generation {stop_generation} or newer resumes it")
     if outcome is not None:
         return JobStatus(_ENDED_STATES[outcome], registration.reason or None)
-    if savepoint_finished:
-        return JobStatus(JobState.FINISHED, "stop-with-savepoint completed")
     if registration.epoch <= failed_epoch:
         return JobStatus(JobState.RESTARTING, failed_reason)
     if not registration.tasks:

@@ -175,7 +175,11 @@ class CheckpointAborted:
 
 @dataclass(frozen=True, slots=True)
 class SavepointRequest:
-    """Operator -> coordinator: take a savepoint, optionally stopping the job (control)."""
+    """Operator -> coordinator: take a savepoint, optionally stopping the job (control).
+
+    ``generation`` (v2): the deployment generation that asked (the chart's release revision); a
+    stop-with-savepoint with one suspends the job for that generation
+    (:mod:`tidemark.runtime.supervisor.suspension`)."""
 
     job_id: JobId
     request_id: str
@@ -183,6 +187,7 @@ class SavepointRequest:
     requested_at: int
     target_location: str | None = None
     format: str = "CANONICAL"  # CANONICAL (backend-independent) or NATIVE
+    generation: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

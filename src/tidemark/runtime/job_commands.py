@@ -110,6 +110,10 @@ def run(
     worker_hosts: bool = typer.Option(False, "--worker-hosts", help="Run no worker process here: place worker w "
                                       "of each stage on the worker host '<stage>/<w>' (`tidemark jobs host`, e.g. "
                                       "one pod each) and follow them over Kafka."),
+    generation: Optional[int] = typer.Option(None, "--generation", min=0, help="The deployment generation of "
+                                             "this start (the chart passes its release revision): a job suspended "
+                                             "for a newer generation (`savepoint trigger --stop --generation`) is "
+                                             "not resumed; this start waits until it is stopped."),
     fault: list[str] = typer.Option([], "--fault", help="Testing: 'attempt@stage@point[:n]' kills a worker "
                                     f"with SIGKILL; points: {', '.join(sorted(POINTS))}."),
     url: str = typer.Option(DEFAULT_URL, "--url", envvar="TIDEMARK_COORDINATOR_URL", help="Coordinator HTTP address."),
@@ -139,7 +143,7 @@ def run(
         _usage_error("jobs run", f"--fault: {exc}")
     settings = _settings("supervisor")
     options = RunOptions(job, args, parallelism, start, max_restarts, faults, standby=standby, workers=workers,
-                         worker_hosts=worker_hosts)
+                         worker_hosts=worker_hosts, generation=generation)
     _require_kafka(settings, "jobs run")
     try:
         supervisor = JobSupervisor(settings, options, CoordinatorClient(url, token))

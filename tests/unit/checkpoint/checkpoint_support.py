@@ -105,8 +105,8 @@ def decline(checkpoint_id: int, task: TaskAssignment, at: int, epoch: int = 0) -
     return TaskDecline(JOB, CheckpointId(checkpoint_id), task.task_id, "disk full", at, Epoch(epoch))
 
 
-def savepoint_request(request_id: str, at: int, stop: bool = False) -> SavepointRequest:
-    return SavepointRequest(JOB, request_id, stop, at)
+def savepoint_request(request_id: str, at: int, stop: bool = False, generation: int | None = None) -> SavepointRequest:
+    return SavepointRequest(JOB, request_id, stop, at, generation=generation)
 
 
 def triggers(commands: list[Command]) -> list[CheckpointTrigger]:

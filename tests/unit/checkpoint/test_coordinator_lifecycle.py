@@ -431,7 +431,7 @@ def test_restore_from_a_stop_savepoint_at_a_new_parallelism_resumes_checkpointin
     coord.apply(sp.metadata, 170)
     coord.apply(registration(at=180, finished=True), 180)
     assert coord.is_finishing and coord.tick(1_000) == []
-    assert coord.state == "FINISHED"
+    assert coord.state == "SUSPENDED"
     request = RestoreRequest("r", sp.metadata, sp.metadata_path, parallelism=4, requested_at=2_000)
     (restore,) = coord.request_restore(request, 2_000)
     assert restore.restore.is_savepoint and restore.restore.metadata_path == "job/savepoints/sp-2/_metadata"

@@ -1,11 +1,11 @@
-"""The job state machine: CREATED, RUNNING, RESTARTING, FINISHED, CANCELLED, FAILED and why,
+"""The job state machine: CREATED, RUNNING, RESTARTING, SUSPENDED, FINISHED, CANCELLED, FAILED and why,
 from the coordinator's records only (so a coordinator rebuilt from its topics says the same)."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from checkpoint_support import JOB, ack_all, registration, records_written, savepoint_request
+from checkpoint_support import JOB, ack, ack_all, registration, records_written, savepoint_request
 
 from tidemark.checkpoint import (
     AbortReason,
@@ -14,6 +14,8 @@ from tidemark.checkpoint import (
     CheckpointingOptions,
     EmitAborted,
     JobState,
+    JobStatus,
+    PersistCheckpoint,
     RestoreRequest,
 )
 from tidemark.protocol.messages import AttemptFailed, JobRegistration
@@ -32,7 +34,7 @@ def rebuilt_from(records: list[object], now: int) -> CheckpointCoordinator:
     return coord
 
 
-def test_created_then_running_then_finished_by_stop_with_savepoint() -> None:
+def test_created_then_running_then_suspended_by_stop_with_savepoint() -> None:
     coord = CheckpointCoordinator(JOB, OPTS)
     assert coord.state == "CREATED" and coord.status.reason is None
     reg = registration()
@@ -43,9 +45,39 @@ def test_created_then_running_then_finished_by_stop_with_savepoint() -> None:
     coord.apply(savepoint_request("stop", 20, stop=True), 20)
     (persist,) = ack_all(coord, reg, 1, 30)
     coord.apply(persist.metadata, 40)
-    assert coord.status.state is JobState.FINISHED
-    coord.apply(ended(reg, AttemptOutcome.FINISHED, "", 50), 50)
-    assert coord.status.state is JobState.FINISHED
+    assert coord.status == JobStatus(JobState.SUSPENDED, "stopped with a savepoint; a start resumes it")
+    coord.apply(ended(reg, AttemptOutcome.FINISHED, "", 50), 50)  # the supervisor saw every worker exit 0
+    assert coord.status.state is JobState.SUSPENDED and coord.suspended_generation is None
+
+
+def test_a_stop_for_a_deployment_generation_suspends_the_job_for_it_until_a_newer_attempt_registers() -> None:
+    coord, written = CheckpointCoordinator(JOB, OPTS), []
+    reg = registration()
+
+    def feed(record: object, at: int) -> list[object]:
+        commands = coord.apply(record, at)
+        written.extend([record, *records_written(commands)])
+        return commands
+
+    def checkpoint(cid: int, at: int) -> None:
+        commands = [c for task in reg.tasks for c in feed(ack(cid, task, at, reg.epoch), at)]
+        (persist,) = [c for c in commands if isinstance(c, PersistCheckpoint)]
+        feed(persist.metadata, at + 1)  # the checkpoint-store's confirmation
+
+    feed(reg, 0)
+    feed(savepoint_request("plain", 10, generation=9), 10)  # not a stop: suspends nothing
+    checkpoint(1, 20)
+    assert coord.status.state is JobState.RUNNING and coord.suspended_generation is None
+    feed(savepoint_request("upgrade", 40, stop=True, generation=7), 40)
+    checkpoint(2, 50)
+    feed(ended(reg, AttemptOutcome.FINISHED, "", 70), 70)
+    suspended = JobStatus(JobState.SUSPENDED, "stopped with a savepoint for generation 7; a start of generation 7 "
+                                              "or newer resumes it")
+    assert (coord.status, coord.suspended_generation) == (suspended, 7)
+    rebuilt = rebuilt_from(written, 100)
+    assert (rebuilt.status, rebuilt.suspended_generation) == (suspended, 7)
+    feed(registration(epoch=1, at=80), 80)  # resumed
+    assert coord.status.state is JobState.RUNNING and coord.suspended_generation is None
 
 
 def test_cancel_aborts_pending_checkpoints_and_a_later_timeout_never_fails_the_job() -> None:

@@ -69,6 +69,7 @@ SAMPLES: dict[type, tuple[Any, ...]] = {
     m.SavepointRequest: (
         m.SavepointRequest(JOB, "req-1", False, T0),
         m.SavepointRequest(JOB, "req-2", True, T0, "savepoints/final", "NATIVE"),
+        m.SavepointRequest(JOB, "req-3", True, T0, generation=7),
     ),
     m.RestoreCommand: (
         m.RestoreCommand(JOB, "restore-7", CheckpointId(42), False, "chk-42/_metadata", 2, 128, ASSIGNMENTS,

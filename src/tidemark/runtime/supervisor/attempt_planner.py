@@ -123,6 +123,7 @@ class RunOptions:
     standby: bool = True  # a warm standby per worker process takes over the next attempt (runtime.worker.standby)
     workers: int | None = None  # worker processes per stage (runtime.job.physical_plan); None: the job's
     worker_hosts: bool = False  # run them on worker hosts (runtime.placement.hosted_workers), not as children
+    generation: int | None = None  # the deployment generation starting (runtime.supervisor.suspension)
 
 
 @dataclass
@@ -200,7 +201,7 @@ class AttemptPlanner:
     def _refuse_over_removed_checkpoint(self) -> None:
         """The coordinator keeps refusing because its newest completed checkpoint is gone from
         storage (removed by hand, not discarded): say so, and how to recover."""
-        job = self._job()
+        job = self.job_document()
         last = (job or {}).get("last_completed") or {}
         last_id = int(last.get("id") or 0)
         if last_id > self.newest_retained_id() and find_by_id(self.storage, self.spec.job_id, last_id) is None:
@@ -277,7 +278,7 @@ class AttemptPlanner:
         without a broker, and a restore is still guarded)."""
         deadline = time.monotonic() + COORDINATOR_PATIENCE_S
         while True:
-            job = self._job()
+            job = self.job_document()
             epoch = int(job.get("epoch") or 0) if job is not None else 0
             if job is None or epoch > failed or (epoch == failed and job.get("state") != "RUNNING"):
                 return
@@ -303,7 +304,7 @@ class AttemptPlanner:
         checkpoints discard``): its output may be committed, and restoring ``target`` would commit
         it again. So ``target`` is restored only when the commit markers show no output after it
         (:func:`~tidemark.runtime.supervisor.restore_source.refuse_below_committed_output`), or with ``force``."""
-        job, spec = self._job(), self.spec
+        job, spec = self.job_document(), self.spec
         discarded = int((job or {}).get("newest_discarded_checkpoint") or 0)
         if discarded <= target or self.options.start.force:
             return
@@ -358,10 +359,10 @@ class AttemptPlanner:
         return max((checkpoint_id for checkpoint_id, _ in restore_candidates(self.storage, self.spec, 0)), default=0)
 
     def coordinator_epoch(self) -> int:
-        job = self._job()
+        job = self.job_document()
         return int(job.get("epoch") or 0) if job is not None else 0
 
-    def _job(self) -> dict[str, Any] | None:
+    def job_document(self) -> dict[str, Any] | None:
         """The coordinator's document of the job (``GET /api/v1/jobs``), None before it knows it."""
         return next((j for j in self.coordinator.jobs()["jobs"] if j.get("job") == self.spec.job_id), None)
 

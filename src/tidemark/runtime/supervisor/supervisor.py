@@ -9,6 +9,8 @@ writing a heartbeat on the heartbeats topic every second from its start to its e
 (:mod:`tidemark.runtime.supervisor.heartbeat`; the coordinator reports a job whose supervisor fell silent
 as FAILED):
 
+0. a start of a deployment generation older than the one the job is suspended for waits instead
+   of resuming it (:mod:`tidemark.runtime.supervisor.suspension`);
 1. choose the first attempt's restore source (Flink's operator's upgrade modes;
    :mod:`tidemark.runtime.supervisor.attempt_planner`, which also chooses every later attempt's);
 2. start every worker process through the worker pool (:mod:`tidemark.runtime.placement.pool`: as
@@ -30,7 +32,8 @@ as FAILED):
    restart). Once every stage of the attempt processes records (or 30 s after it registered),
    the pool starts one warm standby per stage for the next attempt (``RunOptions.standby``);
 5. when every worker exits 0 (a stop-with-savepoint completed) the attempt is registered as
-   finished and ``run`` returns 0. SIGTERM/SIGINT stop the workers and return 143/130.
+   finished and ``run`` returns 0 (after waiting to be stopped when the stop suspended the job for
+   a newer deployment generation: :mod:`tidemark.runtime.supervisor.suspension`). SIGTERM/SIGINT stop the workers and return 143/130.
 
 A SIGKILLed supervisor's local workers run on: the next supervisor of the same command adopts
 its running attempt instead of steps 1-3 (:mod:`tidemark.runtime.supervisor.adoption`).
@@ -45,6 +48,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -75,6 +79,7 @@ from tidemark.runtime.supervisor.attempt_watch import AttemptWatch
 from tidemark.runtime.job.control import AttemptSignals, ControlPublisher
 from tidemark.runtime.job.health import serve_health
 from tidemark.runtime.supervisor.heartbeat import SupervisorHeartbeats
+from tidemark.runtime.supervisor.suspension import held_at_end, held_at_start, wait_while
 from tidemark.runtime.placement.hosted_workers import HostedWorkers
 from tidemark.runtime.placement.idle_workers import idle_order
 from tidemark.runtime.placement.local_workers import LocalWorkers
@@ -128,6 +133,8 @@ class JobSupervisor:
         RESTARTS.labels(job)
         BrokerWatch(base_config(self.settings)).start()  # reports a broker outage; nothing here needs to wait
         adopted = self._adopt()
+        if adopted is None and self.options.generation is not None and not self._wait_while(held_at_start):
+            return 130 if self._stop_signal == signal.SIGINT else 143
         heartbeats = SupervisorHeartbeats(base_config(self.settings), self.topics, job,
                                           lambda: self.attempts[-1].epoch if self.attempts else 0).start()
         signals = AttemptSignals(base_config(self.settings), self.topics, job,
@@ -214,6 +221,7 @@ class JobSupervisor:
             if outcome == "finished":
                 self._register(attempt, finished=True, outcome=AttemptOutcome.FINISHED)
                 log.info("job finished", job=self.spec.job_id, epoch=attempt.epoch)
+                self._wait_while(held_at_end)
                 return 0
             if outcome == "stopped":  # the coordinator is told before the workers stop: it triggers no more and
                 name = "SIGINT" if self._stop_signal == signal.SIGINT else "SIGTERM"  # aborts the pending, uncounted
@@ -265,6 +273,12 @@ class JobSupervisor:
         except Exception as exc:
             log.warning("job state not reported to the coordinator", job=self.spec.job_id, outcome=outcome.value,
                         error=str(exc))
+
+    def _wait_while(self, held: Callable[[dict[str, Any] | None, int | None], str | None]) -> bool:
+        """Wait while ``held`` keeps this run from starting or ending (runtime.supervisor.suspension);
+        False when stopped first."""
+        return wait_while(held, self.planner.job_document, self.options.generation,
+                          stopping=lambda: self._stop_signal is not None)
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         self._stop_signal = signum

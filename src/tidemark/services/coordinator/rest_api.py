@@ -162,7 +162,7 @@ class OperatorApi:
         if body.target is not None:  # the check a worker makes again before it writes there
             await self._in_storage(catalog.check_savepoint_target, self.storage, job, body.target)
         request = SavepointRequest(job_id=job, request_id=uuid.uuid4().hex, stop=body.stop,
-                                   requested_at=now_ms(), target_location=body.target)
+                                   requested_at=now_ms(), target_location=body.target, generation=body.generation)
         await self.edge.request_savepoint(request)
         log.info("savepoint requested", job=job, request_id=request.request_id, stop=body.stop)
         return savepoint_request_document(request, None, "PENDING", None, None)
