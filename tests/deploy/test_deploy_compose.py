@@ -159,8 +159,10 @@ def test_prometheus_scrapes_every_process_and_grafana_is_provisioned(config: dic
     prometheus_config = yaml.safe_load((REPO / "deploy" / "prometheus" / "prometheus.yml").read_text())
     tidemark_job = next(job for job in prometheus_config["scrape_configs"] if job["job_name"] == "tidemark")
     assert tidemark_job["honor_labels"] is True
-    assert set(tidemark_job["static_configs"][0]["targets"]) == {f"{n}:{p}" for n, p in TIDEMARK_SERVICES.items()} | {
-        f"worker:{port}" for port in STAGE_PORTS}
+    # the services and the supervisor at fixed addresses; the worker processes that run, as the
+    # supervisor lists them (tests/deploy/test_deploy_prometheus_discovery.py)
+    assert set(tidemark_job["static_configs"][0]["targets"]) == {f"{n}:{p}" for n, p in TIDEMARK_SERVICES.items()}
+    assert tidemark_job["http_sd_configs"] == [{"url": "http://worker:9404/targets", "refresh_interval": "15s"}]
     grafana_mounts = {v.split(":")[1] for v in config["services"]["grafana"]["volumes"] if isinstance(v, str)} | {
         v["target"] for v in config["services"]["grafana"]["volumes"] if isinstance(v, dict)
     }

@@ -13,11 +13,15 @@ label, as the downward API gives it). Input keeps arriving while
 2. then the supervisor's pod is SIGKILLed and started again: the new supervisor resumes the job's
    last state and hands the next attempt to the same hosts, which replace the processes they ran.
 
-The read_committed output is exact, record by record.
+The read_committed output is exact, record by record. Each host lists on ``/targets`` (Prometheus's
+HTTP service discovery) the metrics ports its processes serve: a second one only on the hosts of
+the stage with an exchange reader, although the chart declares ``process-1`` on every host pod.
 """
 
 from __future__ import annotations
 
+import json
+import urllib.request
 from typing import Any
 
 import pytest
@@ -54,6 +58,8 @@ def test_chart_worker_hosts_run_each_stage_on_two_pods_and_pod_restarts_keep_the
         wait_for(lambda: pipe.completed_checkpoints(topics.job_id) >= 3, 400, "3 completed checkpoints")
         jobs = CoordinatorClient(pipe.coordinator_url, TOKEN).jobs()["jobs"]
         placed = {pod: run.events("worker host runs") for pod, run in hosts.items()}
+        ports = {pod: int(local.addresses[str(container.http_port)]) for pod, (container, local) in pods.items()}
+        listed = {pod: _listed_targets(port) for pod, port in ports.items()}
 
         # 1. a host pod lost and restarted by Kubernetes
         lost = "tidemark-worker-s1-1"
@@ -85,6 +91,9 @@ def test_chart_worker_hosts_run_each_stage_on_two_pods_and_pod_restarts_keep_the
         "tidemark-worker-s0-1": {"minute_counts.read.w1", "minute_counts.w1"},
         "tidemark-worker-s1-0": {"top_urls.w0"}, "tidemark-worker-s1-1": {"top_urls.w1"}}
     assert {e["tasks"] for e in placed["tidemark-worker-s1-1"]} == {"1..1 of 2"}  # each knows its tasks
+    # the ports each host's processes serve ("process-0", and "process-1" only beside an exchange reader)
+    assert listed == {pod: [f"127.0.0.1:{port + 1 + i}" for i in range(2 if "-s0-" in pod else 1)]
+                      for pod, port in ports.items()}, listed
     # the registration, which every part reads: 3 operators (the exchange reader's too), 2 workers of 1 task each
     assert len(job["workers"]) == 3 and all([len(tasks) for tasks in workers] == [1, 1]
                                             for workers in job["workers"].values()), job["workers"]
@@ -98,6 +107,12 @@ def test_chart_worker_hosts_run_each_stage_on_two_pods_and_pod_restarts_keep_the
     assert len(records) > sent_at_supervisor_kill > sent_at_host_kill  # input kept arriving across both
     assert verdict.exactly_once, verdict
     assert verdict.records == verdict.expected_records
+
+
+def _listed_targets(port: int) -> list[str]:
+    """The scrape targets a host pod lists for Prometheus's HTTP service discovery."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/targets", timeout=5) as response:
+        return sorted(target for group in json.loads(response.read()) for target in group["targets"])
 
 
 def _process_hosts(placed: dict[str, list[dict[str, Any]]]) -> dict[str, set[str]]:

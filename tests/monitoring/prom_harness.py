@@ -6,6 +6,8 @@ Contracts:
   as deployed, so Tidemark's own ``job`` label survives). Lifecycle: ``start()`` once, then
   ``wait_for_targets_up()``, ``query()`` any number of times, ``stop()`` exactly once (idempotent);
   it is also a context manager. A missing binary raises ``MissingBinary`` naming the installer.
+  With ``config`` it runs that configuration instead (its targets found however it says);
+  ``active_targets()`` is then what it scrapes: each target's ``instance`` and health.
 - ``dashboard_queries(dir, job)`` returns every PromQL expression of every panel (rows and nested
   panels included) of every ``*.json`` dashboard in ``dir`` with template variables substituted.
 - ``empty_panel_queries(url, dir, job)`` evaluates them through ``/api/v1/query`` and returns the
@@ -102,8 +104,9 @@ def scrape_config(targets: Sequence[str], scrape_interval: str = "1s") -> str:
 class PrometheusProcess:
     """One Prometheus server process scraping fixed targets (see the module contract)."""
 
-    def __init__(self, targets: Sequence[str], workdir: Path | None = None) -> None:
+    def __init__(self, targets: Sequence[str], workdir: Path | None = None, config: str | None = None) -> None:
         self.targets = list(targets)
+        self._config = config
         self._binary = require_binary("prometheus")
         self._own_dir = workdir is None
         self.workdir = Path(tempfile.mkdtemp(prefix="tidemark-prom-")) if workdir is None else workdir
@@ -114,7 +117,7 @@ class PrometheusProcess:
 
     def start(self, timeout: float = 20.0) -> PrometheusProcess:
         config = self.workdir / "prometheus.yml"
-        config.write_text(scrape_config(self.targets))
+        config.write_text(scrape_config(self.targets) if self._config is None else self._config)
         command = [
             self._binary,
             f"--config.file={config}",
@@ -141,13 +144,17 @@ class PrometheusProcess:
             time.sleep(0.1)
         raise TimeoutError(f"prometheus not ready after {timeout}s: {self.log_tail()}")
 
+    def active_targets(self) -> dict[str, str]:
+        """``instance`` -> health (``up``, ``down``, ``unknown``: not scraped yet) of every target."""
+        active = _get_json(f"{self.url}/api/v1/targets?state=active")["data"]["activeTargets"]
+        return {t["labels"]["instance"]: t["health"] for t in active}
+
     def wait_for_targets_up(self, timeout: float = 20.0) -> None:
         """Block until every target has been scraped successfully."""
         deadline = time.monotonic() + timeout
         health: dict[str, str] = {}
         while time.monotonic() < deadline:
-            active = _get_json(f"{self.url}/api/v1/targets?state=active")["data"]["activeTargets"]
-            health = {t["labels"]["instance"]: t["health"] for t in active}
+            health = self.active_targets()
             if sorted(health) == sorted(self.targets) and set(health.values()) == {"up"}:
                 return
             time.sleep(0.2)

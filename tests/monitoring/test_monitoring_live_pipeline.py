@@ -23,6 +23,7 @@ example has event time, so every panel of it must have data.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import urllib.error
@@ -157,6 +158,10 @@ def test_every_dashboard_panel_has_data_from_the_live_pipeline(
                   or job.process.poll() is not None, 240, "the restored attempt running", diagnose)
             assert job.process.poll() is None, diagnose()
             assert len(job.events("worker failed")) == 1, diagnose()
+            # what Prometheus's HTTP service discovery gets: the restored attempt's stage workers
+            with urllib.request.urlopen(f"{supervisor}/targets", timeout=5) as response:
+                listed = sorted(target for group in json.loads(response.read()) for target in group["targets"])
+            assert listed == [f"127.0.0.1:{port + 1 + i}" for i in range(len(STAGES))], diagnose()
 
             targets = [f"127.0.0.1:{pipe.cluster.services[name].port}" for name in SERVICES]
             targets += [f"127.0.0.1:{port + i}" for i in range(1 + len(STAGES))]

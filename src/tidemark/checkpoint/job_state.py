@@ -107,6 +107,13 @@ def job_status(
 _ALIVE_STATES = frozenset({JobState.CREATED, JobState.RUNNING, JobState.RESTARTING})
 
 
+def meant_to_run(state: JobState) -> bool:
+    """Whether a job in ``state`` is meant to run: ``CREATED``, ``RUNNING`` or ``RESTARTING``.
+    Every other state is a job that ended (``FINISHED``, ``CANCELLED``, ``FAILED``, and any ended
+    state added later), which nothing runs until it is started again."""
+    return state in _ALIVE_STATES
+
+
 def _recorded_status(registration: JobRegistration | None, restore_epoch: int, restore_reason: str | None,
                      failed_epoch: int, failed_reason: str | None, savepoint_finished: bool,
                      stop_generation: int | None) -> JobStatus:

@@ -16,6 +16,9 @@ With idle workers on (``idle``, :mod:`tidemark.runtime.placement.idle_workers`),
 finds neither takes an idle worker an earlier run left before it starts a new process; a graceful
 end releases the processes (they end their attempt in place, as at a failover) and ``close`` hands
 the released ones and the standbys to the idle workers instead of killing them.
+
+:meth:`LocalWorkers.metrics_ports` is what Prometheus should scrape of them (``/targets`` of the
+supervisor's or the worker host's HTTP port, :mod:`tidemark.runtime.job.health`).
 """
 
 from __future__ import annotations
@@ -138,6 +141,15 @@ class LocalWorkers:
 
     def waiting_for(self) -> list[str]:
         return []
+
+    def metrics_ports(self) -> dict[str, int]:
+        """The metrics port of each process of the last launch that has not exited, by name:
+        the ports served now (a process serves its port from when it takes the attempt). Called
+        from the HTTP server's thread: it only reads what the pool's own thread last saw (the
+        launch replaced as a whole, each exit status as ``states`` polled it), and never waits."""
+        launched = self._launched
+        return {name: launch.assignment.http_port for name, (launch, process) in launched.items()
+                if launch.assignment.http_port is not None and process.returncode is None}
 
     def start_standbys(self) -> None:
         if not self._standby:

@@ -17,7 +17,11 @@ the stage's StatefulSet. The host:
 Nothing is decided here: failover, restore sources and epochs stay with the supervisor, which
 fails the attempt over when a host restarts or falls silent. With ``TIDEMARK_HTTP_PORT`` set the
 host serves ``/livez``, ``/readyz`` and ``/metrics`` there, and its ``i``-th process of an attempt
-serves its metrics on that port + 1 + i. SIGTERM/SIGINT end its processes and return 143/130.
+serves its metrics on that port + 1 + i; ``/targets`` lists the ports its processes serve now, for
+Prometheus's HTTP service discovery (:mod:`tidemark.runtime.job.health`). A host runs one process
+or two (worker ``n`` of its stage, and of the stage's exchange reader when the stage has one and
+that reader has an ``n``-th worker), or none when the stage has fewer workers than hosts.
+SIGTERM/SIGINT end its processes and return 143/130.
 """
 
 from __future__ import annotations
@@ -67,7 +71,8 @@ class WorkerHost:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._on_signal)
         if self.settings.http_port:
-            serve_health(self.settings.http_host, self.settings.http_port, lambda: self._channel is not None)
+            serve_health(self.settings.http_host, self.settings.http_port, lambda: self._channel is not None,
+                         targets=self.workers.metrics_ports)
         BrokerWatch(base_config(self.settings)).start()  # says in the log while the broker is unreachable
         self._channel = HostChannel(base_config(self.settings), TopicNames(self.settings.topic_prefix), self.job_id,
                                     self.settings.kafka.replication_factor)

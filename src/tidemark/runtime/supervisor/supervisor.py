@@ -40,7 +40,10 @@ its running attempt instead of steps 1-3 (:mod:`tidemark.runtime.supervisor.adop
 
 With ``TIDEMARK_HTTP_PORT`` set (a deployment), the supervisor serves ``/livez``, ``/readyz``
 (an attempt is registered and running) and ``/metrics`` on it, and worker process ``i`` (in job
-order) serves its metrics on that port + 1 + i; otherwise the workers get free ports.
+order) serves its metrics on that port + 1 + i; otherwise the workers get free ports. Its
+``/targets`` lists the metrics ports of the worker processes running now, for Prometheus's HTTP
+service discovery (:mod:`tidemark.runtime.job.health`; empty with ``--worker-hosts``: each host
+lists its own).
 """
 
 from __future__ import annotations
@@ -129,7 +132,8 @@ class JobSupervisor:
             signal.signal(sig, self._on_signal)
         job = self.spec.job_id
         if self.settings.http_port:
-            serve_health(self.settings.http_host, self.settings.http_port, lambda: self.running)
+            serve_health(self.settings.http_host, self.settings.http_port, lambda: self.running,
+                         targets=self._metrics_ports)
         RESTARTS.labels(job)
         BrokerWatch(base_config(self.settings)).start()  # reports a broker outage; nothing here needs to wait
         adopted = self._adopt()
@@ -153,6 +157,11 @@ class JobSupervisor:
             record = read_record(self.record_path)
             if record is not None and record.pid == os.getpid():
                 self.record_path.unlink(missing_ok=True)
+
+    def _metrics_ports(self) -> dict[str, int]:
+        """The metrics ports of the worker processes running here now (``/targets``)."""
+        pool = self.pool
+        return pool.metrics_ports() if isinstance(pool, LocalWorkers) else {}
 
     # ------------------------------------------------------------------ adoption (runtime.supervisor.adoption)
 

@@ -195,7 +195,7 @@ class CoordinatorEdge:
         coordinator = self.coordinators.get(job)
         if coordinator is not None:
             self.metrics[job].update(coordinator.stats())
-            self.metrics[job].update_state(coordinator.attempt_failed)
+            self.metrics[job].update_state(coordinator.status.state, coordinator.attempt_failed)
 
     async def _carry_out(self, job: JobId, command: Command) -> None:
         topics, key = self.app.topics, job.encode()
