@@ -109,8 +109,8 @@ _ALIVE_STATES = frozenset({JobState.CREATED, JobState.RUNNING, JobState.RESTARTI
 
 def meant_to_run(state: JobState) -> bool:
     """Whether a job in ``state`` is meant to run: ``CREATED``, ``RUNNING`` or ``RESTARTING``.
-    Every other state is a job that ended (``FINISHED``, ``CANCELLED``, ``FAILED``, and any ended
-    state added later), which nothing runs until it is started again."""
+    Every other state is a job that ended (``SUSPENDED``, ``FINISHED``, ``CANCELLED``, ``FAILED``,
+    and any ended state added later), which nothing runs until it is started again."""
     return state in _ALIVE_STATES
 
 

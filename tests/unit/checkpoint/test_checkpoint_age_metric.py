@@ -105,8 +105,8 @@ def test_the_age_of_a_job_stopped_with_a_savepoint_is_removed_and_counts_again_f
     assert age(job) == 60.0
 
     coordinator.record(replace(savepoint_request("stop", clock.ms, stop=True), job_id=job))
-    coordinator.complete_checkpoint(reg)  # the savepoint: the job is FINISHED
-    assert coordinator.edge.coordinators[job].status.state is JobState.FINISHED
+    coordinator.complete_checkpoint(reg)  # the savepoint: the job is SUSPENDED
+    assert coordinator.edge.coordinators[job].status.state is JobState.SUSPENDED
     assert age(job) is None and not exported(job)
     coordinator.record(replace(reg, finished=True, outcome=AttemptOutcome.FINISHED.value, registered_at=clock.ms))
     clock.advance(3600)  # stopped for an hour
