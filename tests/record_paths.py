@@ -27,11 +27,14 @@ class Failures:
         self.failed.append((record, error))
 
 
-def record_path(stage: Stage, tmp_path: Any, copies_from: dict[str, int] | None = None
+def record_path(stage: Stage, tmp_path: Any, copies_from: dict[str, int] | None = None, owned: int | None = None
                 ) -> tuple[RecordPath, list[StageTask], Failures]:
-    """``stage``'s record path over its two opened tasks (max parallelism 128)."""
+    """``stage``'s record path over its two opened tasks (max parallelism 128), or over task
+    ``owned`` alone (a worker owning half of the key groups)."""
     tasks = []
     for assignment in plan_assignments((stage.operator_id,), 2, 128):
+        if owned is not None and assignment.subtask_index != owned:
+            continue
         context = BackendContext(KeyGroupRange(assignment.key_group_start, assignment.key_group_end), 128,
                                  stage.name, tmp_path / str(assignment.subtask_index))
         task = StageTask(stage, assignment, 2, create_backend("heap", context), StageTime())
@@ -39,5 +42,6 @@ def record_path(stage: Stage, tmp_path: Any, copies_from: dict[str, int] | None 
         tasks.append(task)
     failures = Failures()
     clock = StageClock("job", stage, 0, None, tasks, StageTime(), {}, channels=set())
-    path = RecordPath(stage, tasks, KeyGroupRouter(128, [t.key_groups for t in tasks]), clock, failures, copies_from)
+    router = KeyGroupRouter(128, [t.key_groups for t in tasks], complete=owned is None)
+    path = RecordPath(stage, tasks, router, clock, failures, copies_from)
     return path, tasks, failures

@@ -48,7 +48,8 @@ from typing import Any, Protocol
 
 import orjson
 
-from tidemark.keygroups import DEFAULT_MAX_PARALLELISM, check_max_parallelism
+from tidemark.keygroups import DEFAULT_MAX_PARALLELISM, assign_to_key_group, check_max_parallelism
+from tidemark.runtime.job.ownership import channel_partition
 from tidemark.types import CheckpointingMode, JobId, OperatorId
 from tidemark.windows.functions import Windowed
 
@@ -479,6 +480,14 @@ def json_encode(value: Any) -> bytes:
         return _JSON.encode(value).encode()
 
 
+def key_partition(key: Any, partitions: int, max_parallelism: int = DEFAULT_MAX_PARALLELISM) -> int:
+    """The partition of a topic of ``partitions`` partitions that a producer writes a record of
+    ``key`` into so that the topic is co-partitioned with a job keyed by ``key`` (``Input(...,
+    co_partitioned=True)``; ``max_parallelism``: the job's): the partition of the key's key group,
+    as Tidemark's own channels partition."""
+    return channel_partition(assign_to_key_group(key, max_parallelism), max_parallelism, partitions)
+
+
 def key_encode(key: Any) -> bytes:
     return key if isinstance(key, bytes) else str(key).encode()
 
@@ -492,19 +501,29 @@ class Input:
 
     ``broadcast``: every record goes to every task of the stage (Flink's broadcast stream), the
     second input of a :class:`BroadcastProcessFunction` or :class:`KeyedBroadcastProcessFunction`;
-    it has no key."""
+    it has no key.
+
+    ``co_partitioned``: the job's input topic is already partitioned by the stage's key groups:
+    its producer put each record into ``key_partition(key, partitions)`` of its key (the one the
+    stage's ``key_by`` gives), as a Tidemark stage's channel is. A keyed stage on several workers
+    then reads it without the exchange: each worker reads the partitions of its own key groups
+    (docs/concepts/runtime.md, "Co-partitioned input"); a record found in another partition than
+    its key's is dead-lettered with its origin."""
 
     topic: str
     decode: Callable[[bytes | None, bytes | None], Any] | None = None
     key_by: Callable[[Any], Any] | None = None
     event_time: EventTime | None = None
     broadcast: bool = False
+    co_partitioned: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.topic, str) or not self.topic:
             raise ValueError(f"an input names a topic, got {self.topic!r}")
         if self.broadcast and self.key_by is not None:
             raise ValueError(f"input {self.topic}: a broadcast input goes to every task, so it has no key_by")
+        if self.broadcast and self.co_partitioned:
+            raise ValueError(f"input {self.topic}: a broadcast input goes to every task, so it is not co-partitioned")
 
 
 @dataclass(frozen=True)

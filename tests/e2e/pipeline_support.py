@@ -6,14 +6,20 @@ import contextlib
 import json
 import os
 import signal
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from confluent_kafka import Consumer
+
 from tidemark.examples.generator import expected_top_urls, expected_url_counts
 from tidemark.examples.verify import Verdict, read_committed, verify_top_urls, verify_url_counts
+from tidemark.kafka.clients import consumer_config
 from tidemark.local.pipeline import JobRun, LocalPipeline, wait_for
+from tidemark.protocol import codec
+from tidemark.protocol.dead_letters import DeadLetter
 
 TOP_URLS = "tidemark.examples.access_log:top_urls"
 URL_COUNTS = "tidemark.examples.access_log:url_counts"
@@ -171,3 +177,22 @@ class Milestone:
         done = pipe.completed_checkpoints(job_id)
         wait_for(lambda: pipe.completed_checkpoints(job_id) >= done + 2, 300, "2 more completed checkpoints")
         self.reached = True
+
+
+def dead_letters(bootstrap: str, topic: str, want: set[tuple[str, int, int]], timeout_s: float) -> list[DeadLetter]:
+    """The dead letters on ``topic``, read until those of every origin in ``want`` (topic,
+    partition, offset) came or ``timeout_s`` passed."""
+    consumer = Consumer(consumer_config({"bootstrap.servers": bootstrap}, f"dlq-reader-{time.time_ns()}",
+                                        **{"auto.offset.reset": "earliest"}))
+    consumer.subscribe([topic])
+    letters: list[DeadLetter] = []
+    deadline = time.monotonic() + timeout_s
+    try:
+        while time.monotonic() < deadline and not want <= {(d.origin_topic, d.origin_partition, d.origin_offset)
+                                                          for d in letters}:
+            message = consumer.poll(1.0)
+            if message is not None and message.error() is None:
+                letters.append(codec.decode(message.value()))
+    finally:
+        consumer.close()
+    return letters

@@ -4,17 +4,14 @@ the running two-stage job never fails over, and its read_committed output stays 
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Producer
 
-from pipeline_support import TOP_URLS, pipeline, topics_for, verify_two_stage
-from tidemark.kafka.clients import consumer_config, producer_config
+from pipeline_support import TOP_URLS, dead_letters, pipeline, topics_for, verify_two_stage
+from tidemark.kafka.clients import producer_config
 from tidemark.kafka.topics import TopicNames
 from tidemark.local.pipeline import InputFeeder, wait_for
-from tidemark.protocol import codec
-from tidemark.protocol.dead_letters import DeadLetter
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -40,23 +37,6 @@ def _produce(bootstrap: str, topic: str, records: list[dict]) -> dict[str, tuple
                          partition=0, on_delivery=delivered)
     assert producer.flush(30) == 0
     return origins
-
-
-def _dead_letters(bootstrap: str, topic: str, want: set[tuple[str, int, int]], timeout_s: float) -> list[DeadLetter]:
-    consumer = Consumer(consumer_config({"bootstrap.servers": bootstrap}, f"dlq-reader-{time.time_ns()}",
-                                        **{"auto.offset.reset": "earliest"}))
-    consumer.subscribe([topic])
-    letters: list[DeadLetter] = []
-    deadline = time.monotonic() + timeout_s
-    try:
-        while time.monotonic() < deadline and not want <= {(d.origin_topic, d.origin_partition, d.origin_offset)
-                                                          for d in letters}:
-            message = consumer.poll(1.0)
-            if message is not None and message.error() is None:
-                letters.append(codec.decode(message.value()))
-    finally:
-        consumer.close()
-    return letters
 
 
 def test_every_poison_record_class_is_dead_lettered_and_the_job_keeps_running(tmp_path, kafka_bootstrap,
@@ -86,7 +66,7 @@ def test_every_poison_record_class_is_dead_lettered_and_the_job_keeps_running(tm
             {"name": "channel-no-headers", "value": b'{"minute": 0, "url": "/cart", "hits": 1}'},
         ])
         records = feeder.join(timeout_s=300)
-        letters = _dead_letters(kafka_bootstrap, dead_letter_topic, set(origins.values()), timeout_s=120)
+        letters = dead_letters(kafka_bootstrap, dead_letter_topic, set(origins.values()), timeout_s=120)
         verdict = verify_two_stage(kafka_bootstrap, topics, records, timeout_s=240)
         failures = job.events("worker failed")
         attempts = job.events("starting attempt")

@@ -13,11 +13,18 @@ import json
 
 import pytest
 
-from pipeline_support import TOP_URLS, pipeline, stage_pids, stopped, topics_for, verify_two_stage, worker_deaths
+from confluent_kafka import Producer
+
+from pipeline_support import (TOP_URLS, dead_letters, pipeline, stage_pids, stopped, topics_for, verify_two_stage,
+                              worker_deaths)
+from tidemark.api import key_partition
 from tidemark.examples.access_log import minute_of
-from tidemark.examples.generator import expected_top_urls, generate, produce
+from tidemark.examples.generator import by_url, expected_top_urls, generate, produce
 from tidemark.examples.verify import read_committed, verify_top_urls
+from tidemark.kafka.clients import producer_config
+from tidemark.kafka.topics import TopicNames
 from tidemark.processes import pid_alive
+from tidemark.runtime.job.physical_plan import READER_SUFFIX
 from upgraded_jobs import RENAMED_TOP_URLS, UPGRADED_ENV
 
 pytestmark = pytest.mark.timeout(900)
@@ -119,3 +126,55 @@ def _a_target_refused_at_write_time_fails_the_savepoint_not_a_worker(pipe, job, 
         f": savepoint target refused: '{became_a_file}' is an existing file, not a directory"), refused
     assert f": savepoint not written to target '{holds_a_file}': NotADirectoryError: " in not_written["failure_reason"]
     assert worker_deaths(job) == [] and job.events("restore issued") == []
+
+
+def test_a_co_partitioned_input_is_read_without_an_exchange_and_rescales_through_one(tmp_path, kafka_bootstrap,
+                                                                                      unique_name):
+    """The two-stage job's input written by URL into the partitions of its key groups (``by_url``)
+    and declared co-partitioned: at parallelism 4 on two workers its first stage runs no exchange
+    reader, each worker reading the 2 partitions of its key groups, and a record written into a
+    wrong partition is dead-lettered; stopped with a savepoint and restored at parallelism 3 (4
+    partitions do not divide among its 2 workers by key group) it reads through the exchange, and
+    back at parallelism 2 directly again: the output exactly once record by record."""
+    topics = topics_for(unique_name)
+    dead_letter_topic = TopicNames(unique_name("tm")).dead_letters
+    parts = [list(generate(1000, seed=seed, per_minute=500, first=1000 * i)) for i, seed in enumerate((31, 32, 33))]
+    sent: list[bytes] = []
+    savepoint = None
+    with pipeline(tmp_path, kafka_bootstrap, unique_name) as pipe:
+        pipe.create_topic(topics.input, 4)
+        client = pipe.client()
+        stray = json.loads(parts[0][0])  # a valid record of another key group than its partition's
+        wrong = next(p for p in range(4) if p != key_partition(stray["url"], 4))
+        (origin,) = [(topics.input, wrong, offset) for offset in produce_at(kafka_bootstrap, topics.input, wrong,
+                                                                            json.dumps(stray).encode())]
+        for part, parallelism, direct in zip(parts, (4, 3, 2), (True, False, True)):
+            produce(kafka_bootstrap, topics.input, part, partition_of=by_url(4))
+            sent += part
+            job = pipe.start_job(TOP_URLS, topics.args(parallelism=2, workers=2, co_partitioned=True),
+                                 parallelism=parallelism, from_savepoint=savepoint)
+            read_committed(kafka_bootstrap, topics.output, expect=len(expected_top_urls(sent)), timeout_s=240,
+                           settle_s=0)
+            request = client.trigger_savepoint(topics.job_id, stop=True)
+            done = client.wait_for_savepoint(topics.job_id, request["request_id"], timeout_s=120)
+            assert done["status"] == "COMPLETED", done
+            assert job.wait(timeout_s=120) == 0
+            [attempt, *_] = job.events("starting attempt")
+            assert ("minute_counts" + READER_SUFFIX in attempt["workers"]) is not direct, attempt["workers"]
+            assert attempt["workers"]["minute_counts"] == 2
+            savepoint = done["metadata_path"]
+        (letter,) = [d for d in dead_letters(kafka_bootstrap, dead_letter_topic, {origin}, timeout_s=60)
+                     if (d.origin_topic, d.origin_partition, d.origin_offset) == origin]
+        verdict = verify_two_stage(kafka_bootstrap, topics, sent, timeout_s=120)
+    assert letter.error_type == "not-co-partitioned" and "not in the partition of its key group" in letter.error_message
+    assert verdict.exactly_once, verdict
+    assert verdict.records == verdict.expected_records
+
+
+def produce_at(bootstrap: str, topic: str, partition: int, value: bytes) -> list[int]:
+    """Write ``value`` into ``partition``; the offset it got."""
+    offsets: list[int] = []
+    producer = Producer(producer_config({"bootstrap.servers": bootstrap}))
+    producer.produce(topic, value=value, partition=partition, on_delivery=lambda err, msg: offsets.append(msg.offset()))
+    assert producer.flush(30) == 0 and len(offsets) == 1
+    return offsets

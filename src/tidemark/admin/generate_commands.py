@@ -66,9 +66,12 @@ def access_log(
     first: Optional[int] = typer.Option(None, "--first", min=0,
                                         help="The number of the first record, which sets its event time "
                                              "(default: the number of records already in the topic)."),
+    by_url: bool = typer.Option(False, "--by-url", help="Write each record into the partition of its URL's key "
+                                "group (co-partitioned with the example jobs' key: their co_partitioned argument) "
+                                "instead of round-robin."),
 ) -> None:
     """Write nginx-like JSON access-log records (the example jobs' input), spread over the topic's partitions."""
-    from tidemark.examples.generator import generate, produce  # the example's codecs: only when generating
+    from tidemark.examples import generator  # the example's codecs: only when generating
 
     total = _total(records, rate, duration)
     _, client = kafka_client("generate access-log")
@@ -83,14 +86,16 @@ def access_log(
         if first is None:
             first = records_in(client, topic, sorted(meta.partitions))
         started = time.monotonic()
-        written = produce(client, topic, generate(total, seed=seed, first=first), partitions=len(meta.partitions),
-                          rate_per_s=rate, progress=_ProgressLine(total))
+        partitions = len(meta.partitions)
+        written = generator.produce(client, topic, generator.generate(total, seed=seed, first=first),
+                                    partitions=partitions, rate_per_s=rate, progress=_ProgressLine(total),
+                                    partition_of=generator.by_url(partitions) if by_url else None)
     except KafkaException as exc:
         fail("generate access-log", f"{topic}: {short_reason(exc)}", EXIT_FAILED)
     except RuntimeError as exc:  # records still undelivered after the final flush
         fail("generate access-log", str(exc), EXIT_FAILED)
     elapsed = time.monotonic() - started
-    typer.echo(f"wrote {written} access-log records to {topic} ({len(meta.partitions)} partitions) in "
+    typer.echo(f"wrote {written} access-log records to {topic} ({partitions} partitions{', by URL' if by_url else ''}) in "
                f"{elapsed:.1f}s" + (f", event time after record {first}" if first else ""))
 
 

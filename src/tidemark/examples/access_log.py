@@ -35,6 +35,7 @@ from typing import Any
 from tidemark.api import (
     ErrorPolicy,
     EventTime,
+    Input,
     JobSpec,
     KeyedProcessFunction,
     LateRecords,
@@ -173,10 +174,12 @@ def top_of(counts: Any, n: int = TOP_N) -> list[list[Any]]:
 def url_counts(job_id: str = "access-log-counts", input_topic: str = "access-log",
                output_topic: str = "url-counts", parallelism: int = 2, mode: str = "EXACTLY_ONCE",
                state_backend: str = "heap", changelog: bool = False, on_error: str = "dead-letter",
-               workers: int = 1) -> JobSpec:
+               workers: int = 1, co_partitioned: bool = False) -> JobSpec:
+    """``co_partitioned``: the input is partitioned by URL (``generator.by_url``): with several
+    workers each reads the partitions of its URLs, no exchange."""
     return JobSpec(
         job_id=JobId(job_id),
-        stages=(Stage("count_hits", (input_topic,), _url, CountHits, output_topic,
+        stages=(Stage("count_hits", (Input(input_topic, co_partitioned=co_partitioned),), _url, CountHits, output_topic,
                       on_error=ErrorPolicy(on_error)),),
         mode=CheckpointingMode(mode), parallelism=parallelism, workers=workers,
         state_backend=StateBackendKind(state_backend), changelog=changelog)
@@ -188,18 +191,20 @@ def top_urls(job_id: str = "access-log-top-urls", input_topic: str = "access-log
              changelog: bool = False, top_urls_batch_records: int = 20_000, on_error: str = "dead-letter",
              fail_on_url: str | None = None, workers: int = 1, top_urls_workers: int | None = None,
              max_out_of_orderness_ms: int = OUT_OF_ORDERNESS_MS, idle_timeout_ms: int = IDLE_TIMEOUT_MS,
-             late_records: str = "drop", late_output: str | None = None) -> JobSpec:
+             late_records: str = "drop", late_output: str | None = None, co_partitioned: bool = False) -> JobSpec:
     """``top_urls_batch_records`` caps the second stage's micro-batches (a slower consumer);
     ``workers``: worker processes per stage, ``top_urls_workers`` the second stage's if different;
     ``late_records`` (``drop``, ``side-output`` to ``late_output``, or ``process``): the first
-    stage's records behind the watermark."""
+    stage's records behind the watermark; ``co_partitioned``: the input is partitioned by URL
+    (``generator.by_url``), read by the first stage's workers without an exchange."""
     policy = ErrorPolicy(on_error)
     event_time = EventTime(timestamp=event_ts, max_out_of_orderness_ms=max_out_of_orderness_ms,
                            idle_timeout_ms=idle_timeout_ms)
     return JobSpec(
         job_id=JobId(job_id),
         stages=(
-            Stage("minute_counts", (input_topic,), _url, functools.partial(CountPerMinute, fail_on_url),
+            Stage("minute_counts", (Input(input_topic, co_partitioned=co_partitioned),), _url,
+                  functools.partial(CountPerMinute, fail_on_url),
                   channel_topic, on_error=policy, event_time=event_time, late_records=LateRecords(late_records),
                   late_output=late_output),
             Stage("top_urls", (channel_topic,), lambda v: int(v["minute"]), TopUrls, output_topic,

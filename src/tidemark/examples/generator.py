@@ -17,9 +17,11 @@ from typing import Any
 
 from confluent_kafka import Producer
 
+from tidemark.api import key_partition
 from tidemark.broker.engine import tansu_selected
 from tidemark.examples.access_log import MINUTE_MS, OUT_OF_ORDERNESS_MS, closed_minutes, minute_of, top_of
 from tidemark.kafka.clients import produce_waiting, producer_config
+from tidemark.keygroups import DEFAULT_MAX_PARALLELISM
 
 URLS = tuple(f"/{section}/{item}" for section in ("shop", "cart", "blog", "api", "img") for item in range(12))
 START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
@@ -66,9 +68,11 @@ class RecordWriter:
         self.close()
 
     def write(self, topic: str, records: Iterable[bytes], partitions: int | None = None, chunk: int = 1000,
-              rate_per_s: float | None = None, progress: Callable[[int], None] | None = None) -> int:
-        """Write ``records`` in order (round-robin over partitions when given, from partition 0)
-        and wait until they are delivered (committed, when transactional); returns the count.
+              rate_per_s: float | None = None, progress: Callable[[int], None] | None = None,
+              partition_of: Callable[[bytes], int] | None = None) -> int:
+        """Write ``records`` in order (round-robin over partitions when given, from partition 0;
+        ``partition_of(record)`` when given, e.g. :func:`by_url`) and wait until they are
+        delivered (committed, when transactional); returns the count.
         ``rate_per_s`` paces the writes (default: as fast as the broker takes them); ``progress``
         is called with the count so far about twice a second."""
         producer = self._producer
@@ -78,7 +82,9 @@ class RecordWriter:
         started = reported = time.monotonic()
         for i, value in enumerate(records):
             kwargs: dict[str, Any] = {"value": value}
-            if partitions:
+            if partition_of is not None:
+                kwargs["partition"] = partition_of(value)
+            elif partitions:
                 kwargs["partition"] = i % partitions
             produce_waiting(producer, topic, **kwargs)
             count += 1
@@ -116,12 +122,24 @@ class RecordWriter:
 
 def produce(bootstrap: str | dict[str, Any], topic: str, records: Iterable[bytes], partitions: int | None = None,
             chunk: int = 1000, transactional: bool | None = None, rate_per_s: float | None = None,
-            progress: Callable[[int], None] | None = None) -> int:
+            progress: Callable[[int], None] | None = None, partition_of: Callable[[bytes], int] | None = None) -> int:
     """Write ``records`` once with a :class:`RecordWriter` of their own, as an application writing
     a job's input would; returns the count. ``bootstrap`` is the address, or a client
     configuration (:func:`tidemark.kafka.clients.base_config`)."""
     with RecordWriter(bootstrap, transactional) as writer:
-        return writer.write(topic, records, partitions, chunk, rate_per_s, progress)
+        return writer.write(topic, records, partitions, chunk, rate_per_s, progress, partition_of)
+
+
+def by_url(partitions: int, max_parallelism: int = DEFAULT_MAX_PARALLELISM) -> Callable[[bytes], int]:
+    """The partition of an access-log record in a topic co-partitioned by URL (the examples'
+    key: ``key_partition``); a record without one (malformed) goes to partition 0, where the job
+    dead-letters it."""
+    def partition_of(record: bytes) -> int:
+        try:
+            return key_partition(json.loads(record)["url"], partitions, max_parallelism)
+        except (ValueError, KeyError, TypeError):
+            return 0
+    return partition_of
 
 
 def _valid(records: Iterable[bytes]) -> Iterator[dict[str, Any]]:

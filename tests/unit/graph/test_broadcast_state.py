@@ -200,14 +200,14 @@ def _job(workers: int, keyed: bool = True) -> JobSpec:
 def test_on_several_workers_a_broadcast_input_goes_through_the_exchange() -> None:
     for keyed in (True, False):
         spec = _job(2, keyed)
-        workers = reader_workers(spec, {"s": 2}, {"tx": 4, "rules": 1})
+        workers = reader_workers(spec, {"s": 2}, {"tx": 4, "rules": 1}, spec.parallelism)
         physical = physical_job(spec, workers, lambda stage: f"exchange.{stage}")
         reader, stage = physical.stage("s" + READER_SUFFIX), physical.stage("s")
         assert [(i.topic, i.broadcast) for i in reader.input_list] == [("tx", False), ("rules", True)]
         assert reader.key_of(reader.input_list[1]) is None and stage.exchanged == ("tx", "rules")
     one = physical_job(_job(1), {"s": 1}, lambda stage: f"exchange.{stage}")
     assert [s.name for s in one.stages] == ["s"]  # one worker reads both topics itself
-    assert reader_workers(_job(8, keyed=False), {"s": 8}, {"tx": 16, "rules": 1})["s"] == 4  # every worker
+    assert reader_workers(_job(8, keyed=False), {"s": 8}, {"tx": 16, "rules": 1}, 8)["s"] == 4  # every worker
     # reads a share of each channel: no more workers than a channel has partitions (output_partitions)
 
 

@@ -119,7 +119,7 @@ def test_a_two_input_function_made_by_a_factory_is_checked_when_its_operator_is_
 
 def test_a_stage_reading_input_topics_and_channels_reads_the_topics_through_an_exchange() -> None:
     spec = _graph()
-    workers = reader_workers(spec, workers_per_stage(spec, 2), {"in": 4, "side": 2})
+    workers = reader_workers(spec, workers_per_stage(spec, 2), {"in": 4, "side": 2}, 2)
     running = physical_job(spec, workers, lambda s: f"x.exchange.{s}")
     reader = running.stage("d" + READER_SUFFIX)
     d = running.stage("d")
@@ -138,7 +138,7 @@ def test_a_keyed_stage_over_two_input_topics_on_two_workers_forwards_both_throug
     timed = EventTime(timestamp=lambda v: v["ts"], max_out_of_orderness_ms=5)
     spec = JobSpec("g", (Stage("join", (Input("left", event_time=timed), Input("right", decode=csv)), _key, Both,
                                "out", event_time=EventTime(max_out_of_orderness_ms=9)),), workers=2)
-    workers = reader_workers(spec, workers_per_stage(spec, 4), {"left": 1, "right": 3})
+    workers = reader_workers(spec, workers_per_stage(spec, 4), {"left": 1, "right": 3}, 4)
     assert workers == {"join": 2, "join.read": 2}
     running = physical_job(spec, workers, lambda s: f"x.{s}")
     reader, join = running.stages
@@ -151,7 +151,7 @@ def test_a_stage_without_a_key_over_two_channels_gets_no_more_workers_than_their
     spec = JobSpec("g", (Stage("a", ("in",), _key, Pass, "a.out"), Stage("b", ("in2",), _key, Pass, "b.out"),
                          Stage("sink", ("a.out", "b.out"), None, Sink, "sink.out", workers=16)),
                    parallelism=16, output_partitions=3)
-    assert reader_workers(spec, workers_per_stage(spec, 16), {"in": 1, "in2": 1})["sink"] == 6
+    assert reader_workers(spec, workers_per_stage(spec, 16), {"in": 1, "in2": 1}, 16)["sink"] == 6
 
 
 def test_records_of_every_input_decode_as_that_input_says() -> None:

@@ -182,7 +182,7 @@ def test_an_empty_start_looks_for_the_commits_of_every_sink_side_outputs_include
 def test_a_stage_reading_a_side_output_and_an_input_topic_reads_only_the_topic_through_an_exchange() -> None:
     review = Stage("review", ("large-payments", "disputes"), lambda v: v["account"], Route, "reviewed")
     spec = JobSpec("j", (_stage(), review))
-    workers = reader_workers(spec, workers_per_stage(spec, 1), {"payments": 2, "disputes": 2})
+    workers = reader_workers(spec, workers_per_stage(spec, 1), {"payments": 2, "disputes": 2}, 1)
     running = physical_job(spec, workers, lambda s: f"x.exchange.{s}")
     reader = running.stage("review" + READER_SUFFIX)
     assert reader.topics == ("disputes",) and reader.forwards_to == "review"

@@ -96,8 +96,8 @@ def test_a_stage_without_a_key_needs_no_exchange_and_no_more_workers_than_partit
     spec = JobSpec("j", (Stage("count", ("in",), lambda v: v, Buffer, "mid"),
                          Stage("sink", ("mid",), None, Buffer, "out")), parallelism=8, output_partitions=4)
     source = JobSpec("s", (Stage("sink", ("in",), None, Buffer, "out"),), parallelism=8)
-    workers = reader_workers(source, {"sink": 4}, {"in": 3})
+    workers = reader_workers(source, {"sink": 4}, {"in": 3}, source.parallelism)
     assert workers == {"sink": 3}
     plan = physical_job(source, workers, lambda stage: f"exchange.{stage}")
     assert [(s.name, s.topics, s.workers) for s in plan.stages] == [("sink", ("in",), 3)]
-    assert reader_workers(spec, {"count": 1, "sink": 6}, {"in": 4})["sink"] == 4  # the channel's partitions
+    assert reader_workers(spec, {"count": 1, "sink": 6}, {"in": 4}, spec.parallelism)["sink"] == 4  # the channel's partitions

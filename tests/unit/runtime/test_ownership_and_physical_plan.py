@@ -94,7 +94,7 @@ def test_one_worker_per_stage_runs_the_job_as_written() -> None:
 
 def test_a_source_stage_on_several_workers_reads_through_an_exchange() -> None:
     spec = _spec(workers=2)
-    workers = reader_workers(spec, workers_per_stage(spec, 4), {"in": 1})
+    workers = reader_workers(spec, workers_per_stage(spec, 4), {"in": 1}, 4)
     running = physical_job(spec, workers, lambda s: f"x.exchange.{s}")
     first, *rest = spec.stages
     reader, keyed, *after = running.stages

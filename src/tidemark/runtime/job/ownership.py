@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from tidemark.keygroups import KeyGroupRange
+from tidemark.keygroups import KeyGroupRange, compute_key_group_range
 from tidemark.types import TopicPartition
 
 
@@ -48,6 +48,27 @@ def channel_partition(key_group: int, max_parallelism: int, partitions: int) -> 
 def channel_partitions_of(key_groups: KeyGroupRange, max_parallelism: int, partitions: int) -> list[int]:
     """The partitions of a key-group-partitioned channel that carry any of ``key_groups``."""
     return sorted({channel_partition(group, max_parallelism, partitions) for group in key_groups})
+
+
+def owned_key_groups(worker: int, parallelism: int, workers: int, max_parallelism: int) -> KeyGroupRange:
+    """The contiguous key-group range of worker ``worker``'s subtasks."""
+    subtasks = subtasks_of(worker, parallelism, workers)
+    return KeyGroupRange(compute_key_group_range(max_parallelism, parallelism, subtasks[0]).start,
+                         compute_key_group_range(max_parallelism, parallelism, subtasks[-1]).end)
+
+
+def co_partitioned_reads(partitions: int, parallelism: int, workers: int, max_parallelism: int) -> list[list[int]] | None:
+    """The partitions of a co-partitioned input (key group ``g`` in partition
+    :func:`channel_partition`) each worker reads, the partitions of its key groups; None when they
+    do not divide among the workers: a partition holding key groups of two workers (or more
+    partitions than key groups, some then holding none), which would need two readers with two
+    positions in it."""
+    if not 1 <= partitions <= max_parallelism:
+        return None
+    reads = [channel_partitions_of(owned_key_groups(w, parallelism, workers, max_parallelism), max_parallelism,
+                                   partitions) for w in range(workers)]
+    flat = [p for read in reads for p in read]
+    return reads if len(flat) == len(set(flat)) == partitions else None
 
 
 def input_partitions_of(worker: int, workers: int,

@@ -16,9 +16,18 @@ which its input topics do not carry. So the stage ``s`` runs as two:
   workers read only the partitions of their own key groups, align on the barriers of every
   channel and keep the keyed state, under the same operator id as before.
 
-Checkpoints taken with ``W = 1`` restore with ``W > 1`` and the other way round: the source
-positions are found under either operator (:func:`source_operators`), and the keyed state is
-always ``s``'s.
+A keyed stage whose input topics are all declared co-partitioned (``Input(co_partitioned=True)``:
+written into the partition of each record's key group, as a channel is) needs no exchange when
+their partitions divide among its workers by key group (:func:`tidemark.runtime.job.ownership.co_partitioned_reads`):
+each worker then reads the partitions of its own key groups directly, one process per worker.
+:func:`reader_workers` decides it from the partition counts and the parallelism, leaving out the
+stage's reader, and :func:`physical_job` follows: a co-partitioned stage is read through an
+exchange only when ``workers`` names its reader (partitions that do not divide: a rescale to such
+a parallelism or number of workers reads through the exchange again).
+
+Checkpoints taken with ``W = 1`` restore with ``W > 1`` and the other way round, with or without
+the exchange: the source positions are found under either operator (:func:`source_operators`), and
+the keyed state is always ``s``'s.
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from tidemark.api import Input, JobSpec, KeyedProcessFunction, Stage
+from tidemark.runtime.job.ownership import co_partitioned_reads
 from tidemark.types import OperatorId
 
 READER_SUFFIX = ".read"
@@ -39,8 +49,10 @@ def workers_per_stage(spec: JobSpec, parallelism: int, default: int | None = Non
     return {s.name: min(s.workers or default or spec.workers, parallelism) for s in spec.stages}
 
 
-def reader_workers(spec: JobSpec, workers: Mapping[str, int], input_partitions: Mapping[str, int]) -> dict[str, int]:
-    """``workers`` with the exchange readers' counts: their stage's, but no more than the input
+def reader_workers(spec: JobSpec, workers: Mapping[str, int], input_partitions: Mapping[str, int],
+                   parallelism: int) -> dict[str, int]:
+    """``workers`` with the exchange readers' counts (none for a stage whose co-partitioned inputs
+    its workers read directly, see the module): their stage's, but no more than the input
     partitions they read (a reader worker without a partition to read would have nothing to do); a
     stage without a key, whose workers divide its partitions, likewise gets no more workers than
     it has partitions (a channel's: the job's ``output_partitions``), and one with a broadcast
@@ -50,7 +62,7 @@ def reader_workers(spec: JobSpec, workers: Mapping[str, int], input_partitions: 
     for stage in spec.stages:
         count = workers.get(stage.name, 1)
         plain = _plain_inputs(spec, stage)
-        if _exchanged(spec, stage, count):
+        if _exchanged(spec, stage, count) and not _divides(spec, stage, count, input_partitions, parallelism):
             out[stage.name + READER_SUFFIX] = max(1, min(count, sum(input_partitions.get(t, 0) for t in plain)))
         elif not stage.keyed:
             partitions = sum(spec.output_partitions if i.topic in channels else input_partitions.get(i.topic, 0)
@@ -87,7 +99,8 @@ def physical_job(spec: JobSpec, workers: Mapping[str, int], exchange_topic: Call
     stages: list[Stage] = []
     for stage in spec.stages:
         count = workers.get(stage.name, 1)
-        if _exchanged(spec, stage, count):
+        if _exchanged(spec, stage, count) and not (co_partitioned(spec, stage) and
+                                                   stage.name + READER_SUFFIX not in workers):
             exchange = exchange_topic(stage.name)
             name = stage.name + READER_SUFFIX
             readers = workers.get(name, count)
@@ -121,6 +134,20 @@ def _exchanged(spec: JobSpec, stage: Stage, workers: int) -> bool:
     if not plain or stage.exchange is not None:
         return False
     return len(plain) < len(stage.input_list) or (workers > 1 and (stage.keyed or stage.broadcast_side is not None))
+
+
+def co_partitioned(spec: JobSpec, stage: Stage) -> bool:
+    """A keyed stage that reads only the job's input topics, each declared co-partitioned."""
+    plain = _plain_inputs(spec, stage)
+    return (stage.keyed and stage.broadcast_side is None and len(plain) == len(stage.input_list)
+            and all(i.co_partitioned for i in stage.input_list))
+
+
+def _divides(spec: JobSpec, stage: Stage, workers: int, input_partitions: Mapping[str, int], parallelism: int) -> bool:
+    """``stage`` is co-partitioned and each of its inputs' partitions divide among its workers."""
+    return co_partitioned(spec, stage) and all(
+        co_partitioned_reads(input_partitions.get(i.topic, 0), parallelism, workers, spec.max_parallelism) is not None
+        for i in stage.input_list)
 
 
 def source_operators(stage: Stage) -> tuple[OperatorId, ...]:

@@ -265,7 +265,7 @@ class JobSupervisor:
         parallelism, and the exchanges that needs (runtime.job.physical_plan)."""
         written, parallelism = self.spec, self.planner.parallelism
         workers = reader_workers(written, workers_per_stage(written, parallelism, self.options.workers),
-                                 self._input_partitions)
+                                 self._input_partitions, parallelism)
         return physical_job(written, workers, lambda stage: self.topics.exchange(written.job_id, stage))
 
     def _report_ended(self, attempt: AttemptState | None, outcome: AttemptOutcome, reason: str) -> None:

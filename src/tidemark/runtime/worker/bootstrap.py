@@ -17,7 +17,7 @@ from __future__ import annotations
 import shutil
 import threading
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from typing import cast
 
@@ -46,8 +46,9 @@ from tidemark.runtime.worker.outputs import (
     TwoPhaseCommitOutput,
     WithSideOutputs,
 )
-from tidemark.runtime.job.ownership import channel_partitions_of, input_partitions_of, subtasks_of
-from tidemark.runtime.job.physical_plan import physical_job, source_operators
+from tidemark.runtime.job.ownership import (channel_partitions_of, co_partitioned_reads, input_partitions_of,
+                                            subtasks_of)
+from tidemark.runtime.job.physical_plan import co_partitioned, physical_job, source_operators
 from tidemark.runtime.worker.record_errors import FunctionFailed, RecordFailures
 from tidemark.runtime.job.records import InputRecord
 from tidemark.runtime.worker.routing import ChannelPartitioner, KeyGroupRouter, KeyPartitioner
@@ -304,6 +305,8 @@ class _Wiring:
                           for tp in ([tp for tp in partitions if tp.topic == topic] if topic in broadcast else
                                      input_partitions_of(self.attempt.worker, self.workers,
                                                          [tp for tp in partitions if tp.topic == topic])))
+        if not self.upstreams and co_partitioned(self.spec, self.stage):
+            return self._co_partitioned_reads(partitions)
         if not self.upstreams or not self.stage.keyed:
             return input_partitions_of(self.attempt.worker, self.workers, partitions)
         parallelism, max_parallelism = self.attempt.parallelism, self.spec.max_parallelism
@@ -316,6 +319,21 @@ class _Wiring:
         return [TopicPartition(topic, p) for topic in sorted(counts)
                 for p in (channel_partitions_of(owned, max_parallelism, counts[topic]) if topic in mine
                           else range(counts[topic]))]
+
+    def _co_partitioned_reads(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
+        """The partitions of a co-partitioned input this worker's key groups are in (the supervisor
+        planned it so: they divide among the workers, runtime.job.physical_plan)."""
+        counts = Counter(topic for topic, _ in partitions)
+        reads = []
+        for topic in sorted(counts):
+            divided = co_partitioned_reads(counts[topic], self.attempt.parallelism, self.workers,
+                                           self.spec.max_parallelism)
+            if divided is None:
+                raise RuntimeError(f"input {topic}'s {counts[topic]} partitions no longer divide among "
+                                   f"{self.workers} workers by key group (its partitions changed since the attempt "
+                                   f"was planned)")
+            reads.extend(TopicPartition(topic, p) for p in divided[self.attempt.worker])
+        return reads
 
     def _partitioned_for_me(self, topic: str) -> bool:
         """Whether the stage writing ``topic`` puts each record into the partition of this keyed

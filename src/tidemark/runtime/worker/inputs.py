@@ -28,7 +28,9 @@ from tidemark.api import Input, Stage
 from tidemark.runtime.job.faults import FAULTS
 from tidemark.runtime.worker.outputs import EVERY_PARTITION
 from tidemark.runtime.worker.routing import KeyGroupRouter, KeyPartitioner
-from tidemark.runtime.worker.record_errors import FunctionFailed, MalformedHeaders, MalformedInput, RecordFailures
+from tidemark.keygroups import assign_to_key_group
+from tidemark.runtime.worker.record_errors import (FunctionFailed, MalformedHeaders, MalformedInput, NotCoPartitioned,
+                                                   RecordFailures)
 from tidemark.runtime.job.records import InputRecord
 from tidemark.runtime.worker.clock import StageClock
 from tidemark.runtime.worker.task import StageTask
@@ -51,13 +53,15 @@ class _Way:
     inputs they are (a two-input function's ``process_element1`` or ``2``); a broadcast input's
     go to every task."""
 
-    __slots__ = ("decode", "key_by", "index", "broadcast")
+    __slots__ = ("decode", "key_by", "index", "broadcast", "co_partitioned")
 
     def __init__(self, stage: Stage, item: Input, index: int) -> None:
         self.decode = stage.decode_of(item)
         self.key_by = stage.key_of(item)
         self.index = index
         self.broadcast = item.broadcast
+        # read directly by the workers owning its partitions' key groups (runtime.job.physical_plan)
+        self.co_partitioned = item.co_partitioned and stage.exchange is None
 
 
 class RecordPath:
@@ -103,8 +107,14 @@ class RecordPath:
             return
         if broadcast:
             self._broadcast(record, value, stamp, way.index)
-        elif index >= 0:  # else another worker's key group, in a partition both read (runtime.job.ownership)
+        elif index >= 0:
             self._run(record, index, key, value, stamp, way.index)
+        elif way.co_partitioned:  # no other worker reads this partition: the record is in the wrong one
+            group = assign_to_key_group(key, self.router.max_parallelism)
+            self.failures.record_failed(record, NotCoPartitioned(
+                f"key {key!r} (key group {group}) is not in the partition of its key group: the input is declared "
+                f"co-partitioned but its producer did not write it into key_partition(key, partitions)"))
+        # else another worker's key group, in a partition both read (runtime.job.ownership)
 
     def _unkeyed(self, record: InputRecord) -> None:
         """A stage without a key: the record goes to the task of its partition (each of the

@@ -2,7 +2,8 @@
 
 A record fails when its Tidemark headers are malformed (:mod:`tidemark.runtime.job.records`), when
 ``Stage.decode`` or ``Stage.key_by`` raises, when its key cannot be routed (a key that is not a
-``str``/``bytes``/64-bit ``int``, or a string with lone surrogates that has no UTF-8 bytes), or
+``str``/``bytes``/64-bit ``int``, or a string with lone surrogates that has no UTF-8 bytes), when
+a co-partitioned input's record is not in its key's partition (:class:`NotCoPartitioned`), or
 when the user function's ``process`` raises. None of these may take the job down by default:
 ``Stage.on_error`` (:class:`~tidemark.api.ErrorPolicy`) decides.
 
@@ -47,6 +48,13 @@ class MalformedHeaders(DecodeError):
     """A Tidemark header of the record is malformed, or a channel record lacks them."""
 
     reason = "malformed-headers"
+
+
+class NotCoPartitioned(DecodeError):
+    """A record of an input declared co-partitioned, read directly, whose key group this worker
+    does not own: its producer did not put it into its key's partition."""
+
+    reason = "not-co-partitioned"
 
 
 class FunctionFailed(ProcessingError):
