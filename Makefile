@@ -1,10 +1,11 @@
-# Tidemark: two commands on a fresh Debian machine with Python 3.11.
+# Tidemark: two commands on a fresh Debian machine with Python 3.11, 3.12 or 3.13.
 #   make demo   run the main job on the embedded defaults
 #   make test   run the whole test suite
 # Each creates .venv and installs what it needs, one line per step: the demo the project with
 # the locked versions of requirements.lock and Java 17 + Maven (the embedded Apache Kafka broker is fetched with Maven on its first start);
 # the tests also the test extras (requirements-test.lock), Prometheus, docker-compose, Chromium and PostgreSQL. Then it runs.
 
+# The Python of .venv: one of PYTHON_VERSIONS (`make install PYTHON=python3.13`)
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -17,14 +18,17 @@ PYTEST_ARGS ?=
 # leak run keeps one of them nearly idle, and waits for checkpoints, timeouts and pauses leave the
 # machine idle at times with two (16% on average); the suite took 27.5 min with three, 30.5-33 with two
 PYTEST_WORKERS ?= 3
-# The lock files: pyproject.toml's ranges resolved for Python 3.11 on Linux, with hashes.
+# The lock files: pyproject.toml's ranges resolved once for every Python of PYTHON_VERSIONS (its
+# requires-python) and every platform (`--universal`: one version of each package; the few
+# that only some platforms need, such as colorama on Windows, carry an environment marker), with hashes.
 # requirements.lock is what the image and the demo install (every extra but the tests');
 # requirements-test.lock adds the test extras (`make install`, `make test`, CI). `make lock` keeps
 # the versions already locked where the ranges allow; `make lock LOCK_ARGS=--upgrade` takes the newest.
+PYTHON_VERSIONS := 3.11 3.12 3.13
 LOCK := requirements.lock
 TEST_LOCK := requirements-test.lock
 LOCK_ARGS ?=
-UV_COMPILE = $(VENV)/bin/uv pip compile pyproject.toml --python-version 3.11 --python-platform x86_64-manylinux_2_28 \
+UV_COMPILE = $(VENV)/bin/uv pip compile pyproject.toml --universal --python-version $(firstword $(PYTHON_VERSIONS)) \
   --generate-hashes --annotation-style line --quiet $(LOCK_ARGS)
 
 .PHONY: demo test install install-demo lock system-deps system-deps-demo bench clean image test-image system-deps-image
@@ -45,7 +49,7 @@ install-demo: $(DEMO_STAMP)
 # supervisors) reads them instead of compiling them again where bytecode is not written
 # (PYTHONDONTWRITEBYTECODE)
 define pip_install
-	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else "the lock files are for Python 3.11 (python3 is %d.%d); set PYTHON=python3.11" % sys.version_info[:2])'
+	@$(PYTHON) -c 'import sys; ok, v = "$(PYTHON_VERSIONS)".split(), "%d.%d" % sys.version_info[:2]; sys.exit(0 if v in ok else "the lock files are for Python %s to %s ($(PYTHON) is %s); set PYTHON, e.g. PYTHON=python%s" % (ok[0], ok[-1], v, ok[-1]))'
 	@test -x $(PY) || { echo "install: creating $(VENV)"; $(PYTHON) -m venv $(VENV); }
 	@echo "install: pip install -r $(1) and -e . into $(VENV) (a few minutes the first time; output in $(PIP_LOG))"
 	@$(PY) -m pip install --upgrade pip >$(PIP_LOG) 2>&1 && \

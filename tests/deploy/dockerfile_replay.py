@@ -20,7 +20,7 @@ Contracts:
   builds: this image's files (the same root), environment, entrypoint and command, then the
   stage's steps, ``ENTRYPOINT`` and ``CMD`` (its ``COPY`` sources from ``context``).
 - ``base_image_path`` is the ``PATH`` of the base image as replayed: this project's virtualenv
-  (a Python 3.11 with pip, as ``python:3.11-slim`` has) before the machine's ``PATH``.
+  (a Python 3.11 to 3.13 with pip, as ``python:3.11-slim`` has) before the machine's ``PATH``.
 - ``third_party_site(target)`` makes a directory of links to every distribution installed in
   this project's virtualenv except Tidemark itself and pip; a ``.pth`` naming it in a scratch
   virtualenv lets ``pip install`` find the dependencies already satisfied instead of

@@ -268,9 +268,14 @@ def test_schemas_dir_comes_from_the_environment_first(monkeypatch: pytest.Monkey
 
 
 def test_the_packaged_catalog_of_a_checkout_is_the_top_level_schemas_folder(monkeypatch: pytest.MonkeyPatch) -> None:
-    """src/tidemark/schemas links to schemas/, so the registry tool appends to the committed ids.json."""
+    """src/tidemark/schemas links to schemas/, so the registry tool appends to the committed ids.json.
+
+    The catalog is the imported package's own: the checkout's (these tests' schemas/) when Tidemark
+    runs from it or an editable install of it, a wheel's copy when the tests run against a wheel."""
+    import tidemark
     from tidemark.protocol.schemas import SCHEMAS_DIR_ENV, default_schemas_dir, packaged_schemas_dir
 
     monkeypatch.delenv(SCHEMAS_DIR_ENV, raising=False)
-    top_level = Path(__file__).resolve().parents[3] / "schemas"
-    assert packaged_schemas_dir() == default_schemas_dir() == top_level
+    checkout = Path(__file__).resolve().parents[3]
+    assert (checkout / "src" / "tidemark" / "schemas").resolve() == checkout / "schemas"
+    assert packaged_schemas_dir() == default_schemas_dir() == (Path(tidemark.__file__).parent / "schemas").resolve()
