@@ -25,6 +25,12 @@ throughput.
 
     .venv/bin/python bench/bench_scaling.py --records 100000 --rounds 3 --workers 1 2 4 --cpu-per-worker 0.4
 
+``--inputs`` names the input variants, each with its own table and ratios: ``round-robin`` (the
+default; the records spread over the partitions, so with W > 1 the source stage reads through its
+exchange) and ``co-partitioned`` (the same records written by URL into the partitions of their key
+groups, ``generator.by_url``, and the job's input declared co-partitioned: each worker reads its own
+key groups' partitions, W processes, no exchange; docs/concepts/runtime.md).
+
 Uses ``KAFKA_BOOTSTRAP_SERVERS`` when set, else starts the embedded broker for the run.
 """
 
@@ -42,7 +48,7 @@ from pathlib import Path
 
 from tidemark.broker.embedded import kafka_or_embedded
 from tidemark.local.cpu_quota import CpuController, CpuQuota, QuotaUnavailable, cpu_controller
-from tidemark.examples.generator import generate, produce
+from tidemark.examples.generator import by_url, generate, produce
 from tidemark.examples.verify import read_committed
 from tidemark.local.pipeline import LocalPipeline, wait_for
 from tidemark.processes import tree_pids
@@ -160,20 +166,30 @@ def _cpu_jiffies() -> tuple[int, int]:
     return sum(fields) - idle, sum(fields)
 
 
+INPUTS = ("round-robin", "co-partitioned")
+
+
+def processes(workers: int, co_partitioned: bool) -> int:
+    """The job's worker processes: with W > 1 an exchange reader beside each keyed worker, unless
+    the input is co-partitioned."""
+    return workers if workers == 1 or co_partitioned else 2 * workers
+
+
 def one_round(bootstrap: str, broker_pid: int | None, controller: CpuController, cores: float, root: Path,
-              workers: int, records: int, interval_ms: int) -> Round:
+              workers: int, records: int, interval_ms: int, co_partitioned: bool) -> Round:
     run = uuid.uuid4().hex[:6]
     home = root / f"w{workers}-{run}"
     args = {"job_id": f"scale-{run}", "input_topic": f"scale-in-{run}", "output_topic": f"scale-out-{run}",
-            "parallelism": PARALLELISM, "workers": workers}
+            "parallelism": PARALLELISM, "workers": workers, "co_partitioned": co_partitioned}
     with LocalPipeline(home, bootstrap, topic_prefix=f"scale-{run}", standby=False,
                        env={"TIDEMARK_CHECKPOINT__INTERVAL_MS": str(interval_ms)}) as pipe:
         pipe.create_topic(args["input_topic"], 4)
-        produce(bootstrap, args["input_topic"], generate(records), 4, chunk=10_000)
+        produce(bootstrap, args["input_topic"], generate(records), 4, chunk=10_000,
+                partition_of=by_url(4) if co_partitioned else None)
         job = pipe.start_job(JOB, args)
         quotas = WorkerQuotas(controller, job.process.pid, cores, f"scale-{run}")
         quotas.start()
-        expected = 1 if workers == 1 else 2 * workers
+        expected = processes(workers, co_partitioned)
         wait_for(lambda: len(list((home / "runs").glob("*/*.epoch-1.ready"))) >= expected, 600,
                  f"{expected} worker processes running", poll_s=0.05)
         started, cpu_before = time.monotonic(), _cpu_jiffies()
@@ -206,6 +222,8 @@ def main() -> None:
     parser.add_argument("--interval-ms", type=int, default=2000)
     parser.add_argument("--cpu-per-worker", type=float, default=0.4,
                         help="CPUs each worker's process tree may use (a cgroup quota)")
+    parser.add_argument("--inputs", nargs="+", choices=INPUTS, default=["round-robin"],
+                        help="input variants, each with its own table (see the module)")
     options = parser.parse_args()
     if options.cpu_per_worker <= 0:
         parser.error("--cpu-per-worker: needs a share of CPUs above 0")
@@ -213,24 +231,32 @@ def main() -> None:
         controller = cpu_controller()
     except QuotaUnavailable as exc:
         raise SystemExit(f"bench_scaling: cannot give the workers CPU quotas: {exc}") from None
-    rounds: dict[int, list[Round]] = {w: [] for w in options.workers}
+    rounds: dict[tuple[str, int], list[Round]] = {(i, w): [] for i in options.inputs for w in options.workers}
     with tempfile.TemporaryDirectory(prefix="tidemark-bench-scaling-") as tmp, \
             kafka_or_embedded(Path(tmp) / "broker") as (bootstrap, status):
         broker_pid = status.pid if status is not None else None
         for index in range(options.rounds):
-            for workers in options.workers:
-                print(f"round {index + 1}/{options.rounds}, W={workers}", flush=True)
-                rounds[workers].append(one_round(bootstrap, broker_pid, controller, options.cpu_per_worker, Path(tmp),
-                                                 workers, options.records, options.interval_ms))
+            for variant, workers in rounds:
+                print(f"round {index + 1}/{options.rounds}, {variant} input, W={workers}", flush=True)
+                rounds[variant, workers].append(one_round(
+                    bootstrap, broker_pid, controller, options.cpu_per_worker, Path(tmp), workers, options.records,
+                    options.interval_ms, variant == "co-partitioned"))
+    for variant in options.inputs:
+        print_table(options, controller, variant, {w: rounds[variant, w] for w in options.workers})
+
+
+def print_table(options: argparse.Namespace, controller: CpuController, variant: str,
+                rounds: dict[int, list[Round]]) -> None:
     base = statistics.median(r.rate for r in rounds[options.workers[0]])
-    print(f"\nurl_counts, parallelism {PARALLELISM}, {options.records} records, {options.rounds} round(s), "
-          f"{options.cpu_per_worker} CPUs per worker (cgroup v{controller.version} quota)")
+    print(f"\nurl_counts, {variant} input, parallelism {PARALLELISM}, {options.records} records, {options.rounds} "
+          f"round(s), {options.cpu_per_worker} CPUs per worker (cgroup v{controller.version} quota)")
     print(f"{'W':>3} {'processes':>9} {'quota CPUs':>10} {'min rec/s':>10} {'median':>10} {'max':>10} {'ratio':>6} "
           f"{'worker CPU-s/M rec':>18} {'throttled':>9} {'broker CPU-s':>12} {'machine busy':>12} {'peak RSS GiB':>12}")
     for workers in options.workers:
         done = rounds[workers]
         rates = [r.rate for r in done]
-        print(f"{workers:>3} {1 if workers == 1 else 2 * workers:>9} {workers * options.cpu_per_worker:>10.1f} "
+        print(f"{workers:>3} {processes(workers, variant == 'co-partitioned'):>9} "
+              f"{workers * options.cpu_per_worker:>10.1f} "
               f"{min(rates):>10.0f} {statistics.median(rates):>10.0f} {max(rates):>10.0f} "
               f"{statistics.median(rates) / base:>6.2f} "
               f"{statistics.median(r.worker_cpu_s for r in done) / options.records * 1e6:>18.1f} "
