@@ -21,7 +21,11 @@ from it. Files of a retained checkpoint or savepoint are never deleted.
 An aborted checkpoint's files are deleted when the abort is seen (``discard_aborted``), and again
 once a later checkpoint is stored: a task may still have been writing them at the abort (its
 snapshot under way, e.g. in a worker whose supervisor had fallen silent), but a later checkpoint
-completes only when every task acked it, which each does after the earlier snapshot's writes.
+completes only when every task acked it, which each does after the earlier snapshot's writes. A
+job that takes no later checkpoint (stopped right after the abort: the supervisor's stop aborts
+the checkpoint in flight while its workers finish their snapshots) gets the same deletion a few
+seconds after the abort (``sweep_late``, which the service schedules), and again at its next
+stored checkpoint whenever that comes.
 """
 
 from __future__ import annotations
@@ -129,6 +133,14 @@ class PersistentCheckpointStore:
         if self.store.has_seen(checkpoint_id):
             return ()
         self._aborted.add(checkpoint_id)
+        return self._delete_private(checkpoint_id)
+
+    def sweep_late(self, checkpoint_id: CheckpointId) -> tuple[str, ...]:
+        """Delete again what tasks wrote for the aborted checkpoint ``checkpoint_id`` since its
+        abort (a while after it, see the module); nothing for a checkpoint not aborted or seen
+        complete. Idempotent; the sweep at the next stored checkpoint still follows."""
+        if checkpoint_id not in self._aborted or self.store.has_seen(checkpoint_id):
+            return ()
         return self._delete_private(checkpoint_id)
 
     def _sweep_aborted(self, stored: CheckpointId) -> tuple[str, ...]:

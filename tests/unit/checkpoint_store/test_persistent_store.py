@@ -198,3 +198,18 @@ def test_a_checkpoint_discarded_by_request_leaves_retention_with_only_its_own_fi
     rebuilt = PersistentCheckpointStore(JOB, storage, InMemoryCheckpointEventLog(), CheckpointStoreOptions(3))
     rebuilt.recover(s.event_log.events, 20)
     assert rebuilt.store.retained() == (older,)
+
+
+def test_files_a_task_writes_after_the_abort_go_at_the_late_sweep_when_no_checkpoint_follows(storage) -> None:
+    """A job stopped right after the abort (the stop aborts the checkpoint in flight while its
+    workers finish their snapshots) stores no later checkpoint: the late sweep a while after the
+    abort deletes what they wrote meanwhile; never a completed checkpoint's, nor one not aborted."""
+    s = make(storage, n=2)
+    s.discard_aborted(CheckpointId(2))
+    late = write_files(storage, [private_file(2, "late")])
+    pending = write_files(storage, [private_file(3)])
+    assert s.sweep_late(CheckpointId(2)) == tuple(f.path for f in late) and not storage.exists(late[0].path)
+    assert s.sweep_late(CheckpointId(3)) == () and storage.exists(pending[0].path)  # not aborted: may complete
+    done = metadata(4, write_files(storage, [private_file(4)]))
+    s.store_checkpoint(done, 4)
+    assert s.sweep_late(CheckpointId(4)) == () and storage.exists(private_file(4).path)

@@ -5,7 +5,8 @@ the start; on catching up, rebuild one :class:`PersistentCheckpointStore` per jo
 (finishing any interrupted discard), then serve the persist requests (``CheckpointMetadata`` on
 the control topic) it has not seen, and from then on each new one as it arrives. The files tasks
 wrote for an aborted checkpoint (``CheckpointAborted`` on the control topic) are deleted, after a
-restart too. A ``CheckpointDiscarded`` on the *control* topic is an operator's discard request
+restart too, and again ``LATE_SWEEP_S`` later (what a task finishing its snapshot wrote after the
+abort: :meth:`PersistentCheckpointStore.sweep_late`). A ``CheckpointDiscarded`` on the *control* topic is an operator's discard request
 (``DELETED_BY_REQUEST``, written by the coordinator's API); the store carries it out (its own
 ``CheckpointDiscarded`` on the checkpoint-events topic is the fact), and a request for a
 checkpoint it no longer retains changes nothing, so one replayed after a restart is harmless.
@@ -33,6 +34,7 @@ from tidemark.storage import open_storage
 from tidemark.types import JobId
 
 log = get_logger(__name__)
+LATE_SWEEP_S = 10.0  # after an abort: the deletion again, for files a task was still writing
 
 RETAINED = Gauge("tidemark_checkpoint_store_retained_checkpoints", "Checkpoints retained", ["job"])
 RETAINED_SAVEPOINTS = Gauge("tidemark_checkpoint_store_retained_savepoints", "Savepoints retained", ["job"])
@@ -56,6 +58,8 @@ class CheckpointStoreEdge:
         self._requests: list[CheckpointMetadata] = []
         self._aborted: list[CheckpointAborted] = []
         self._discard_requests: list[CheckpointDiscarded] = []
+        self._serial = asyncio.Lock()  # one store operation at a time (each runs on an executor thread)
+        self._late_sweeps: set[asyncio.Task[None]] = set()
         self.live = False
 
     def _store(self, job: JobId) -> PersistentCheckpointStore:
@@ -76,6 +80,7 @@ class CheckpointStoreEdge:
         elif isinstance(message, CheckpointAborted):
             if self.live:
                 await self._discard_aborted(message)
+                self._schedule_late_sweep(message)
             else:
                 self._aborted.append(message)
         elif isinstance(message, CheckpointDiscarded) and message.reason == DELETED_BY_REQUEST:
@@ -107,6 +112,10 @@ class CheckpointStoreEdge:
             self._update_metrics(job)
 
     async def _persist(self, metadata: CheckpointMetadata) -> None:
+        async with self._serial:
+            await self._persist_now(metadata)
+
+    async def _persist_now(self, metadata: CheckpointMetadata) -> None:
         store = self._store(metadata.job_id)
         if store.store.has_seen(metadata.checkpoint_id) and store.store.get(metadata.checkpoint_id) is None:
             log.info("persist request for a discarded checkpoint ignored", job=metadata.job_id,
@@ -127,17 +136,36 @@ class CheckpointStoreEdge:
 
     async def _discard_aborted(self, aborted: CheckpointAborted) -> None:
         store = self._store(aborted.job_id)
-        deleted = await asyncio.get_running_loop().run_in_executor(
-            None, store.discard_aborted, aborted.checkpoint_id)
+        async with self._serial:
+            deleted = await asyncio.get_running_loop().run_in_executor(
+                None, store.discard_aborted, aborted.checkpoint_id)
         if deleted:
             log.info("aborted checkpoint's files deleted", job=aborted.job_id, checkpoint=aborted.checkpoint_id,
                      files=len(deleted))
             FILES_DELETED.labels(aborted.job_id).inc(len(deleted))
 
+    def _schedule_late_sweep(self, aborted: CheckpointAborted) -> None:
+        """The deletion again ``LATE_SWEEP_S`` after a live abort (not for those replayed at a
+        start: whatever their tasks wrote has long landed, and the first deletion took it)."""
+        sweep = asyncio.get_running_loop().create_task(self._sweep_late(aborted))
+        self._late_sweeps.add(sweep)  # kept until done: the loop holds tasks weakly
+        sweep.add_done_callback(self._late_sweeps.discard)
+
+    async def _sweep_late(self, aborted: CheckpointAborted) -> None:
+        await asyncio.sleep(LATE_SWEEP_S)
+        store = self._store(aborted.job_id)
+        async with self._serial:
+            swept = await asyncio.get_running_loop().run_in_executor(None, store.sweep_late, aborted.checkpoint_id)
+        if swept:
+            log.info("files written for an aborted checkpoint after its abort deleted", job=aborted.job_id,
+                     checkpoint=aborted.checkpoint_id, files=len(swept))
+            FILES_DELETED.labels(aborted.job_id).inc(len(swept))
+
     async def _discard_by_request(self, request: CheckpointDiscarded) -> None:
         store = self._store(request.job_id)
-        event = await asyncio.get_running_loop().run_in_executor(
-            None, store.discard_by_request, request.checkpoint_id, now_ms())
+        async with self._serial:
+            event = await asyncio.get_running_loop().run_in_executor(
+                None, store.discard_by_request, request.checkpoint_id, now_ms())
         if event is None:
             log.info("discard request for a checkpoint not retained ignored", job=request.job_id,
                      checkpoint=request.checkpoint_id)
