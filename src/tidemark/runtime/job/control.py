@@ -122,12 +122,15 @@ class AttemptSignals:
     def __init__(self, client: dict[str, Any], topics: TopicNames, job_id: JobId, *,
                  from_ms: int | None = None) -> None:
         self.job_id = job_id
-        self._consumer = Consumer(consumer_config(client, None))
+        self._consumer = consumer = Consumer(consumer_config(client, None))
+        wait = broker_wait(client)  # a broker restarting or moving leaders (NOT_LEADER) is waited through
         partition = TopicPartition(topics.control, 0)
-        _, end = self._consumer.get_watermark_offsets(partition, timeout=30.0, cached=False)
+        _, end = wait.call("control topic end",
+                           lambda: consumer.get_watermark_offsets(partition, timeout=30.0, cached=False))
         start = end
         if from_ms:  # an adopted attempt: what was said about it while no supervisor listened
-            (found,) = self._consumer.offsets_for_times([TopicPartition(topics.control, 0, from_ms)], timeout=30.0)
+            (found,) = wait.call("control topic offset by time", lambda: consumer.offsets_for_times(
+                [TopicPartition(topics.control, 0, from_ms)], timeout=30.0))
             start = found.offset if found.offset >= 0 else end
         self._consumer.assign([TopicPartition(topics.control, 0, start)])
 

@@ -41,9 +41,10 @@ class HostChannel:
                       replication_factor)
         self._producer = Producer({**producer_config(client), "linger.ms": 0})
         self._wait = broker_wait(client)
-        self._consumer = Consumer(consumer_config(client, None))
+        self._consumer = consumer = Consumer(consumer_config(client, None))
         partition = TopicPartition(self.topic, 0)
-        _, end = self._consumer.get_watermark_offsets(partition, timeout=30.0, cached=False)
+        _, end = self._wait.call("worker hosts topic end",
+                                 lambda: consumer.get_watermark_offsets(partition, timeout=30.0, cached=False))
         self._consumer.assign([TopicPartition(self.topic, 0, end)])
 
     def offer(self, message: HostMessage) -> None:
