@@ -28,6 +28,7 @@ from confluent_kafka.admin import AdminClient
 
 from tidemark.kafka.admin import ensure_topics
 from tidemark.kafka.metadata import metadata_consumer, topic_partitions
+from tidemark.kafka.outage import broker_wait
 from tidemark.kafka.range_reader import read_messages
 from tidemark.kafka.topics import TopicSpec
 
@@ -252,8 +253,10 @@ def _scan_backwards(client: Mapping[str, Any], topic: str, partition: int, scan:
     """Feed ``scan`` windows of ``partition`` from its high watermark (taken now) back to its
     start, until it is done; each window is read read_committed up to its end."""
     consumer = metadata_consumer(client, "read_uncommitted")
-    try:
-        low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10.0, cached=False)
+    try:  # a partition just created may have no leader yet (NOT_LEADER_FOR_PARTITION): waited through
+        low, high = broker_wait(dict(client)).call(
+            f"watermarks of {topic}/{partition}",
+            lambda: consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10.0, cached=False))
     finally:
         consumer.close()
     end = high

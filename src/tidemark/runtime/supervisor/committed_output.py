@@ -21,6 +21,7 @@ from typing import Any
 from confluent_kafka import TopicPartition
 
 from tidemark.kafka.metadata import metadata_consumer, topic_partitions
+from tidemark.kafka.outage import broker_wait
 from tidemark.kafka.topics import TopicNames
 from tidemark.api import JobSpec
 from tidemark.kafka.commit_markers import commit_query_id, newest_commits
@@ -66,10 +67,12 @@ def committed_output(client: dict[str, Any], topics: TopicNames, spec: JobSpec) 
         return (f"output topic {', '.join(outputs)} holds results of job {spec.job_id} committed up to "
                 f"checkpoint {newest}") if newest else None
     consumer = metadata_consumer(client, "read_uncommitted")
+    wait = broker_wait(client)  # a partition just created may have no leader yet: waited through
     try:
         for topic in outputs:
             held = sum(high - low for low, high in (
-                consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=_TIMEOUT_S, cached=False)
+                wait.call(f"watermarks of {topic}/{p}", lambda p=p: consumer.get_watermark_offsets(
+                    TopicPartition(topic, p), timeout=_TIMEOUT_S, cached=False))
                 for p in topic_partitions(consumer, topic, _TIMEOUT_S)))
             if held > 0:
                 return f"output topic {topic} holds {held} records"
