@@ -1,0 +1,65 @@
+"""The metadata view of checkpoints and savepoints: stages, tasks and key groups, handles and
+their files, the named states with their kinds and serializers, changelog ranges, source positions."""
+
+from __future__ import annotations
+
+import json
+
+from tidemark.state_processor import inspect_checkpoint, open_source
+from tidemark.testing.changelog import InMemoryChangelogTopic
+
+from conftest import STAGE, harness, request
+
+
+def test_a_savepoint_shows_each_task_its_key_groups_files_and_the_states_with_their_serializers() -> None:
+    with harness("heap", 2) as h:
+        h.process_all(request(i) for i in range(20))
+        snapshot = h.snapshot()
+    view = inspect_checkpoint(open_source(snapshot.storage, "profiles", checkpoint_id=1))
+    assert (view.job, view.checkpoint_id, view.kind, view.path) == ("profiles", 1, "SAVEPOINT", snapshot.path)
+    (stage,) = view.stages
+    assert (stage.stage, stage.backend, stage.snapshot) == (STAGE, "heap", "full")
+    assert [(t.key_group_start, t.key_group_end) for t in stage.tasks] == [(0, 63), (64, 127)]
+    assert [[h.kind for h in t.handles] for t in stage.tasks] == [["keyed full", "operator"]] * 2
+    assert all(f.size_bytes > 0 and not f.shared for t in stage.tasks for h in t.handles for f in h.files)
+    kinds = {s.name: (s.kind, s.value_serializer, s.ttl_ms) for s in stage.keyed_states}
+    assert kinds == {
+        "_timers.event-time": ("timers", "tidemark.tagged.v1", None),
+        "_timers.processing-time": ("timers", "tidemark.tagged.v1", None),
+        "average_bytes": ("AGGREGATING", "tidemark.tagged.v1", None),
+        "by_method": ("MAP", "tidemark.tagged.v1", None),
+        "count": ("VALUE", "tidemark.tagged.v1", None),
+        "last_seen": ("VALUE", "tidemark.tagged.v1", 3_600_000),
+        "statuses": ("LIST", "tidemark.tagged.v1", None),
+        "total_bytes": ("REDUCING", "tidemark.tagged.v1", None),
+    }
+    assert [(s.name, s.kind) for s in stage.operator_states] == [("seen", "SPLIT_DISTRIBUTE")]
+    document = json.loads(json.dumps(view.to_document()))
+    assert document["stages"][0]["tasks"][1]["key_group_start"] == 64
+    text = view.to_text()
+    assert "savepoint 1 of job profiles" in text and "stage profile: 2 tasks, full snapshot, backend heap" in text
+    assert "last_seen" in text and "3600000 ms" in text
+
+
+def test_an_incremental_checkpoint_shows_its_shared_files() -> None:
+    with harness("rocksdb", 2) as h:
+        h.process_all(request(i) for i in range(20))
+        snapshot = h.snapshot(savepoint=False)
+    view = inspect_checkpoint(open_source(snapshot.storage, "profiles", path=snapshot.path))
+    (stage,) = view.stages
+    assert (view.kind, stage.backend, stage.snapshot) == ("CHECKPOINT", "rocksdb", "incremental")
+    assert all(t.shared_files > 0 for t in stage.tasks)
+    assert {"count", "by_method"} <= {s.name for s in stage.keyed_states}
+
+
+def test_a_changelog_checkpoint_shows_its_ranges_and_says_where_its_states_are_recorded() -> None:
+    topic = InMemoryChangelogTopic("profiles.changelog", partitions=2)
+    with harness("heap", 2, topic) as h:
+        h.process_all(request(i) for i in range(20))
+        snapshot = h.snapshot(savepoint=False)
+    (stage,) = inspect_checkpoint(open_source(snapshot.storage, "profiles", checkpoint_id=1)).stages
+    assert stage.snapshot == "changelog" and stage.states_recorded_in == "changelog"
+    assert all(t.changelog_ranges for t in stage.tasks)
+    assert stage.keyed_states == ()
+    assert "recorded in the changelog" in inspect_checkpoint(
+        open_source(snapshot.storage, "profiles", checkpoint_id=1)).to_text()
