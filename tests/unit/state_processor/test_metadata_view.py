@@ -8,7 +8,7 @@ import json
 from tidemark.state_processor import inspect_checkpoint, open_source
 from tidemark.testing.changelog import InMemoryChangelogTopic
 
-from conftest import STAGE, harness, request
+from state_processor_stage import STAGE, harness, request
 
 
 def test_a_savepoint_shows_each_task_its_key_groups_files_and_the_states_with_their_serializers() -> None:

@@ -12,7 +12,7 @@ from tidemark.state_processor import StateReader, UnknownStage, UnknownState
 from tidemark.state_processor.source import StateSourceError
 from tidemark.testing.changelog import InMemoryChangelogReader, InMemoryChangelogTopic
 
-from conftest import KEYED, STAGE, harness, keyed_state_of, request
+from state_processor_stage import KEYED, STAGE, harness, keyed_state_of, request
 
 KEYS = [f"10.0.0.{i}" for i in range(17)]
 # (backend, savepoint, changelog): what writes the snapshot

@@ -1,0 +1,170 @@
+"""The ``tidemark-state`` Python data source: a checkpoint's or savepoint's state as a DataFrame.
+
+Lifecycle: :func:`register` once per SparkSession; ``spark.read.format("tidemark-state")
+.options(...).load()`` then plans on the driver (the ``_metadata`` and one header of the stage's
+files are read there, so a wrong path, stage or state fails before any task runs) and reads on
+the executors: one input partition per old task of the stage, each restored and read by the
+Python reader (:mod:`tidemark.state_processor.reader`), so the old tasks are read in parallel and
+no process holds more than one of them.
+
+Options: ``job`` (required), ``checkpoint`` (a retained id) or ``savepoint`` (a ``_metadata``
+path or its directory, relative to checkpoint storage), ``storage`` (the checkpoint storage URL;
+default: the settings', ``TIDEMARK_CHECKPOINT_STORAGE_URL``), ``view`` (``state``, the default;
+``timers``, ``operator_state``, ``source_positions``, ``metadata``), ``stage`` and, for the state
+view, ``state``. A changelog-backed checkpoint is read from the job's Kafka, as the executors'
+settings name it (``KAFKA_BOOTSTRAP_SERVERS``).
+
+Columns (keys, namespaces and values are JSON text, :func:`tidemark.state_processor.json_compatible`):
+see :data:`SCHEMAS`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql import SparkSession
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.types import StructType
+
+from tidemark.state_processor.changelog_access import settings_changelog
+from tidemark.state_processor.metadata_view import inspect_checkpoint
+from tidemark.state_processor.reader import ReadPartition, StateReader
+from tidemark.state_processor.source import StateSourceError, open_source
+
+FORMAT = "tidemark-state"
+SCHEMAS = {
+    "state": "key STRING, namespace STRING, user_key STRING, value STRING, key_group INT, task STRING",
+    "timers": "key STRING, namespace STRING, domain STRING, timestamp BIGINT, key_group INT, task STRING",
+    "operator_state": "state STRING, mode STRING, subtask INT, key STRING, value STRING",
+    "source_positions": "stage STRING, task STRING, topic STRING, partition INT, offset BIGINT",
+    "metadata": ("stage STRING, task STRING, subtask INT, key_group_start INT, key_group_end INT, "
+                 "handles STRING, files INT, shared_files INT, size_bytes BIGINT, changelog_ranges INT"),
+}
+_KEYED_VIEWS = ("state", "timers")
+
+
+@dataclass(frozen=True)
+class StateOptions:
+    """The data source's options, checked (``StateSourceError`` names the wrong one)."""
+
+    storage: str
+    job: str
+    checkpoint_id: int | None
+    savepoint: str | None
+    view: str
+    stage: str | None
+    state: str | None
+
+    @classmethod
+    def parse(cls, options: dict[str, str]) -> StateOptions:
+        view = options.get("view", "state")
+        if view not in SCHEMAS:
+            raise StateSourceError(f"option view: {view!r} is not one of {', '.join(SCHEMAS)}")
+        if not options.get("job"):
+            raise StateSourceError("option job is required")
+        if ("checkpoint" in options) == ("savepoint" in options):
+            raise StateSourceError("give exactly one of the options checkpoint (an id) and savepoint (a path)")
+        try:
+            checkpoint_id = int(options["checkpoint"]) if "checkpoint" in options else None
+        except ValueError:
+            raise StateSourceError(f"option checkpoint: not an id: {options['checkpoint']!r}") from None
+        if view not in ("metadata", "source_positions") and not options.get("stage"):
+            raise StateSourceError(f"the {view} view needs the option stage")
+        if view == "state" and not options.get("state"):
+            raise StateSourceError("the state view needs the option state")
+        return cls(options.get("storage") or _default_storage(), options["job"], checkpoint_id,
+                   options.get("savepoint"), view, options.get("stage"), options.get("state"))
+
+    def reader(self) -> StateReader:
+        from tidemark.storage import open_storage
+
+        source = open_source(open_storage(self.storage), self.job, checkpoint_id=self.checkpoint_id,
+                             path=self.savepoint)
+        return StateReader(source, changelog=settings_changelog(source.metadata.max_parallelism))
+
+
+def _default_storage() -> str:
+    from tidemark.config.settings import TidemarkSettings, load_settings
+
+    return load_settings(TidemarkSettings).resolved_storage_url
+
+
+@dataclass(frozen=True)
+class TaskPartition(InputPartition):
+    """One old task of the stage (a keyed view), or the whole view (``part`` None)."""
+
+    part: ReadPartition | None
+
+
+class TidemarkStateDataSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT
+
+    def schema(self) -> str:
+        return SCHEMAS.get(self.options.get("view", "state"), SCHEMAS["state"])  # a wrong view fails in reader()
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return StateDataSourceReader(StateOptions.parse(dict(self.options)))
+
+
+class StateDataSourceReader(DataSourceReader):
+    def __init__(self, options: StateOptions) -> None:
+        self.options = options
+
+    def partitions(self) -> list[InputPartition]:
+        options = self.options
+        reader = options.reader()  # a wrong path fails here, on the driver
+        if options.view not in _KEYED_VIEWS:
+            if options.stage is not None:
+                reader.partitions(options.stage)  # and an unknown stage
+            return [TaskPartition(None)]
+        if options.view == "state":
+            reader.check_state(options.stage, options.state)  # type: ignore[arg-type]
+        return [TaskPartition(p) for p in reader.partitions(options.stage)]  # type: ignore[arg-type]
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+        options, part = self.options, partition.part  # type: ignore[attr-defined]
+        reader = options.reader()
+        if options.view == "state":
+            for row in reader.read(options.stage, options.state, part):  # type: ignore[arg-type]
+                j = row.to_json()
+                yield (_text(j["key"]), _text(j["namespace"]), _text(j["user_key"]), _text(j["value"]),
+                       row.key_group, row.task)
+        elif options.view == "timers":
+            for timer in reader.timers(options.stage, part):  # type: ignore[arg-type]
+                j = timer.to_json()
+                yield _text(j["key"]), _text(j["namespace"]), timer.domain, timer.timestamp, timer.key_group, timer.task
+        elif options.view == "operator_state":
+            for item in reader.operator_state(options.stage):  # type: ignore[arg-type]
+                j = item.to_json()
+                yield item.state, item.mode, item.subtask, _text(j["key"]), _text(j["value"])
+        elif options.view == "source_positions":
+            for position in reader.source_positions(options.stage):
+                yield position.stage, position.task, position.topic, position.partition, position.offset
+        else:
+            yield from _metadata_rows(reader)
+
+
+def _metadata_rows(reader: StateReader) -> Iterator[tuple[Any, ...]]:
+    for stage in inspect_checkpoint(reader.source).stages:
+        for t in stage.tasks:
+            yield (stage.stage, t.task, t.subtask_index, t.key_group_start, t.key_group_end,
+                   ",".join(h.kind for h in t.handles), sum(len(h.files) for h in t.handles), t.shared_files,
+                   t.size_bytes, len(t.changelog_ranges))
+
+
+def _text(value: Any) -> str | None:
+    """A JSON-compatible value as JSON text; None (no namespace, no user key) stays null."""
+    return None if value is None else json.dumps(value, sort_keys=True)
+
+
+def register(spark: SparkSession) -> None:
+    """Make ``format("tidemark-state")`` available in ``spark`` (idempotent)."""
+    spark.dataSource.register(TidemarkStateDataSource)
+
+
+__all__ = ["FORMAT", "SCHEMAS", "StateOptions", "TidemarkStateDataSource", "register"]
