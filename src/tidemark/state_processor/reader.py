@@ -2,7 +2,8 @@
 
 ``StateReader(source)`` (or :meth:`StateReader.open`) reads, for one stage:
 
-* :meth:`~StateReader.read`: the rows of one named keyed state (:class:`~.rows.StateRow`);
+* :meth:`~StateReader.read`: the rows of one named keyed state (:class:`~.rows.StateRow`), or
+  :meth:`~StateReader.read_states` of all of them;
 * :meth:`~StateReader.timers`: its timers (:class:`~.rows.TimerRow`);
 * :meth:`~StateReader.operator_state`: its operator state as each old subtask snapshotted it;
 
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tidemark.keygroups import KeyGroupRange
-from tidemark.protocol.messages import StateHandleKind, TaskSnapshot
+from tidemark.protocol.messages import CheckpointMetadata, StateHandleKind, TaskSnapshot
 from tidemark.state.operator import read_snapshot
 from tidemark.state.timer_queue import is_timer_state, queue_name_of
 from tidemark.state_processor.handle_headers import read_handle_header
@@ -78,7 +79,7 @@ class StateReader:
         return cls(open_source(storage, job, checkpoint_id=checkpoint_id, path=path), changelog=changelog)
 
     @property
-    def metadata(self) -> Any:
+    def metadata(self) -> CheckpointMetadata:
         return self.source.metadata
 
     def partitions(self, stage: str) -> list[ReadPartition]:
@@ -110,6 +111,12 @@ class StateReader:
         for task in self._tasks(stage, partition):
             for _, row in self._task_rows(task, lambda name: name == state):
                 yield row
+
+    def read_states(self, stage: str, partition: ReadPartition | None = None) -> Iterator[tuple[str, StateRow]]:
+        """``(state name, row)`` of every keyed state of ``stage`` (timers left out), each old task
+        restored once: every old task's, or ``partition``'s."""
+        for task in self._tasks(stage, partition):
+            yield from self._task_rows(task, lambda name: not is_timer_state(name))
 
     def timers(self, stage: str, partition: ReadPartition | None = None) -> Iterator[TimerRow]:
         """The timers of ``stage``: every old task's, or ``partition``'s, domain by domain."""

@@ -27,15 +27,15 @@ WRITERS = {
 
 
 def read_all(reader: StateReader) -> dict[str, dict[str, Any]]:
+    """Every keyed state's rows, by state and key (each old task restored once: ``read_states``)."""
     out: dict[str, dict[str, Any]] = {d.name: {} for d in KEYED}
-    for name in out:
-        for row in reader.read(STAGE, name):
-            assert row.namespace is None
-            if name == "by_method":
-                out[name].setdefault(row.key, {})[row.user_key] = row.value
-            else:
-                assert row.key not in out[name]
-                out[name][row.key] = row.value
+    for name, row in reader.read_states(STAGE):
+        assert row.namespace is None
+        if name == "by_method":
+            out[name].setdefault(row.key, {})[row.user_key] = row.value
+        else:
+            assert row.key not in out[name]
+            out[name][row.key] = row.value
     return out
 
 
@@ -60,6 +60,7 @@ def test_every_key_of_every_state_kind_reads_as_the_harness_restores_it_before_a
     reader = StateReader.open(snapshot.storage, "profiles", path=snapshot.path, changelog=changelog)
     assert [p.task for p in reader.partitions(STAGE)] == [t.task_id for t in snapshot.metadata.tasks]
     assert read_all(reader) == expected(written)
+    assert {row.key: row.value for row in reader.read(STAGE, "statuses")} == expected(written)["statuses"]
     timer_rows = list(reader.timers(STAGE))
     assert {key: sorted(r.timestamp for r in timer_rows if r.key == key) for key in KEYS} == timers
     assert {(r.domain, r.namespace) for r in timer_rows} == {("event-time", None)}
