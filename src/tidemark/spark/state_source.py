@@ -14,8 +14,11 @@ default: the settings', ``TIDEMARK_CHECKPOINT_STORAGE_URL``), ``view`` (``state`
 view, ``state``. A changelog-backed checkpoint is read from the job's Kafka, as the executors'
 settings name it (``KAFKA_BOOTSTRAP_SERVERS``).
 
-Columns (keys, namespaces and values are JSON text, :func:`tidemark.state_processor.json_compatible`):
-see :data:`SCHEMAS`.
+Columns: see :data:`SCHEMAS`. Keys, namespaces and user keys are JSON text
+(:func:`tidemark.state_processor.json_compatible`), and so are values, except a state whose
+serializer records an Avro schema (``AvroSerializer``, ``DataclassSerializer``): its ``value``
+column has the schema's Spark type (:mod:`tidemark.spark.avro_types`; a list state's, an array of
+it), unless the option ``typed_values`` is ``false`` or the schema has no Spark type.
 """
 
 from __future__ import annotations
@@ -27,8 +30,11 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
-from pyspark.sql.types import StructType
+from pyspark.sql.types import ArrayType, DataType, IntegerType, StringType, StructField, StructType
 
+from tidemark.spark.avro_types import spark_type
+from tidemark.state.descriptors import StateKind
+from tidemark.state.serializers import SCHEMA_SERIALIZER_IDS
 from tidemark.state_processor.changelog_access import settings_changelog
 from tidemark.state_processor.metadata_view import inspect_checkpoint
 from tidemark.state_processor.reader import ReadPartition, StateReader
@@ -57,6 +63,7 @@ class StateOptions:
     view: str
     stage: str | None
     state: str | None
+    typed_values: bool = True
 
     @classmethod
     def parse(cls, options: dict[str, str]) -> StateOptions:
@@ -75,8 +82,11 @@ class StateOptions:
             raise StateSourceError(f"the {view} view needs the option stage")
         if view == "state" and not options.get("state"):
             raise StateSourceError("the state view needs the option state")
+        typed = options.get("typed_values", "true").lower()
+        if typed not in ("true", "false"):
+            raise StateSourceError(f"option typed_values: true or false, not {typed!r}")
         return cls(options.get("storage") or _default_storage(), options["job"], checkpoint_id,
-                   options.get("savepoint"), view, options.get("stage"), options.get("state"))
+                   options.get("savepoint"), view, options.get("stage"), options.get("state"), typed == "true")
 
     def reader(self) -> StateReader:
         from tidemark.storage import open_storage
@@ -104,16 +114,39 @@ class TidemarkStateDataSource(DataSource):
     def name(cls) -> str:
         return FORMAT
 
-    def schema(self) -> str:
-        return SCHEMAS.get(self.options.get("view", "state"), SCHEMAS["state"])  # a wrong view fails in reader()
+    def schema(self) -> StructType | str:
+        options = StateOptions.parse(dict(self.options))
+        value_type = typed_value_type(options)
+        if value_type is None:
+            return SCHEMAS[options.view]
+        text = StringType()
+        return StructType([StructField("key", text), StructField("namespace", text), StructField("user_key", text),
+                           StructField("value", value_type), StructField("key_group", IntegerType()),
+                           StructField("task", text)])  # SCHEMAS["state"] with a typed value
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return StateDataSourceReader(StateOptions.parse(dict(self.options)))
+        options = StateOptions.parse(dict(self.options))
+        return StateDataSourceReader(options, typed_value_type(options) is not None)
+
+
+def typed_value_type(options: StateOptions) -> DataType | None:
+    """The Spark type of the ``value`` column of the state view when the state's serializer has an
+    Avro schema with one (see the module docstring); ``None``: JSON text."""
+    if options.view != "state" or not options.typed_values:
+        return None
+    meta = next((m for m in options.reader().state_metas(options.stage) or () if m["name"] == options.state), None)  # type: ignore[arg-type]
+    if meta is None or meta["value_serializer"]["id"] not in SCHEMA_SERIALIZER_IDS:
+        return None
+    value_type = spark_type(meta["value_serializer"]["config"]["schema"])
+    if value_type is None or meta["kind"] != StateKind.LIST.value:
+        return value_type
+    return ArrayType(value_type, containsNull=True)
 
 
 class StateDataSourceReader(DataSourceReader):
-    def __init__(self, options: StateOptions) -> None:
+    def __init__(self, options: StateOptions, typed_values: bool = False) -> None:
         self.options = options
+        self.typed_values = typed_values
 
     def partitions(self) -> list[InputPartition]:
         options = self.options
@@ -132,8 +165,8 @@ class StateDataSourceReader(DataSourceReader):
         if options.view == "state":
             for row in reader.read(options.stage, options.state, part):  # type: ignore[arg-type]
                 j = row.to_json()
-                yield (_text(j["key"]), _text(j["namespace"]), _text(j["user_key"]), _text(j["value"]),
-                       row.key_group, row.task)
+                value = row.value if self.typed_values else _text(j["value"])
+                yield _text(j["key"]), _text(j["namespace"]), _text(j["user_key"]), value, row.key_group, row.task
         elif options.view == "timers":
             for timer in reader.timers(options.stage, part):  # type: ignore[arg-type]
                 j = timer.to_json()

@@ -87,16 +87,21 @@ class StateReader:
         return [ReadPartition(stage, t.task_id, t.subtask_index, t.key_group_start, t.key_group_end)
                 for t in self.source.tasks(stage)]
 
-    def state_names(self, stage: str) -> list[str] | None:
-        """The keyed states (timers left out) the first of ``stage``'s tasks with state files
-        records; ``None`` when no task has any (a changelog-backed stage records its states in the
-        changelog)."""
+    def state_metas(self, stage: str) -> list[dict[str, Any]] | None:
+        """The definitions of the keyed states (timers left out) the first of ``stage``'s tasks
+        with state files records, by name; ``None`` when no task has any (a changelog-backed stage
+        records its states in the changelog)."""
         for task in self.source.tasks(stage):
             keyed = [h for h in task.state_handles if h.kind is not StateHandleKind.OPERATOR]
             if keyed:
                 header = read_handle_header(keyed[0], self.source.storage)
-                return sorted(m["name"] for m in header.states if not is_timer_state(m["name"]))
+                return sorted((m for m in header.states if not is_timer_state(m["name"])), key=lambda m: m["name"])
         return None
+
+    def state_names(self, stage: str) -> list[str] | None:
+        """The names of :meth:`state_metas`."""
+        metas = self.state_metas(stage)
+        return None if metas is None else [m["name"] for m in metas]
 
     def check_state(self, stage: str, state: str) -> None:
         """``UnknownState`` when ``stage``'s snapshot records no keyed state ``state``."""

@@ -5,13 +5,17 @@ state fails on the driver; the CLI's Parquet output."""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from tidemark.api import KeyedProcessFunction
 from tidemark.spark.state_source import FORMAT, register
+from tidemark.state import AvroSerializer, DataclassSerializer, ListStateDescriptor, ValueStateDescriptor
 from tidemark.storage.filesystem import FilesystemCheckpointStorage
+from tidemark.testing import KeyedProcessFunctionHarness as Harness
 
 from state_processor_stage import COUNT, harness, keyed_state_of, request
 
@@ -82,3 +86,49 @@ def test_state_read_writes_parquet_through_spark(spark: "SparkSession", written,
     assert count == table.num_rows == len(state["count"])
     assert {json.loads(k): json.loads(v) for k, v in zip(table["key"].to_pylist(), table["value"].to_pylist())} == \
         state["count"]
+
+
+@dataclass
+class Visit:
+    url: str
+    hits: int
+    tags: list[str]
+
+
+VISIT = ValueStateDescriptor("visit", serializer=DataclassSerializer(Visit))
+SIZES = ListStateDescriptor("sizes", serializer=AvroSerializer({"type": "record", "name": "Size", "fields": [
+    {"name": "bytes", "type": "long"}, {"name": "note", "type": ["null", "string"]}]}))
+
+
+class Visits(KeyedProcessFunction):
+    def open(self, ctx: Any) -> None:
+        self.visit = ctx.get_state(VISIT)
+        self.sizes = ctx.get_state(SIZES)
+
+    def process(self, value: Any, ctx: Any) -> None:
+        old = self.visit.value()
+        self.visit.update(Visit(ctx.key, (old.hits if old else 0) + 1, [value["method"]]))
+        self.sizes.add({"bytes": value["bytes"], "note": None})
+
+
+def test_a_state_with_an_avro_schema_has_a_typed_value_column(spark: "SparkSession", tmp_path: Path) -> None:
+    register(spark)
+    h = Harness.for_function(Visits, lambda v: v["ip"], name="visits", parallelism=2, job_id="visits",
+                             storage=FilesystemCheckpointStorage(tmp_path))
+    with h:
+        h.process_all(request(i) for i in range(30))
+        h.snapshot(checkpoint_id=1)
+
+    def load(state: str, **options: str):
+        return spark.read.format(FORMAT).options(storage=tmp_path.as_uri(), job="visits", checkpoint="1",
+                                                 stage="visits", state=state, **options).load()
+
+    visits = load("visit")
+    assert visits.schema["value"].dataType.simpleString() == "struct<url:string,hits:bigint,tags:array<string>>"
+    spark_rows = visits.selectExpr("get_json_object(key, '$') AS ip", "value.hits AS hits").collect()
+    assert {r.ip: r.hits for r in spark_rows} == {f"10.0.0.{i}": len(range(i, 30, 17)) for i in range(17)}
+    sizes = load("sizes")
+    assert sizes.schema["value"].dataType.simpleString() == "array<struct<bytes:bigint,note:string>>"
+    assert sum(s.bytes for r in sizes.collect() for s in r.value) == sum(10 * i for i in range(30))
+    as_json = load("visit", typed_values="false").collect()
+    assert {json.loads(r.value)["url"] for r in as_json} == {f"10.0.0.{i}" for i in range(17)}
