@@ -73,9 +73,15 @@ def test_every_key_of_every_state_kind_reads_as_the_harness_restores_it_before_a
         rescaled.process_all(request(i) for i in range(40, 60))
         again = rescaled.snapshot(checkpoint_id=2, savepoint=savepoint)
         written_again = keyed_state_of(rescaled, KEYS)
+        timers_again = {key: rescaled.timers(key) for key in KEYS}
     reader = StateReader.open(again.storage, "profiles", checkpoint_id=2, changelog=changelog)
     assert len(reader.partitions(STAGE)) == 3
     assert read_all(reader) == expected(written_again)
+    timer_rows = list(reader.timers(STAGE))
+    assert {key: sorted(r.timestamp for r in timer_rows if r.key == key) for key in KEYS} == timers_again
+    seen = [r for r in reader.operator_state(STAGE) if r.state == "seen"]
+    assert {r.subtask for r in seen} == {0, 1, 2}
+    assert sorted(r.value for r in seen) == sorted(request(i)["ip"] for i in range(60))
 
 
 def test_one_partition_reads_only_its_old_task() -> None:
