@@ -11,7 +11,8 @@ Options: ``job`` (required), ``checkpoint`` (a retained id) or ``savepoint`` (a 
 path or its directory, relative to checkpoint storage), ``storage`` (the checkpoint storage URL;
 default: the settings', ``TIDEMARK_CHECKPOINT_STORAGE_URL``), ``view`` (``state``, the default;
 ``timers``, ``operator_state``, ``source_positions``, ``metadata``), ``stage`` and, for the state
-view, ``state``. A changelog-backed checkpoint is read from the job's Kafka, as the executors'
+view, ``state``; ``key_groups_per_partition`` cuts each old task of a keyed view into partitions
+of at most that many key groups (more, smaller partitions than old tasks). A changelog-backed checkpoint is read from the job's Kafka, as the executors'
 settings name it (``KAFKA_BOOTSTRAP_SERVERS``).
 
 Columns: see :data:`SCHEMAS`. Keys, namespaces and user keys are JSON text
@@ -64,6 +65,7 @@ class StateOptions:
     stage: str | None
     state: str | None
     typed_values: bool = True
+    key_groups_per_partition: int | None = None
 
     @classmethod
     def parse(cls, options: dict[str, str]) -> StateOptions:
@@ -85,8 +87,12 @@ class StateOptions:
         typed = options.get("typed_values", "true").lower()
         if typed not in ("true", "false"):
             raise StateSourceError(f"option typed_values: true or false, not {typed!r}")
+        per_partition = options.get("key_groups_per_partition")
+        if per_partition is not None and (not per_partition.isdigit() or int(per_partition) < 1):
+            raise StateSourceError(f"option key_groups_per_partition: a positive number, not {per_partition!r}")
         return cls(options.get("storage") or _default_storage(), options["job"], checkpoint_id,
-                   options.get("savepoint"), view, options.get("stage"), options.get("state"), typed == "true")
+                   options.get("savepoint"), view, options.get("stage"), options.get("state"), typed == "true",
+                   None if per_partition is None else int(per_partition))
 
     def reader(self) -> StateReader:
         from tidemark.storage import open_storage
@@ -157,7 +163,7 @@ class StateDataSourceReader(DataSourceReader):
             return [TaskPartition(None)]
         if options.view == "state":
             reader.check_state(options.stage, options.state)  # type: ignore[arg-type]
-        return [TaskPartition(p) for p in reader.partitions(options.stage)]  # type: ignore[arg-type]
+        return [TaskPartition(p) for p in reader.partitions(options.stage, options.key_groups_per_partition)]  # type: ignore[arg-type]
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
         options, part = self.options, partition.part  # type: ignore[attr-defined]

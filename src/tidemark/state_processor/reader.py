@@ -8,8 +8,8 @@
 * :meth:`~StateReader.operator_state`: its operator state as each old subtask snapshotted it;
 
 and :meth:`~StateReader.source_positions` the snapshot's source positions. Keyed views go one
-old task at a time (:meth:`~StateReader.partitions`; a partition can be read alone, which is how
-the Spark source reads them in parallel): each is restored into a scratch backend by
+old task at a time (:meth:`~StateReader.partitions`, or a key-group range of one; a partition can be read alone,
+which is how the Spark source reads them in parallel): each is restored into a scratch backend by
 :func:`~.task_restore.restored_task` and its entries decoded, so no process holds more than one
 task's state. A changelog-backed task needs ``changelog`` (a reader of the job's changelog ranges).
 """
@@ -82,10 +82,19 @@ class StateReader:
     def metadata(self) -> CheckpointMetadata:
         return self.source.metadata
 
-    def partitions(self, stage: str) -> list[ReadPartition]:
-        """The old tasks of ``stage``, in subtask order (``UnknownStage`` if none)."""
-        return [ReadPartition(stage, t.task_id, t.subtask_index, t.key_group_start, t.key_group_end)
-                for t in self.source.tasks(stage)]
+    def partitions(self, stage: str, max_key_groups: int | None = None) -> list[ReadPartition]:
+        """The old tasks of ``stage``, in subtask order (``UnknownStage`` if none); with
+        ``max_key_groups``, each cut into consecutive key-group ranges of at most that many (each
+        read restores only its range of the old task)."""
+        if max_key_groups is not None and max_key_groups < 1:
+            raise ValueError(f"max_key_groups must be at least 1, got {max_key_groups}")
+        partitions = []
+        for t in self.source.tasks(stage):
+            step = max_key_groups or (t.key_group_end - t.key_group_start + 1)
+            for start in range(t.key_group_start, t.key_group_end + 1, step):
+                end = min(start + step - 1, t.key_group_end)
+                partitions.append(ReadPartition(stage, t.task_id, t.subtask_index, start, end))
+        return partitions
 
     def state_metas(self, stage: str) -> list[dict[str, Any]] | None:
         """The definitions of the keyed states (timers left out) the first of ``stage``'s tasks
@@ -114,19 +123,19 @@ class StateReader:
         """The rows of keyed state ``state`` of ``stage``: every old task's, or ``partition``'s."""
         self.check_state(stage, state)
         for task in self._tasks(stage, partition):
-            for _, row in self._task_rows(task, lambda name: name == state):
+            for _, row in self._task_rows(task, lambda name: name == state, partition):
                 yield row
 
     def read_states(self, stage: str, partition: ReadPartition | None = None) -> Iterator[tuple[str, StateRow]]:
         """``(state name, row)`` of every keyed state of ``stage`` (timers left out), each old task
         restored once: every old task's, or ``partition``'s."""
         for task in self._tasks(stage, partition):
-            yield from self._task_rows(task, lambda name: not is_timer_state(name))
+            yield from self._task_rows(task, lambda name: not is_timer_state(name), partition)
 
     def timers(self, stage: str, partition: ReadPartition | None = None) -> Iterator[TimerRow]:
         """The timers of ``stage``: every old task's, or ``partition``'s, domain by domain."""
         for task in self._tasks(stage, partition):
-            for name, row in self._task_rows(task, is_timer_state):
+            for name, row in self._task_rows(task, is_timer_state, partition):
                 yield TimerRow(row.key, row.namespace, queue_name_of(name), int(row.user_key), row.key_group, row.task)
 
     def operator_state(self, stage: str) -> Iterator[OperatorStateRow]:
@@ -154,7 +163,10 @@ class StateReader:
             return tasks
         return [t for t in tasks if t.task_id == partition.task]
 
-    def _task_rows(self, task: TaskSnapshot, wanted: Callable[[str], bool]) -> Iterator[tuple[str, StateRow]]:
-        with restored_task(self.source.metadata, task, self.source.storage, changelog=self.changelog) as snapshot:
+    def _task_rows(self, task: TaskSnapshot, wanted: Callable[[str], bool],
+                   partition: ReadPartition | None) -> Iterator[tuple[str, StateRow]]:
+        key_groups = None if partition is None else partition.key_groups
+        with restored_task(self.source.metadata, task, self.source.storage, key_groups=key_groups,
+                           changelog=self.changelog) as snapshot:
             decoders = {m["name"]: EntryDecoder(m) for m in snapshot.states if wanted(m["name"])}
             yield from decode_rows(snapshot.entries(), decoders, task.task_id)

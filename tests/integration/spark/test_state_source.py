@@ -43,6 +43,10 @@ def test_a_state_reads_one_partition_per_old_task_and_answers_spark_sql(spark: "
              .options(storage=storage, job="profiles", checkpoint="5", stage="profile", state="count").load())
     assert frame.rdd.getNumPartitions() == 3
     assert {json.loads(r.key): json.loads(r.value) for r in frame.collect()} == state[COUNT.name]
+    ranges = (spark.read.format(FORMAT).options(storage=storage, job="profiles", checkpoint="5", stage="profile",
+                                                state="count", key_groups_per_partition="16").load())
+    assert ranges.rdd.getNumPartitions() == 9  # 43, 43 and 42 key groups, 16 at most a partition
+    assert sorted(ranges.collect()) == sorted(frame.collect())
     frame.createOrReplaceTempView("counts")
     top = spark.sql("SELECT get_json_object(key, '$') AS ip, CAST(value AS BIGINT) AS n FROM counts "
                     "ORDER BY n DESC, ip LIMIT 1").collect()[0]

@@ -97,6 +97,24 @@ def test_one_partition_reads_only_its_old_task() -> None:
     assert sum(r.value for part in rows.values() for r in part) == 40
 
 
+@pytest.mark.parametrize("backend", ["heap", "rocksdb"])
+def test_key_group_ranges_of_the_old_tasks_read_apart_give_the_same_rows(backend: str) -> None:
+    with harness(backend, 2) as h:
+        h.process_all(request(i) for i in range(40))
+        snapshot = h.snapshot(savepoint=backend == "heap")
+    reader = StateReader.open(snapshot.storage, "profiles", path=snapshot.path)
+    ranges = reader.partitions(STAGE, max_key_groups=30)
+    assert [(p.task, p.key_group_start, p.key_group_end) for p in ranges] == [
+        ("profile#0", 0, 29), ("profile#0", 30, 59), ("profile#0", 60, 63),
+        ("profile#1", 64, 93), ("profile#1", 94, 123), ("profile#1", 124, 127)]
+    for part in ranges:
+        assert all(row.key_group in part.key_groups for row in reader.read(STAGE, "count", part))
+    apart = sorted((r.key, r.value) for part in ranges for r in reader.read(STAGE, "count", part))
+    assert apart == sorted((r.key, r.value) for r in reader.read(STAGE, "count"))
+    with pytest.raises(ValueError, match="at least 1"):
+        reader.partitions(STAGE, max_key_groups=0)
+
+
 def test_wrong_path_stage_or_state_is_a_one_line_error() -> None:
     with harness("heap", 2) as h:
         h.process(request(1))
