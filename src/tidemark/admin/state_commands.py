@@ -18,6 +18,7 @@ from typing import Optional
 import typer
 
 from tidemark.admin.kafka_connection import fail
+from tidemark.admin.render import checkpoint_view_text
 from tidemark.exit_codes import EXIT_FAILED, EXIT_USAGE
 
 state_app = typer.Typer(help="Read a job's state from its retained checkpoints and savepoints.",
@@ -87,7 +88,7 @@ def inspect(job: str = JobArgument, checkpoint: Optional[int] = CheckpointOption
         view = inspect_checkpoint(reader.source)
     except Exception as exc:  # a corrupted or unreadable state file: named in one line
         fail("state inspect", f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}", EXIT_FAILED)
-    typer.echo(json.dumps(view.to_document(), indent=2, sort_keys=True) if as_json else view.to_text())
+    typer.echo(json.dumps(view.to_document(), indent=2, sort_keys=True) if as_json else checkpoint_view_text(view))
 
 
 @state_app.command("read")
@@ -102,7 +103,7 @@ def read(job: str = JobArgument, checkpoint: Optional[int] = CheckpointOption,
     """Write one state (or the timers, operator state or source positions) of a stage to a file:
     rows of key, namespace, user key, value, key group and task."""
     from tidemark.state_processor import StateSourceError
-    from tidemark.state_processor.export import Progress, export_jsonl, export_parquet
+    from tidemark.state_processor.export import Progress, export_jsonl
 
     command = "state read"
     reader = _reader(command, job, checkpoint, savepoint, storage)
@@ -126,7 +127,9 @@ def read(job: str = JobArgument, checkpoint: Optional[int] = CheckpointOption,
             options = {"job": job, "storage": _storage_url(storage, command), "view": view.value,
                        **({"checkpoint": str(checkpoint)} if checkpoint is not None else {"savepoint": str(savepoint)}),
                        **({"stage": stage} if stage else {}), **({"state": state} if state else {})}
-            count = export_parquet(options, output)
+            from tidemark.spark.state_source import write_parquet  # Spark: only for Parquet
+
+            count = write_parquet(options, output)
     except StateSourceError as exc:
         fail(command, str(exc), EXIT_USAGE)
     except Exception as exc:  # a corrupted or unreadable state file, the changelog out of reach: one line

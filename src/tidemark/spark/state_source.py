@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from pyspark.sql import SparkSession
@@ -201,9 +202,24 @@ def _text(value: Any) -> str | None:
     return None if value is None else json.dumps(value, sort_keys=True)
 
 
+def write_parquet(options: dict[str, str], output: Path, spark: SparkSession | None = None) -> int:
+    """Write this data source's rows for ``options`` to the Parquet directory ``output`` with
+    ``spark`` (default: a local session, stopped afterwards); how many rows."""
+    from tidemark.spark.session import local_session
+
+    session = spark or local_session()
+    try:
+        register(session)
+        session.read.format(FORMAT).options(**options).load().write.mode("overwrite").parquet(str(output))
+        return int(session.read.parquet(str(output)).count())
+    finally:
+        if spark is None:
+            session.stop()
+
+
 def register(spark: SparkSession) -> None:
     """Make ``format("tidemark-state")`` available in ``spark`` (idempotent)."""
     spark.dataSource.register(TidemarkStateDataSource)
 
 
-__all__ = ["FORMAT", "SCHEMAS", "StateOptions", "TidemarkStateDataSource", "register"]
+__all__ = ["FORMAT", "SCHEMAS", "StateOptions", "TidemarkStateDataSource", "register", "write_parquet"]

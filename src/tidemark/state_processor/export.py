@@ -1,6 +1,5 @@
-"""Writing one view of a checkpoint's state to a file: JSON lines through the Python reader, one
-old task at a time; Parquet through Spark and the ``tidemark-state`` data source, which reads the
-old tasks in parallel.
+"""Writing one view of a checkpoint's state to a file as JSON lines, through the Python reader,
+one old task at a time (Parquet goes through Spark: :func:`tidemark.spark.state_source.write_parquet`).
 
 A view is ``state`` (one keyed state's rows; ``state`` names it), ``timers``, ``operator_state``
 or ``source_positions``. ``progress`` is called after each old task with a :class:`Progress`
@@ -71,19 +70,3 @@ def export_jsonl(reader: StateReader, output: Path, view: str, stage: str | None
     finally:
         partial.unlink(missing_ok=True)
     return count
-
-
-def export_parquet(options: dict[str, str], output: Path, spark: Any = None) -> int:
-    """Write the ``tidemark-state`` data source's rows for ``options`` to the Parquet directory
-    ``output`` with ``spark`` (default: a local session, stopped afterwards); how many rows."""
-    from tidemark.spark.session import local_session
-    from tidemark.spark.state_source import FORMAT, register
-
-    session = spark or local_session()
-    try:
-        register(session)
-        session.read.format(FORMAT).options(**options).load().write.mode("overwrite").parquet(str(output))
-        return int(session.read.parquet(str(output)).count())
-    finally:
-        if spark is None:
-            session.stop()

@@ -7,8 +7,8 @@ reads state entries. The view holds, per stage, each old task with its key-group
 handles (kind, files, sizes, shared files), changelog ranges and materialization, and the stage's
 named states with their kinds, serializers and TTL, and its source positions.
 
-``view.to_document()`` is the JSON form (``tidemark state inspect --json``); ``view.to_text()``
-the tables.
+``view.to_document()`` is the JSON form (``tidemark state inspect --json``); the tables are
+:func:`tidemark.admin.render.checkpoint_view_text`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from tidemark.admin.render import format_bytes, format_time, table
 from tidemark.protocol.messages import StateHandle, StateHandleKind, TaskSnapshot
 from tidemark.state.timer_queue import is_timer_state
 from tidemark.state_processor.handle_headers import read_handle_header
@@ -106,40 +105,6 @@ class CheckpointView:
 
     def to_document(self) -> dict[str, Any]:
         return asdict(self)
-
-    def to_text(self) -> str:
-        lines = [f"{self.kind.lower()} {self.checkpoint_id} of job {self.job}: {self.path}",
-                 f"completed {format_time(self.completed_at)}, max parallelism {self.max_parallelism}, "
-                 f"state {format_bytes(self.state_size_bytes)} ({format_bytes(self.checkpointed_size_bytes)} "
-                 "written by this checkpoint)"]
-        for stage in self.stages:
-            lines += ["", f"stage {stage.stage}: {len(stage.tasks)} tasks, {stage.snapshot} snapshot, "
-                          f"backend {stage.backend}, {format_bytes(stage.size_bytes)}"]
-            lines.append(_indent(table(("TASK", "KEY GROUPS", "HANDLES", "FILES", "SHARED", "SIZE", "CHANGELOG RANGES",
-                                        "MATERIALIZATION"), [_task_row(t) for t in stage.tasks])))
-            states = [(s.name, s.kind, s.value_serializer, s.user_key_serializer,
-                       "-" if s.ttl_ms is None else f"{s.ttl_ms} ms") for s in (*stage.keyed_states, *stage.operator_states)]
-            if not stage.keyed_states and stage.states_recorded_in == "changelog":
-                lines.append("  keyed states: recorded in the changelog (read them with `tidemark state read`)")
-            if states:
-                lines.append(_indent(table(("STATE", "KIND", "VALUE SERIALIZER", "KEY SERIALIZER", "TTL"), states)))
-            offsets = [(t.task, o["topic"], o["partition"], o["offset"]) for t in stage.tasks for o in t.source_offsets]
-            if offsets:
-                lines.append(_indent(table(("TASK", "TOPIC", "PARTITION", "NEXT OFFSET"), offsets)))
-        return "\n".join(lines)
-
-
-def _indent(text: str) -> str:
-    return "\n".join("  " + line for line in text.splitlines())
-
-
-def _task_row(task: TaskView) -> tuple[Any, ...]:
-    materialization = task.materialization
-    return (task.task, f"{task.key_group_start}-{task.key_group_end}",
-            ",".join(h.kind for h in task.handles) or "-", sum(len(h.files) for h in task.handles),
-            task.shared_files, format_bytes(task.size_bytes), len(task.changelog_ranges),
-            "-" if materialization is None else
-            f"{materialization['materialization_id']} (checkpoint {materialization['checkpoint_id']})")
 
 
 def _handle_view(handle: StateHandle) -> HandleView:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from tidemark.api import KeyedProcessFunction
-from tidemark.spark.state_source import FORMAT, register
+from tidemark.spark.state_source import FORMAT, register, write_parquet
 from tidemark.state import AvroSerializer, DataclassSerializer, ListStateDescriptor, ValueStateDescriptor
 from tidemark.storage.filesystem import FilesystemCheckpointStorage
 from tidemark.testing import KeyedProcessFunctionHarness as Harness
@@ -78,11 +78,9 @@ def test_the_other_views_and_wrong_options(spark: "SparkSession", written) -> No
 
 
 def test_state_read_writes_parquet_through_spark(spark: "SparkSession", written, tmp_path: Path) -> None:
-    from tidemark.state_processor.export import export_parquet
-
     storage, state = written
     output = tmp_path / "count.parquet"
-    count = export_parquet({"storage": storage, "job": "profiles", "checkpoint": "5", "stage": "profile",
+    count = write_parquet({"storage": storage, "job": "profiles", "checkpoint": "5", "stage": "profile",
                             "state": "count"}, output, spark)
     import pyarrow.parquet as pq
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+from tidemark.admin.render import checkpoint_view_text
 from tidemark.state_processor import inspect_checkpoint, open_source
 from tidemark.testing.changelog import InMemoryChangelogTopic
 
@@ -36,7 +37,7 @@ def test_a_savepoint_shows_each_task_its_key_groups_files_and_the_states_with_th
     assert [(s.name, s.kind) for s in stage.operator_states] == [("seen", "SPLIT_DISTRIBUTE")]
     document = json.loads(json.dumps(view.to_document()))
     assert document["stages"][0]["tasks"][1]["key_group_start"] == 64
-    text = view.to_text()
+    text = checkpoint_view_text(view)
     assert "savepoint 1 of job profiles" in text and "stage profile: 2 tasks, full snapshot, backend heap" in text
     assert "last_seen" in text and "3600000 ms" in text
 
@@ -61,5 +62,5 @@ def test_a_changelog_checkpoint_shows_its_ranges_and_says_where_its_states_are_r
     assert stage.snapshot == "changelog" and stage.states_recorded_in == "changelog"
     assert all(t.changelog_ranges for t in stage.tasks)
     assert stage.keyed_states == ()
-    assert "recorded in the changelog" in inspect_checkpoint(
-        open_source(snapshot.storage, "profiles", checkpoint_id=1)).to_text()
+    assert "recorded in the changelog" in checkpoint_view_text(inspect_checkpoint(
+        open_source(snapshot.storage, "profiles", checkpoint_id=1)))
