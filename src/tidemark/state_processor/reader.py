@@ -28,6 +28,7 @@ from tidemark.state_processor.handle_headers import read_handle_header
 from tidemark.state_processor.rows import (
     EntryDecoder,
     OperatorStateRow,
+    SourcePositionRow,
     StateRow,
     TimerRow,
     decode_rows,
@@ -51,19 +52,6 @@ class ReadPartition:
     @property
     def key_groups(self) -> KeyGroupRange:
         return KeyGroupRange(self.key_group_start, self.key_group_end)
-
-
-@dataclass(frozen=True, slots=True)
-class SourcePositionRow:
-    stage: str
-    task: str
-    topic: str
-    partition: int
-    offset: int
-
-    def to_json(self) -> dict[str, Any]:
-        return {"stage": self.stage, "task": self.task, "topic": self.topic, "partition": self.partition,
-                "offset": self.offset}
 
 
 class StateReader:

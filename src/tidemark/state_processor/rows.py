@@ -141,3 +141,18 @@ def operator_rows(header: dict[str, Any], states: dict[str, list[Any]]) -> Itera
                                        values.deserialize(item[1]))
             else:
                 yield OperatorStateRow(meta["name"], meta["mode"], subtask, None, values.deserialize(item))
+
+
+@dataclass(frozen=True, slots=True)
+class SourcePositionRow:
+    """The next offset of one source partition an old task read."""
+
+    stage: str
+    task: str
+    topic: str
+    partition: int
+    offset: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"stage": self.stage, "task": self.task, "topic": self.topic, "partition": self.partition,
+                "offset": self.offset}

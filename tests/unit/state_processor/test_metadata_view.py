@@ -64,3 +64,26 @@ def test_a_changelog_checkpoint_shows_its_ranges_and_says_where_its_states_are_r
     assert stage.keyed_states == ()
     assert "recorded in the changelog" in checkpoint_view_text(inspect_checkpoint(
         open_source(snapshot.storage, "profiles", checkpoint_id=1)))
+
+
+def test_source_positions_show_in_the_view_and_read_as_rows() -> None:
+    from dataclasses import replace
+
+    from tidemark.checkpoint_store import encode_metadata, metadata_path
+    from tidemark.protocol.messages import SourceOffset
+    from tidemark.state_processor import StateReader
+
+    with harness("heap", 2) as h:
+        h.process(request(1))
+        snapshot = h.snapshot()
+    tasks = tuple(replace(t, source_offsets=(SourceOffset("access-log", t.subtask_index, 100 + t.subtask_index),))
+                  for t in snapshot.metadata.tasks)
+    metadata = replace(snapshot.metadata, checkpoint_id=5, tasks=tasks)
+    snapshot.storage.write_bytes(metadata_path("profiles", 5, metadata.checkpoint_type), encode_metadata(metadata))
+    reader = StateReader.open(snapshot.storage, "profiles", checkpoint_id=5)
+    assert [r.to_json() for r in reader.source_positions()] == [
+        {"stage": STAGE, "task": "profile#0", "topic": "access-log", "partition": 0, "offset": 100},
+        {"stage": STAGE, "task": "profile#1", "topic": "access-log", "partition": 1, "offset": 101}]
+    assert list(reader.source_positions("other")) == []
+    text = checkpoint_view_text(inspect_checkpoint(reader.source))
+    assert "NEXT OFFSET" in text and "access-log  1          101" in text
