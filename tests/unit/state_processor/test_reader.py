@@ -152,3 +152,23 @@ def test_values_become_what_json_holds() -> None:
 
     assert json_compatible({"a": (1, b"\x00\x01"), "b": None}) == {"a": [1, "AAE="], "b": None}
     assert json_compatible({1: "x", "y": [2.5, True]}) == [[1, "x"], ["y", [2.5, True]]]
+
+
+def test_a_window_state_reads_with_its_windows_as_namespaces() -> None:
+    from tidemark.examples.access_log_windows import sliding_url_counts
+    from tidemark.testing import KeyedProcessFunctionHarness as Harness
+
+    job = sliding_url_counts(size_ms=300_000, slide_ms=60_000)
+    with Harness.for_stage(job, "url_windows", parallelism=2) as h:
+        for ts in (30_000, 90_000):
+            h.process({"ts": ts, "ip": "10.0.0.1", "method": "GET", "url": "/a", "status": 200, "bytes": 1},
+                      timestamp_ms=ts)
+        snapshot = h.snapshot()
+    reader = StateReader.open(snapshot.storage, job.job_id, path=snapshot.path)
+    windows = {(start, start + 300_000) for start in range(-240_000, 60_001, 60_000)}  # those holding 30 s or 90 s
+    rows = [row for _, row in reader.read_states("url_windows")]
+    assert rows and {row.key for row in rows} == {"/a"}
+    assert {tuple(row.namespace) for row in rows} == windows
+    timers = list(reader.timers("url_windows"))
+    assert {(tuple(t.namespace), t.timestamp) for t in timers} == {(w, w[1] - 1) for w in windows}
+    assert rows[0].to_json()["namespace"] == list(rows[0].namespace)
