@@ -79,3 +79,19 @@ def test_a_wrong_id_path_stage_or_state_exits_2_with_one_line(storage_url: str, 
     assert code == 2, out + err
     assert message in err and len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "x").exists()
+
+
+def test_a_corrupted_state_file_exits_1_with_one_line_naming_it(tmp_path: Path) -> None:
+    with harness("heap", 2, storage=FilesystemCheckpointStorage(tmp_path)) as h:
+        h.process_all(request(i) for i in range(10))
+        snapshot = h.snapshot()
+    damaged = snapshot.metadata.tasks[0].state_handles[0].files[0].path  # the header inspect reads
+    (tmp_path / damaged).write_bytes(b"not a snapshot")
+    for args in (["inspect", "profiles", "--checkpoint", "1"],
+                 ["read", "profiles", "--checkpoint", "1", "--stage", "profile", "--state", "count",
+                  "--output", str(tmp_path / "out.jsonl")]):
+        code, out, err = run(*args, "--storage", tmp_path.as_uri())
+        lines = err.strip().splitlines()
+        assert code == 1, out + err
+        assert damaged in lines[-1] and lines[-1].startswith(f"tidemark state {args[0]}: "), err
+    assert not (tmp_path / "out.jsonl").exists()
