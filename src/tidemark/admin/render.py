@@ -175,8 +175,8 @@ def checkpoint_view_text(view: CheckpointView) -> str:
     for stage in view.stages:
         lines += ["", f"stage {stage.stage}: {len(stage.tasks)} tasks, {stage.snapshot} snapshot, "
                       f"backend {stage.backend}, {format_bytes(stage.size_bytes)}"]
-        lines.append(_indent(table(("TASK", "KEY GROUPS", "HANDLES", "FILES", "SHARED", "SIZE", "CHANGELOG RANGES",
-                                    "MATERIALIZATION"), [_task_row(t) for t in stage.tasks])))
+        lines.append(_indent(table(("TASK", "KEY GROUPS", "HANDLES", "FILES", "SHARED", "SIZE", "WRITTEN",
+                                    "CHANGELOG RANGES", "MATERIALIZATION"), [_task_row(t) for t in stage.tasks])))
         states = [(s.name, s.kind, s.value_serializer, s.user_key_serializer,
                    "-" if s.ttl_ms is None else f"{s.ttl_ms} ms") for s in (*stage.keyed_states, *stage.operator_states)]
         if not stage.keyed_states and stage.states_recorded_in == "changelog":
@@ -197,6 +197,6 @@ def _task_row(task: TaskView) -> tuple[Any, ...]:
     materialization = task.materialization
     return (task.task, f"{task.key_group_start}-{task.key_group_end}",
             ",".join(h.kind for h in task.handles) or "-", sum(len(h.files) for h in task.handles),
-            task.shared_files, format_bytes(task.size_bytes), len(task.changelog_ranges),
+            task.shared_files, format_bytes(task.size_bytes), format_bytes(task.written_bytes), len(task.changelog_ranges),
             "-" if materialization is None else
             f"{materialization['materialization_id']} (checkpoint {materialization['checkpoint_id']})")

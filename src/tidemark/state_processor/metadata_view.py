@@ -58,6 +58,11 @@ class TaskView:
         return sum(h.state_size_bytes for h in self.handles)
 
     @property
+    def written_bytes(self) -> int:
+        """What this checkpoint wrote of the task's state (the rest: shared files written before)."""
+        return sum(h.checkpointed_size_bytes for h in self.handles)
+
+    @property
     def shared_files(self) -> int:
         return sum(f.shared for h in self.handles for f in h.files)
 

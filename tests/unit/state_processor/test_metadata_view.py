@@ -49,7 +49,7 @@ def test_an_incremental_checkpoint_shows_its_shared_files() -> None:
     view = inspect_checkpoint(open_source(snapshot.storage, "profiles", path=snapshot.path))
     (stage,) = view.stages
     assert (view.kind, stage.backend, stage.snapshot) == ("CHECKPOINT", "rocksdb", "incremental")
-    assert all(t.shared_files > 0 for t in stage.tasks)
+    assert all(t.shared_files > 0 and 0 < t.written_bytes <= t.size_bytes for t in stage.tasks)
     assert {"count", "by_method"} <= {s.name for s in stage.keyed_states}
 
 
