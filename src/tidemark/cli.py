@@ -16,6 +16,7 @@ from tidemark.config.settings import DEFAULT_HOME
 from tidemark.admin.coordinator_commands import install as install_operator_commands
 from tidemark.admin.coordinator_commands import jobs_app
 from tidemark.admin.generate_commands import install as install_generate_commands
+from tidemark.admin.state_commands import install as install_state_commands
 from tidemark.admin.topic_commands import install as install_topic_commands
 from tidemark.runtime.job_commands import install as install_job_commands
 from tidemark.verification.verify_command import install as install_verify_command
@@ -29,6 +30,7 @@ install_operator_commands(app)
 install_job_commands(jobs_app)
 install_topic_commands(app)
 install_generate_commands(app)
+install_state_commands(app)
 install_verify_command(app)
 
 HomeOption = typer.Option(DEFAULT_HOME, "--home", envvar="TIDEMARK_HOME",

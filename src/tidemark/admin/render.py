@@ -5,7 +5,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tidemark.state_processor.metadata_view import CheckpointView, TaskView
 
 _UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
 
@@ -160,3 +163,40 @@ def runs_text(document: dict[str, Any]) -> str:
     rows = [(r["run_id"], r["job"], run_status(r), r["pid"], format_time(r["started_at"]), r["reference"],
              r["log_path"]) for r in document["runs"]]
     return table(("RUN", "JOB", "STATUS", "PID", "STARTED", "REFERENCE", "LOG"), rows)
+
+
+def checkpoint_view_text(view: CheckpointView) -> str:
+    """``tidemark state inspect``: a checkpoint's metadata view as a header and, per stage, tables of
+    its tasks, its states and its source positions."""
+    lines = [f"{view.kind.lower()} {view.checkpoint_id} of job {view.job}: {view.path}",
+             f"completed {format_time(view.completed_at)}, max parallelism {view.max_parallelism}, "
+             f"state {format_bytes(view.state_size_bytes)} ({format_bytes(view.checkpointed_size_bytes)} "
+             "written by this checkpoint)"]
+    for stage in view.stages:
+        lines += ["", f"stage {stage.stage}: {len(stage.tasks)} tasks, {stage.snapshot} snapshot, "
+                      f"backend {stage.backend}, {format_bytes(stage.size_bytes)}"]
+        lines.append(_indent(table(("TASK", "KEY GROUPS", "HANDLES", "FILES", "SHARED", "SIZE", "WRITTEN",
+                                    "CHANGELOG RANGES", "MATERIALIZATION"), [_task_row(t) for t in stage.tasks])))
+        states = [(s.name, s.kind, s.value_serializer, s.user_key_serializer,
+                   "-" if s.ttl_ms is None else f"{s.ttl_ms} ms") for s in (*stage.keyed_states, *stage.operator_states)]
+        if not stage.keyed_states and stage.states_recorded_in == "changelog":
+            lines.append("  keyed states: recorded in the changelog (read them with `tidemark state read`)")
+        if states:
+            lines.append(_indent(table(("STATE", "KIND", "VALUE SERIALIZER", "KEY SERIALIZER", "TTL"), states)))
+        offsets = [(t.task, o["topic"], o["partition"], o["offset"]) for t in stage.tasks for o in t.source_offsets]
+        if offsets:
+            lines.append(_indent(table(("TASK", "TOPIC", "PARTITION", "NEXT OFFSET"), offsets)))
+    return "\n".join(lines)
+
+
+def _indent(text: str) -> str:
+    return "\n".join("  " + line for line in text.splitlines())
+
+
+def _task_row(task: TaskView) -> tuple[Any, ...]:
+    materialization = task.materialization
+    return (task.task, f"{task.key_group_start}-{task.key_group_end}",
+            ",".join(h.kind for h in task.handles) or "-", sum(len(h.files) for h in task.handles),
+            task.shared_files, format_bytes(task.size_bytes), format_bytes(task.written_bytes), len(task.changelog_ranges),
+            "-" if materialization is None else
+            f"{materialization['materialization_id']} (checkpoint {materialization['checkpoint_id']})")

@@ -262,6 +262,18 @@ def snapshot_state_names(data: bytes, name: str) -> list[str]:
     return [meta["name"] for meta in header["states"]]
 
 
+def snapshot_header(data: bytes, name: str) -> dict[str, Any]:
+    """The header of one subtask's snapshot file ``data`` (at ``name``): its subtask, parallelism
+    and each state's name, mode and serializers."""
+    return _header(data, name)[0]
+
+
+def read_snapshot(data: bytes, name: str) -> tuple[dict[str, Any], dict[str, list[Any]]]:
+    """One subtask's snapshot file: its header, and each state's serialized items (a list
+    state's elements; a broadcast state's ``(key, value)`` pairs), in the file's order."""
+    return _decode(data, name)
+
+
 def _header(data: bytes, name: str) -> tuple[dict[str, Any], int]:
     """The checked snapshot's header and the offset of the states after it."""
     if len(data) < len(MAGIC) + 36 or not data.startswith(MAGIC):

@@ -83,3 +83,31 @@ def test_a_defined_state_without_data_restores_into_every_backend(new_backend, s
         assert restored.get_state(ValueStateDescriptor("v")).value() == 7
         assert restored.get_state(ValueStateDescriptor("registered-only")).value() is None
         assert restored.get_state(ValueStateDescriptor("logged-only")).value() is None
+
+
+def test_a_checkpoint_after_a_rescaled_restore_names_every_file_where_the_store_finds_it() -> None:
+    """A backend restored from another range keeps the base's SST files; its next incremental
+    checkpoint lists them at their root-relative paths (not the backend's own ``shared/...``)."""
+    from tidemark.api import KeyedProcessFunction
+    from tidemark.state import ValueStateDescriptor
+    from tidemark.testing import KeyedProcessFunctionHarness
+
+    class Count(KeyedProcessFunction):
+        def open(self, ctx):  # type: ignore[no-untyped-def]
+            self.count = ctx.get_state(ValueStateDescriptor("count", default=0))
+
+        def process(self, value, ctx):  # type: ignore[no-untyped-def]
+            self.count.update(self.count.value() + 1)
+
+    def harness(parallelism: int, **options):  # type: ignore[no-untyped-def]
+        return KeyedProcessFunctionHarness.for_function(Count, lambda v: v, parallelism=parallelism,
+                                                        state_backend="rocksdb", **options)
+
+    with harness(2) as first:
+        first.process_all(f"k{i}" for i in range(50))
+        checkpoint = first.snapshot(savepoint=False)
+    with harness(3, storage=checkpoint.storage).restore(checkpoint) as rescaled:
+        after = rescaled.snapshot(checkpoint_id=2, savepoint=False)
+    files = [f for t in after.metadata.tasks for h in t.state_handles for f in h.files]
+    assert any(f.shared for f in files)
+    assert [f.path for f in files if not after.storage.exists(f.path)] == []

@@ -63,15 +63,14 @@ def _upload(
     known = uploaded.get(name)
     if known is not None:
         return known, False
-    sha = _sha256_of(local)
-    path = f"{shared_dir}/{sha}.sst"
-    if storage.exists(path):
-        ref, fresh = StateFile(path, local.stat().st_size, sha, shared=True), False
-    else:
-        with local.open("rb") as f:
-            ref, fresh = storage.write_from(path, f, shared=True), True
+    # written even when a file of that content is there already (from another task, or the base a
+    # rescaled restore started from): the write returns the file's path as the store names it
+    # (relative to the storage root), which a view of storage (SnapshotStorage) maps
+    path = f"{shared_dir}/{_sha256_of(local)}.sst"
+    with local.open("rb") as f:
+        ref = storage.write_from(path, f, shared=True)
     uploaded[name] = ref
-    return ref, fresh
+    return ref, True
 
 
 def create_local_checkpoint(db: rocksdict.Rdict, work_dir: Path, checkpoint_id: int) -> Path:
