@@ -71,6 +71,10 @@ class CheckpointStorage(Protocol):
 
     def exists(self, path: str) -> bool: ...
 
+    def located(self, path: str) -> str:
+        """The path a ``StateFile`` of the file at ``path`` names (what a write there returns):
+        relative to the storage root, also from a view of a part of it."""
+
     def check_target(self, directory: str) -> None:
         """Refuse ``directory`` as a place to write files into, before anything is written there:
         ``InvalidStoragePath`` when the path is not allowed, ``TargetConflict`` when a file is at

@@ -150,6 +150,9 @@ class FilesystemCheckpointStorage:
     def exists(self, path: str) -> bool:
         return self._resolve(path).is_file()
 
+    def located(self, path: str) -> str:
+        return path
+
     def delete(self, path: str) -> None:
         target = self._resolve(path)
         try:

@@ -314,6 +314,9 @@ class S3CheckpointStorage:
     def read_verified(self, ref: StateFile) -> bytes:
         return verified(ref, self.read_bytes(ref.path))
 
+    def located(self, path: str) -> str:
+        return path
+
     def exists(self, path: str) -> bool:
         key = self._key(path)
         try:

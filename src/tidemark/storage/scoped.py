@@ -52,6 +52,9 @@ class SnapshotStorage:
     def exists(self, path: str) -> bool:
         return self.root.exists(self._map(path))
 
+    def located(self, path: str) -> str:
+        return self.root.located(self._map(path))
+
     def check_target(self, directory: str) -> None:
         self.root.check_target(self._map(directory))
 

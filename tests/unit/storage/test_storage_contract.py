@@ -46,6 +46,16 @@ def test_write_read_round_trip_with_sha256(storage) -> None:
     assert storage.exists("job/chk-1/a.bin") and not storage.exists("job/chk-1/b.bin")
 
 
+def test_a_file_is_located_where_a_write_there_names_it_also_through_a_view(storage) -> None:
+    from tidemark.storage.scoped import SnapshotStorage
+
+    ref = storage.write_bytes("job/shared/op/x.sst", b"x", shared=True)
+    assert storage.located("job/shared/op/x.sst") == ref.path
+    view = SnapshotStorage(storage, "job/chk-2/op", "job/shared/op")
+    assert view.exists("shared/x.sst") and view.located("shared/x.sst") == ref.path
+    assert view.write_bytes("y.bin", b"y").path == view.located("y.bin") == "job/chk-2/op/y.bin"
+
+
 def test_write_from_streams_and_marks_shared(storage) -> None:
     data = os.urandom((1 << 20) * 2 + 17)
     ref = storage.write_from("shared/x.sst", io.BytesIO(data), shared=True)

@@ -63,14 +63,16 @@ def _upload(
     known = uploaded.get(name)
     if known is not None:
         return known, False
-    # written even when a file of that content is there already (from another task, or the base a
-    # rescaled restore started from): the write returns the file's path as the store names it
-    # (relative to the storage root), which a view of storage (SnapshotStorage) maps
-    path = f"{shared_dir}/{_sha256_of(local)}.sst"
-    with local.open("rb") as f:
-        ref = storage.write_from(path, f, shared=True)
+    sha = _sha256_of(local)
+    path = f"{shared_dir}/{sha}.sst"
+    if storage.exists(path):  # another task's, or the base a rescaled restore started from: named as
+        # the store names it (relative to the storage root, where ``storage`` is a view of a part)
+        ref, fresh = StateFile(storage.located(path), local.stat().st_size, sha, shared=True), False
+    else:
+        with local.open("rb") as f:
+            ref, fresh = storage.write_from(path, f, shared=True), True
     uploaded[name] = ref
-    return ref, True
+    return ref, fresh
 
 
 def create_local_checkpoint(db: rocksdict.Rdict, work_dir: Path, checkpoint_id: int) -> Path:
