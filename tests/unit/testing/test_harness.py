@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from state_processor_stage import Average
 from tidemark.examples.access_log import MINUTE_MS, top_urls, url_counts
 from tidemark.api import KeyedProcessFunction, json_encode
 from tidemark.state import (
@@ -122,20 +123,6 @@ def test_restoring_checks_what_it_restores() -> None:
 
 
 # ---------------------------------------------------------------------- every state kind, TTL
-
-
-class Average:
-    def create_accumulator(self) -> list[int]:
-        return [0, 0]
-
-    def add(self, value: int, accumulator: list[int]) -> list[int]:
-        return [accumulator[0] + value, accumulator[1] + 1]
-
-    def get_result(self, accumulator: list[int]) -> float:
-        return accumulator[0] / accumulator[1]
-
-    def merge(self, a: list[int], b: list[int]) -> list[int]:
-        return [a[0] + b[0], a[1] + b[1]]
 
 
 LAST_SEEN = ValueStateDescriptor("last_seen", ttl=StateTtlConfig(ttl_seconds=60))
