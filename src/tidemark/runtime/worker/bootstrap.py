@@ -17,7 +17,7 @@ from __future__ import annotations
 import shutil
 import threading
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Callable
 from typing import cast
 
@@ -28,7 +28,6 @@ from tidemark.checkpoint.restore_planner import plan_assignments
 from tidemark.checkpoint_store.metadata_codec import MetadataFormatError
 from tidemark.checkpoint_store.persistent_store import read_metadata
 from tidemark.config.settings import TidemarkSettings
-from tidemark.keygroups import KeyGroupRange, compute_key_group_range
 from tidemark.kafka.admin import ensure_topics
 from tidemark.kafka.clients import base_config
 from tidemark.kafka.metadata import TopicNotFoundError, list_partitions, metadata_consumer
@@ -47,7 +46,7 @@ from tidemark.runtime.worker.outputs import (
     WithSideOutputs,
 )
 from tidemark.runtime.job.ownership import (channel_partitions_of, co_partitioned_reads, input_partitions_of,
-                                            subtasks_of)
+                                            owned_key_groups, subtasks_of)
 from tidemark.runtime.job.physical_plan import co_partitioned, physical_job, source_operators
 from tidemark.runtime.worker.record_errors import FunctionFailed, RecordFailures
 from tidemark.runtime.job.records import InputRecord
@@ -309,12 +308,9 @@ class _Wiring:
             return self._co_partitioned_reads(partitions)
         if not self.upstreams or not self.stage.keyed:
             return input_partitions_of(self.attempt.worker, self.workers, partitions)
-        parallelism, max_parallelism = self.attempt.parallelism, self.spec.max_parallelism
-        owned = KeyGroupRange(compute_key_group_range(max_parallelism, parallelism, self.subtasks[0]).start,
-                              compute_key_group_range(max_parallelism, parallelism, self.subtasks[-1]).end)
-        counts: dict[str, int] = defaultdict(int)
-        for topic, _ in partitions:
-            counts[topic] += 1
+        max_parallelism = self.spec.max_parallelism
+        owned = owned_key_groups(self.attempt.worker, self.attempt.parallelism, self.workers, max_parallelism)
+        counts = Counter(topic for topic, _ in partitions)
         mine = {topic for topic in counts if self._partitioned_for_me(topic)}  # else every partition, keys filtered
         return [TopicPartition(topic, p) for topic in sorted(counts)
                 for p in (channel_partitions_of(owned, max_parallelism, counts[topic]) if topic in mine
