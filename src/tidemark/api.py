@@ -38,6 +38,7 @@ import functools
 import importlib
 import inspect
 import json
+import operator
 import re
 import types
 import typing
@@ -492,6 +493,57 @@ def key_encode(key: Any) -> bytes:
     return key if isinstance(key, bytes) else str(key).encode()
 
 
+KeyBy = Callable[[Any], Any] | str
+"""How a record's value gives its key: a function of the value, or the name of a column (the
+value's item of that name: a Spark step's row, or a JSON object's field)."""
+
+
+def column_key(name: str) -> Callable[[Any], Any]:
+    """The key function of a ``key_by`` that names a column."""
+    if not name:
+        raise ValueError("key_by names a column, got an empty name")
+    return operator.itemgetter(name)
+
+
+@dataclass(frozen=True)
+class SparkStep:
+    """A transformation Spark runs on each micro-batch of an input's records before the stage's
+    function sees them (docs/concepts/spark-step.md): ``transform`` is a function ``DataFrame ->
+    DataFrame`` or a Spark SQL query over the view ``input``. Its input has the Kafka columns
+    ``key``, ``value`` (binary), ``topic``, ``partition``, ``offset``, ``timestamp`` and
+    ``headers``; its output keeps ``topic``, ``partition`` and ``offset`` (each row's origin: the
+    positions, dead letters and exactly-once need it) and adds the columns the function gets: each
+    row reaches the function as a dict of the output's other columns (no per-record decoding in
+    Python). A row with a null in one of the ``required`` columns (a dotted path reaches into a
+    struct: ``r.url``) is dead-lettered with its original bytes and its origin instead (``from_json``
+    gives nulls for what it cannot parse). ``tables``: static DataFrames to join with, each made
+    once per query by its function of the SparkSession and registered as a temporary view of its
+    name (a Parquet or CSV table, a JDBC table); ``cache_tables`` keeps them in Spark's memory."""
+
+    transform: Callable[[Any], Any] | str
+    required: tuple[str, ...] = ()
+    tables: typing.Mapping[str, Callable[[Any], Any]] | tuple[tuple[str, Callable[[Any], Any]], ...] = ()
+    cache_tables: bool = True
+
+    def __post_init__(self) -> None:
+        if isinstance(self.transform, str):
+            if not self.transform.strip():
+                raise ValueError("SparkStep: the SQL query is empty")
+        elif not callable(self.transform):
+            raise ValueError(f"SparkStep: transform is a function of a DataFrame or a SQL query, got "
+                             f"{type(self.transform).__name__}")
+        if isinstance(self.required, str):
+            object.__setattr__(self, "required", (self.required,))
+        given = self.tables
+        pairs = tuple(sorted(given.items() if isinstance(given, typing.Mapping) else given, key=lambda p: p[0]))
+        for name, make in pairs:
+            if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) or name == "input":
+                raise ValueError(f"SparkStep: a table's name is a SQL identifier other than 'input', got {name!r}")
+            if not callable(make):
+                raise ValueError(f"SparkStep: table {name!r} is made by a function of the SparkSession")
+        object.__setattr__(self, "tables", pairs)
+
+
 @dataclass(frozen=True)
 class Input:
     """One input of a stage: a Kafka topic, either the job's input or another stage's output (a
@@ -508,14 +560,18 @@ class Input:
     stage's ``key_by`` gives), as a Tidemark stage's channel is. A keyed stage on several workers
     then reads it without the exchange: each worker reads the partitions of its own key groups
     (docs/concepts/runtime.md, "Co-partitioned input"); a record found in another partition than
-    its key's is dead-lettered with its origin."""
+    its key's is dead-lettered with its origin.
+
+    ``spark_step``: a :class:`SparkStep` Spark runs on this input's records before the function
+    (None: the stage's); its rows reach the function instead of ``decode``'s values."""
 
     topic: str
     decode: Callable[[bytes | None, bytes | None], Any] | None = None
-    key_by: Callable[[Any], Any] | None = None
+    key_by: KeyBy | None = None
     event_time: EventTime | None = None
     broadcast: bool = False
     co_partitioned: bool = False
+    spark_step: SparkStep | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.topic, str) or not self.topic:
@@ -532,7 +588,7 @@ class Stage:
 
     name: str  # the operator id; stable across restarts and rescaling
     inputs: tuple[str | Input, ...]  # topics read (a name: an Input with the stage's defaults); another stage's output makes a channel
-    key_by: Callable[[Any], Any] | None  # None: a stage without a key (operator state only), unless its inputs key
+    key_by: KeyBy | None  # None: a stage without a key (operator state only), unless its inputs key; a str: a column
     function: Callable[[], ProcessFunction | CoProcessFunction | BroadcastProcessFunction] | Windowed  # keyed functions in a keyed stage, or its windows
     output: str  # Kafka topic written
     decode: Callable[[bytes | None, bytes | None], Any] = json_decode
@@ -553,6 +609,7 @@ class Stage:
     forwards_to: str | None = None  # set by runtime.job.physical_plan on a source stage's exchange reader
     exchange: str | None = None  # set by runtime.job.physical_plan: the topic its exchange reader forwards into
     exchanged: tuple[str, ...] = ()  # set with ``exchange``: the input topics read through it
+    spark_step: SparkStep | None = None  # run by Spark on its inputs' records first (an Input's own overrides it)
 
     def __post_init__(self) -> None:
         if isinstance(self.inputs, str):
@@ -564,6 +621,9 @@ class Stage:
         topics = [i.topic for i in inputs]
         if len(set(topics)) != len(topics):
             raise ValueError(f"stage {self.name}: reads a topic twice: {sorted({t for t in topics if topics.count(t) > 1})}")
+        for key_by in (self.key_by, *(i.key_by for i in inputs)):
+            if isinstance(key_by, str) and not key_by:
+                raise ValueError(f"stage {self.name}: key_by names a column, got an empty name")
         if self.key_by is None and any(i.key_by is not None for i in inputs):
             unkeyed = [i.topic for i in inputs if i.key_by is None and not i.broadcast]
             if unkeyed:
@@ -651,7 +711,11 @@ class Stage:
         return item.decode or self.decode
 
     def key_of(self, item: Input) -> Callable[[Any], Any] | None:
-        return None if item.broadcast else item.key_by or self.key_by
+        key_by = None if item.broadcast else item.key_by or self.key_by
+        return column_key(key_by) if isinstance(key_by, str) else key_by
+
+    def spark_step_of(self, item: Input) -> SparkStep | None:
+        return item.spark_step or self.spark_step
 
     def event_time_of(self, item: Input) -> EventTime | None:
         return item.event_time or self.event_time
@@ -764,6 +828,9 @@ class JobSpec:
                                      f"output topic (a stage reads several by listing them in its inputs)")
                 writers[topic] = stage.name
         for stage in self.stages:
+            if stepped := [i.topic for i in stage.input_list if i.spark_step is not None and i.topic in writers]:
+                raise ValueError(f"stage {stage.name}: a Spark step runs on the job's input topics, and {stepped[0]} "
+                                 f"is stage {writers[stepped[0]]}'s output: give that stage the step instead")
             if own := [i.topic for i in stage.input_list if i.topic in stage.output_topics]:
                 raise ValueError(f"stage {stage.name} reads its own output {own[0]}: a job is a graph without cycles")
         state = {s.name: 0 for s in self.stages}  # 0 unseen, 1 on the path, 2 done

@@ -179,17 +179,21 @@ class Milestone:
         self.reached = True
 
 
-def dead_letters(bootstrap: str, topic: str, want: set[tuple[str, int, int]], timeout_s: float) -> list[DeadLetter]:
+def dead_letters(bootstrap: str, topic: str, want: set[tuple[str, int, int]] | int,
+                 timeout_s: float) -> list[DeadLetter]:
     """The dead letters on ``topic``, read until those of every origin in ``want`` (topic,
-    partition, offset) came or ``timeout_s`` passed."""
+    partition, offset), or of ``want`` origins, came or ``timeout_s`` passed."""
     consumer = Consumer(consumer_config({"bootstrap.servers": bootstrap}, f"dlq-reader-{time.time_ns()}",
                                         **{"auto.offset.reset": "earliest"}))
     consumer.subscribe([topic])
     letters: list[DeadLetter] = []
     deadline = time.monotonic() + timeout_s
     try:
-        while time.monotonic() < deadline and not want <= {(d.origin_topic, d.origin_partition, d.origin_offset)
-                                                          for d in letters}:
+        def enough() -> bool:
+            seen = {(d.origin_topic, d.origin_partition, d.origin_offset) for d in letters}
+            return len(seen) >= want if isinstance(want, int) else want <= seen
+
+        while time.monotonic() < deadline and not enough():
             message = consumer.poll(1.0)
             if message is not None and message.error() is None:
                 letters.append(codec.decode(message.value()))

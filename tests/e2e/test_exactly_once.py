@@ -7,9 +7,12 @@ one-worker first stage after a write to the key-group-partitioned channel; one o
 workers of the second stage while its sink's transaction is written and not committed, after it
 committed (the other workers may not have), and while its timers fire. The supervisor restores all
 stages from the newest completed checkpoint each time: the workers not killed in place, the killed
-one's successor from its stage's warm standby. Input keeps arriving throughout. At the end,
-read_committed output must hold each closed minute's top URLs exactly once, record by record,
-equal to those computed from the input.
+one's successor from its stage's warm standby. Input keeps arriving throughout, every 97th record
+truncated. The first stage's input is parsed by Spark (its ``SparkStep``: ``from_json`` on the
+record schema), which leaves the truncated records to the dead-letter topic with their origin. At
+the end, read_committed output must hold each closed minute's top URLs exactly once, record by
+record, equal to those computed from the well-formed input, and every truncated record is
+dead-lettered.
 
 A barrier half aligned, a worker killed after its snapshot and a sink pre-committed, not
 committed, are killed in ``test_job_graph.py`` and ``test_changelog_exactly_once.py``; a first
@@ -21,7 +24,9 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline_support import TOP_URLS, killed_at_every_point, pipeline, topics_for, verify_two_stage, worker_deaths
+from pipeline_support import (TOP_URLS, dead_letters, killed_at_every_point, pipeline, topics_for, verify_two_stage,
+                              worker_deaths)
+from tidemark.kafka.topics import TopicNames
 from tidemark.local.pipeline import InputFeeder, stage_logs
 
 pytestmark = pytest.mark.timeout(900)
@@ -42,13 +47,15 @@ def test_two_stage_job_on_four_workers_is_exactly_once_across_sigkills_of_one_wo
     with pipeline(tmp_path, kafka_bootstrap, unique_name, standby=True,  # the killed worker's successor warms
                   env={"TIDEMARK_CHECKPOINT__INTERVAL_MS": "2500"}) as pipe:  # while the attempt before runs
         pipe.create_topic(topics.input, 4)
-        job = pipe.start_job(TOP_URLS, topics.args(parallelism=3, top_urls_workers=3), faults=KILLS,
+        job = pipe.start_job(TOP_URLS, topics.args(parallelism=3, top_urls_workers=3, spark_step=True), faults=KILLS,
                              max_restarts=len(KILLS) + 2)
         all_killed = lambda: killed_at_every_point(job, KILLS)  # noqa: E731
-        feeder = InputFeeder(kafka_bootstrap, topics.input, total=1000, chunk=50, pause_s=1.0,
+        feeder = InputFeeder(kafka_bootstrap, topics.input, total=1000, chunk=50, pause_s=1.0, malformed_every=97,
                              until=all_killed).start()  # 50 records/s: each restored attempt's backlog stays short
         records = feeder.join(timeout_s=780)
         verdict = verify_two_stage(kafka_bootstrap, topics, records, timeout_s=300)
+        truncated = [r for r in records if not r.endswith(b"}")]
+        letters = dead_letters(kafka_bootstrap, TopicNames(pipe.cluster.topic_prefix).dead_letters, len(truncated), timeout_s=60)
         failures = worker_deaths(job)
         restores = job.events("restore issued")
         in_place = job.events("a released worker takes the attempt in place")
@@ -68,3 +75,7 @@ def test_two_stage_job_on_four_workers_is_exactly_once_across_sigkills_of_one_wo
     assert {"minute_counts.log", "top_urls.w0.log", "top_urls.w1.log", "top_urls.w2.log"} <= set(logs)
     assert verdict.exactly_once, verdict
     assert verdict.records == verdict.expected_records
+    # at least once each (a record reprocessed after a restore is dead-lettered again), with its origin
+    assert {(d.origin_topic, d.error_type) for d in letters} == {(topics.input, "spark-step-rejected")}
+    assert len({(d.origin_partition, d.origin_offset) for d in letters}) == len(truncated) > 5
+    assert {d.value for d in letters} == set(truncated)

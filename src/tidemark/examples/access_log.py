@@ -39,6 +39,7 @@ from tidemark.api import (
     JobSpec,
     KeyedProcessFunction,
     LateRecords,
+    SparkStep,
     Stage,
     StateBackendKind,
 )
@@ -83,6 +84,21 @@ def text_field(name: str) -> Any:
             raise ValueError(f"record has no {name}: {record!r}")
         return value
     return key
+
+
+RECORD_SCHEMA = "ts BIGINT, ip STRING, method STRING, url STRING, status INT, bytes BIGINT"
+"""An access-log record as a Spark schema (``from_json``)."""
+
+PARSE_RECORD = SparkStep(
+    f"SELECT topic, partition, offset, timestamp, value, r.* FROM "
+    f"(SELECT *, from_json(CAST(value AS STRING), '{RECORD_SCHEMA}') AS r FROM input)",
+    required=("url", "ts"))
+"""A Spark step that parses each record with its schema (Spark decodes, not Python): each row is
+the record's fields; a record it cannot parse (no url or ts) is dead-lettered with its bytes."""
+
+
+def _spark_step(parse: bool) -> SparkStep | None:
+    return PARSE_RECORD if parse else None
 
 
 _url = text_field("url")
@@ -174,13 +190,14 @@ def top_of(counts: Any, n: int = TOP_N) -> list[list[Any]]:
 def url_counts(job_id: str = "access-log-counts", input_topic: str = "access-log",
                output_topic: str = "url-counts", parallelism: int = 2, mode: str = "EXACTLY_ONCE",
                state_backend: str = "heap", changelog: bool = False, on_error: str = "dead-letter",
-               workers: int = 1, co_partitioned: bool = False) -> JobSpec:
+               workers: int = 1, co_partitioned: bool = False, spark_step: bool = False) -> JobSpec:
     """``co_partitioned``: the input is partitioned by URL (``generator.by_url``): with several
-    workers each reads the partitions of its URLs, no exchange."""
+    workers each reads the partitions of its URLs, no exchange; ``spark_step``: Spark parses the
+    records (:data:`PARSE_RECORD`), keyed by the ``url`` column."""
     return JobSpec(
         job_id=JobId(job_id),
-        stages=(Stage("count_hits", (Input(input_topic, co_partitioned=co_partitioned),), _url, CountHits, output_topic,
-                      on_error=ErrorPolicy(on_error)),),
+        stages=(Stage("count_hits", (Input(input_topic, co_partitioned=co_partitioned),), "url" if spark_step else _url,
+                      CountHits, output_topic, on_error=ErrorPolicy(on_error), spark_step=_spark_step(spark_step)),),
         mode=CheckpointingMode(mode), parallelism=parallelism, workers=workers,
         state_backend=StateBackendKind(state_backend), changelog=changelog)
 
@@ -191,12 +208,14 @@ def top_urls(job_id: str = "access-log-top-urls", input_topic: str = "access-log
              changelog: bool = False, top_urls_batch_records: int = 20_000, on_error: str = "dead-letter",
              fail_on_url: str | None = None, workers: int = 1, top_urls_workers: int | None = None,
              max_out_of_orderness_ms: int = OUT_OF_ORDERNESS_MS, idle_timeout_ms: int = IDLE_TIMEOUT_MS,
-             late_records: str = "drop", late_output: str | None = None, co_partitioned: bool = False) -> JobSpec:
+             late_records: str = "drop", late_output: str | None = None, co_partitioned: bool = False,
+             spark_step: bool = False) -> JobSpec:
     """``top_urls_batch_records`` caps the second stage's micro-batches (a slower consumer);
     ``workers``: worker processes per stage, ``top_urls_workers`` the second stage's if different;
     ``late_records`` (``drop``, ``side-output`` to ``late_output``, or ``process``): the first
     stage's records behind the watermark; ``co_partitioned``: the input is partitioned by URL
-    (``generator.by_url``), read by the first stage's workers without an exchange."""
+    (``generator.by_url``), read by the first stage's workers without an exchange; ``spark_step``:
+    Spark parses the records (:data:`PARSE_RECORD`)."""
     policy = ErrorPolicy(on_error)
     event_time = EventTime(timestamp=event_ts, max_out_of_orderness_ms=max_out_of_orderness_ms,
                            idle_timeout_ms=idle_timeout_ms)
@@ -206,7 +225,7 @@ def top_urls(job_id: str = "access-log-top-urls", input_topic: str = "access-log
             Stage("minute_counts", (Input(input_topic, co_partitioned=co_partitioned),), _url,
                   functools.partial(CountPerMinute, fail_on_url),
                   channel_topic, on_error=policy, event_time=event_time, late_records=LateRecords(late_records),
-                  late_output=late_output),
+                  late_output=late_output, spark_step=_spark_step(spark_step)),
             Stage("top_urls", (channel_topic,), lambda v: int(v["minute"]), TopUrls, output_topic,
                   max_records_per_batch=top_urls_batch_records, on_error=policy, workers=top_urls_workers),
         ),

@@ -109,6 +109,7 @@ class InputFeeder:
     partitions: int = 4
     seed: int = 7
     per_minute: int = 250  # records per minute of event time (tidemark.examples.generator): a minute closes every 250
+    malformed_every: int = 0  # every n-th record is truncated JSON (0: none)
     until: Callable[[], bool] | None = None
     records: list[bytes] = field(default_factory=list)
     error: BaseException | None = None
@@ -121,7 +122,7 @@ class InputFeeder:
 
     def _run(self) -> None:
         try:
-            source = generate(10**9, self.seed, per_minute=self.per_minute)
+            source = generate(10**9, self.seed, per_minute=self.per_minute, malformed_every=self.malformed_every)
             with RecordWriter(self.bootstrap) as writer:
                 while len(self.records) < self.total or (self.until is not None and not self.until()):
                     part = [next(source) for _ in range(self.chunk)]

@@ -143,7 +143,8 @@ def test_a_service_with_bad_configuration_writes_one_line_and_exits_78(monkeypat
     ({"paralelism": 2}, f"{TOP_URLS} has no argument 'paralelism'; did you mean 'parallelism'? (arguments: "
                         "job_id, input_topic, channel_topic, output_topic, parallelism, mode, state_backend, "
                         "changelog, top_urls_batch_records, on_error, fail_on_url, workers, top_urls_workers, "
-                        "max_out_of_orderness_ms, idle_timeout_ms, late_records, late_output, co_partitioned)"),
+                        "max_out_of_orderness_ms, idle_timeout_ms, late_records, late_output, co_partitioned, "
+                        "spark_step)"),
 ])
 def test_job_args_are_checked_against_the_signature(args, message) -> None:
     with pytest.raises(JobSpecError) as raised:

@@ -63,6 +63,8 @@ class InputRecord:
     origin: str | None = None  # a forwarded record's input topic (an exchange's records)
     header_error: str | None = None  # a Tidemark header is malformed: the record is not processed
     headers: Any = None  # the raw headers (``[{"key", "value"}]``), kept for dead letters
+    row: Any = None  # a Spark step's row (a dict of its columns): the value, not decoded again
+    step_rejected: str | None = None  # the Spark step's required columns this record has null
 
     @property
     def topic_partition(self) -> TopicPartition:
@@ -131,6 +133,46 @@ def records_of(table: pa.Table | pa.RecordBatch) -> Iterator[InputRecord]:
             key=keys[i], value=values[i], epoch=epoch, task=task, barrier=barrier, watermark=watermark,
             event_time_ms=event_time, origin=origin, header_error=error, headers=headers,
         )
+
+
+def stepped_records(table: pa.Table, row_columns: tuple[str, ...], rejected_column: str | None = None,
+                    originals: pa.Table | None = None) -> Iterator[InputRecord]:
+    """The rows of a Spark step's output (:mod:`tidemark.spark.spark_step`) as records: the origin
+    and the Kafka columns the step kept, the other columns (``row_columns``) as each record's
+    ``row``; ``rejected_column`` (when the step has required columns) names the null ones, and
+    ``originals`` holds the original Kafka columns of such rows when the step dropped ``value``."""
+    n = table.num_rows
+    if n == 0:
+        return
+    names = set(table.column_names)
+
+    def column(name: str) -> list[Any]:
+        return table.column(name).to_pylist() if name in names else [None] * n
+
+    topics, partitions, offsets = column("topic"), column("partition"), column("offset")
+    stamps = (table.column("timestamp").cast(pa.int64()).to_pylist() if "timestamp" in names else [None] * n)
+    keys, values, all_headers = column("key"), column("value"), column("headers")
+    rows = table.select(list(row_columns)).to_pylist() if row_columns else [None] * n
+    rejected = column(rejected_column) if rejected_column is not None else [None] * n
+    found = {}
+    if originals is not None:
+        found = {(r["topic"], r["partition"], r["offset"]): r for r in originals.to_pylist()}
+    for i in range(n):
+        headers, stamp, key, value = all_headers[i], stamps[i], keys[i], values[i]
+        if rejected[i] and (topics[i], partitions[i], offsets[i]) in found:
+            original = found[(topics[i], partitions[i], offsets[i])]
+            key, value, headers = original["key"], original["value"], original["headers"]
+            moment = original["timestamp"]
+            stamp = int(moment.timestamp() * 1_000_000) if moment is not None else None
+        error = None
+        if headers:
+            try:
+                tidemark_headers(headers)
+            except HeaderError as exc:
+                error = str(exc)
+        yield InputRecord(topic=topics[i], partition=partitions[i], offset=offsets[i],
+                          timestamp_ms=stamp // 1000 if stamp is not None else 0, key=key, value=value,
+                          header_error=error, headers=headers, row=rows[i], step_rejected=rejected[i] or None)
 
 
 class HeaderError(ValueError):

@@ -27,7 +27,7 @@ from tidemark.state.schema_evolution import StateMigrationError
 
 _MISSING_TOPICS = re.compile(r"topic\(s\) not found: \[([^\]]*)\]")
 # a Python exception named inside a Spark/Py4J error's text: "TopicNotFoundError: <message>"
-_NAMED = re.compile(r"\b(TopicNotFoundError|JobSpecError|ConfigurationError|MissingInputTopic|StateMigrationError):"
+_NAMED = re.compile(r"\b(TopicNotFoundError|JobSpecError|SparkStepError|ConfigurationError|MissingInputTopic|StateMigrationError):"
                     r"\s*([^\n]+)")
 
 

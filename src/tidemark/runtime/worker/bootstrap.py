@@ -34,7 +34,7 @@ from tidemark.kafka.metadata import TopicNotFoundError, list_partitions, metadat
 from tidemark.kafka.topics import TopicNames, TopicSpec
 from tidemark.operators.time import StageTime
 from tidemark.runtime.worker.alignment import BarrierAligner
-from tidemark.api import Stage, load_job
+from tidemark.api import SparkStep, Stage, load_job
 from tidemark.runtime.worker.consumer_lag import ConsumerLag
 from tidemark.runtime.job.control import ControlPlane
 from tidemark.runtime.job.metrics import RESTORE_DURATION, init_worker_metrics
@@ -61,6 +61,7 @@ from tidemark.runtime.worker.clock import StageClock
 from tidemark.runtime.worker.task import StageTask
 from tidemark.chassis.logs import get_logger
 from tidemark.kafka.transactions import fence_transactional_ids
+from tidemark.spark.spark_step import SparkStepError, StageSteps
 from tidemark.spark.stage_source import ReadSelection
 from tidemark.state.timers import Timer
 from tidemark.storage import open_storage
@@ -86,6 +87,23 @@ def read_selection(runner: StageRunner) -> ReadSelection:
     stage = runner.stage
     return ReadSelection(stage.topics, tuple(runner.read_partitions), assigned=(stage.workers or 1) > 1,
                          positions=dict(runner.positions), max_records=stage.max_records_per_batch)
+
+
+def read_steps(runner: StageRunner) -> StageSteps:
+    """The Spark steps of the job's input topics the runner's query reads (a source stage's); a
+    step on an input read through the exchange is refused (its reader would have to forward the
+    step's rows, which it does not yet)."""
+    stage = runner.stage
+    steps: dict[str, SparkStep] = {}
+    if isinstance(runner.input, SourceInput):
+        steps = {i.topic: step for i in stage.input_list
+                 if i.topic in stage.topics and (step := stage.spark_step_of(i)) is not None}
+    exchanged = [i.topic for i in stage.input_list if i.topic in stage.exchanged and stage.spark_step_of(i) is not None]
+    if exchanged:
+        raise SparkStepError(f"stage {stage.name}: input {exchanged[0]} has a Spark step and is read through the "
+                             f"exchange (the stage is keyed and runs on {stage.workers} workers): run the stage on "
+                             f"one worker, or declare the input co_partitioned")
+    return StageSteps(stage.name, steps, stage.topics)
 
 
 class _Wiring:

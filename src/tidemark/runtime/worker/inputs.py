@@ -30,7 +30,7 @@ from tidemark.runtime.worker.outputs import EVERY_PARTITION
 from tidemark.runtime.worker.routing import KeyGroupRouter, KeyPartitioner
 from tidemark.keygroups import assign_to_key_group
 from tidemark.runtime.worker.record_errors import (FunctionFailed, MalformedHeaders, MalformedInput, NotCoPartitioned,
-                                                   RecordFailures)
+                                                   RecordFailures, RejectedBySparkStep)
 from tidemark.runtime.job.records import InputRecord
 from tidemark.runtime.worker.clock import StageClock
 from tidemark.runtime.worker.task import StageTask
@@ -97,7 +97,7 @@ class RecordPath:
         """A keyed stage: the record goes to the task of its key's group."""
         try:
             way = self._only or self.way(record)  # one input: no lookup per record
-            value = way.decode(record.key, record.value)
+            value = way.decode(record.key, record.value) if record.row is None else record.row
             broadcast = way.broadcast
             key = None if broadcast else way.key_by(value)  # type: ignore[misc]
             index = -1 if broadcast else self.router.task_index(key)
@@ -121,7 +121,7 @@ class RecordPath:
         worker's tasks takes the partitions ``p`` with ``p % tasks == i``), in partition order."""
         try:
             way = self._only or self.way(record)
-            value = way.decode(record.key, record.value)
+            value = way.decode(record.key, record.value) if record.row is None else record.row
             stamp = self.clock.event_time_of(record, value)
         except Exception as exc:
             self.failures.record_failed(record, MalformedInput(f"{type(exc).__name__}: {exc}"))
@@ -177,7 +177,7 @@ class RecordPath:
         def forward(record: InputRecord) -> None:
             try:
                 way = way_of(record)
-                value = way.decode(record.key, record.value)
+                value = way.decode(record.key, record.value) if record.row is None else record.row
                 key = way.key_by(value) if way.key_by is not None else None
                 partition = (EVERY_PARTITION if way.broadcast else
                              partitioner.of_key(key) if partitioner is not None else None)
@@ -204,17 +204,25 @@ class SourceInput:
         self.positions, self.unread, self.clock, self.failures = positions, unread, path.clock, path.failures
         self.handle = path.forwarder(partitioner) if forwards else path.process
 
-    def feed(self, records: Iterable[InputRecord], checkpoints: Checkpoints) -> None:
+    def feed(self, records: Iterable[InputRecord], checkpoints: Checkpoints,
+             ends: Mapping[TopicPartition, int] | None = None) -> None:
         """A micro-batch; then the watermark moves (a source stage checkpoints between batches,
-        never inside one)."""
+        never inside one). ``ends``: the batch's end offsets, when a Spark step may have left
+        records out of ``records`` (the positions move past them)."""
         positions, handle, failures = self.positions, self.handle, self.failures
         for record in records:
             # per record: the plain tuple, equal to its TopicPartition (see types.TopicPartition)
             positions[(record.topic, record.partition)] = record.offset + 1  # type: ignore[index]
             if record.header_error is not None:
                 failures.record_failed(record, MalformedHeaders(record.header_error))
+            elif record.step_rejected is not None:
+                failures.record_failed(record, RejectedBySparkStep(
+                    f"the Spark step gave no value for {record.step_rejected}"))
             elif record.barrier is None and record.watermark is None:  # copied into an input topic: nothing here
                 handle(record)
+        for partition, end in (ends or {}).items():
+            if end > positions.get(partition, -1):
+                positions[partition] = end
         self.clock.end_of_batch(self.unread())
 
     def tick(self) -> None:
@@ -233,7 +241,9 @@ class ChannelInput:
         self.path, self.positions, self.aligner, self.epoch = path, positions, aligner, epoch
         self.clock, self.failures = path.clock, path.failures
 
-    def feed(self, records: Iterable[InputRecord], checkpoints: Checkpoints) -> None:
+    def feed(self, records: Iterable[InputRecord], checkpoints: Checkpoints,
+             ends: Mapping[TopicPartition, int] | None = None) -> None:
+        """``ends``: never given (a channel has no Spark step)."""
         for record in records:
             if checkpoints.finished:  # a stop-with-savepoint completed while aligning
                 return

@@ -24,7 +24,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,16 +33,17 @@ from tidemark.kafka.clients import base_config
 from tidemark.kafka.outage import BrokerWatch
 from tidemark.runtime.worker.batch_handoff import BatchHandoff
 from tidemark.runtime.worker.consumer_lag import REPORT_EVERY_S
-from tidemark.runtime.job.records import records_of
+from tidemark.runtime.job.records import InputRecord, records_of, stepped_records
 from tidemark.exit_codes import EXIT_REFUSED
 from tidemark.runtime.job.start_errors import failed_file, not_retryable_reason
 from tidemark.runtime.job.attempt import Attempt
-from tidemark.runtime.worker.bootstrap import bootstrap, read_selection
+from tidemark.runtime.worker.bootstrap import bootstrap, read_selection, read_steps
 from tidemark.runtime.worker import loaded_code
 from tidemark.runtime.worker.resources import WorkerResources
 from tidemark.runtime.worker.runner import StageRunner
 from tidemark.chassis.logs import get_logger
 from tidemark.spark.session import LocalSessionOptions, local_session, query_checkpoint_location
+from tidemark.spark.spark_step import REJECTED, MicroBatch, StageSteps
 from tidemark.spark.stage_source import StageSource, stage_source
 
 log = get_logger(__name__)
@@ -136,33 +137,53 @@ def _run_stage(settings: TidemarkSettings, attempt: Attempt, spark: Any, release
     if starting is not None:
         spark = starting.session()
 
-    def process(table: Any) -> None:
+    try:
+        steps = read_steps(worker)
+    except BaseException:
+        watch.stop()
+        with worker.lock:
+            worker.close()
+        raise
+
+    def process(batch: Any) -> None:
         if released():  # the attempt is over: its records are the next attempt's to process
             return
         with worker.lock:
             if not worker.closed:
-                worker.on_batch(records_of(table))
+                if isinstance(batch, MicroBatch):
+                    worker.on_batch(micro_batch_records(batch), batch.ends)
+                else:
+                    worker.on_batch(records_of(batch))
 
     batches = BatchHandoff(process, name=f"batches-{attempt.stage}")
 
-    def on_batch(frame: Any, batch_id: int) -> None:
-        if released():
-            return
-        try:
-            table = frame.toArrow()  # while the batch before is processed
-        except Exception:
-            if released():  # stopping the query cancelled the batch's Spark job
-                return
-            raise
-        batches.hand_over(table)
-
     with query_checkpoint_location(f"{worker.job}-{attempt.process}") as spark_checkpoints:
-        return _run_query(worker, attempt, spark, source, on_batch, batches, spark_checkpoints, watch, released,
-                          settings.http_port, settings.spark.trigger_ms)
+        def on_batch(frame: Any, batch_id: int) -> None:
+            if released():
+                return
+            try:  # while the batch before is processed
+                batch = steps.collect(frame, batch_id, spark_checkpoints) if steps else frame.toArrow()
+            except Exception:
+                if released():  # stopping the query cancelled the batch's Spark job
+                    return
+                raise
+            batches.hand_over(batch)
+
+        return _run_query(worker, attempt, spark, source, steps, on_batch, batches, spark_checkpoints, watch,
+                          released, settings.http_port, settings.spark.trigger_ms)
 
 
-def _run_query(worker: StageRunner, attempt: Attempt, spark: Any, source: StageSource, on_batch: Any,
-               batches: BatchHandoff, spark_checkpoints: str, watch: BrokerWatch,
+def micro_batch_records(batch: MicroBatch) -> Iterator[InputRecord]:
+    """The records of a micro-batch with Spark steps: the plain topics' and each step's rows."""
+    if batch.plain is not None:
+        yield from records_of(batch.plain)
+    for stepped in batch.stepped:
+        rejected = REJECTED if REJECTED in stepped.table.column_names else None
+        yield from stepped_records(stepped.table, stepped.row_columns, rejected, stepped.originals)
+
+
+def _run_query(worker: StageRunner, attempt: Attempt, spark: Any, source: StageSource, steps: StageSteps,
+               on_batch: Any, batches: BatchHandoff, spark_checkpoints: str, watch: BrokerWatch,
                released: Callable[[], bool], metrics_port: int, trigger_ms: int) -> AttemptEnd:
     ended = AttemptEnd(0)  # until it ends otherwise (an exception: the session is stopped)
     try:
@@ -173,7 +194,7 @@ def _run_query(worker: StageRunner, attempt: Attempt, spark: Any, source: StageS
             # scanned again by the collector while the attempt runs: full collections scan only what
             # the batches leave behind (unfrozen when the attempt ends, so its cycles are collected)
             gc.freeze()
-            ended = _stream(worker, attempt, spark, source, on_batch, batches, spark_checkpoints, released,
+            ended = _stream(worker, attempt, spark, source, steps, on_batch, batches, spark_checkpoints, released,
                             metrics_port, trigger_ms)
         return ended
     finally:
@@ -187,11 +208,12 @@ def _run_query(worker: StageRunner, attempt: Attempt, spark: Any, source: StageS
             spark.stop()
 
 
-def _stream(worker: StageRunner, attempt: Attempt, spark: Any, source: StageSource, on_batch: Any,
-            batches: BatchHandoff, spark_checkpoints: str, released: Callable[[], bool],
+def _stream(worker: StageRunner, attempt: Attempt, spark: Any, source: StageSource, steps: StageSteps,
+            on_batch: Any, batches: BatchHandoff, spark_checkpoints: str, released: Callable[[], bool],
             metrics_port: int, trigger_ms: int) -> AttemptEnd:
     options = source.options(read_selection(worker))
     source.prepare(spark)
+    steps.prepare(spark)  # before the query: its micro-batches' sessions see the steps' tables
     stream = spark.readStream.format(source.format).options(**options).load()
     query = (stream.writeStream.foreachBatch(on_batch).option("checkpointLocation", spark_checkpoints)
              .trigger(processingTime=f"{trigger_ms} milliseconds").queryName(f"{worker.job}.{worker.stage.name}").start())

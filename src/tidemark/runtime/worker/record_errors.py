@@ -3,7 +3,8 @@
 A record fails when its Tidemark headers are malformed (:mod:`tidemark.runtime.job.records`), when
 ``Stage.decode`` or ``Stage.key_by`` raises, when its key cannot be routed (a key that is not a
 ``str``/``bytes``/64-bit ``int``, or a string with lone surrogates that has no UTF-8 bytes), when
-a co-partitioned input's record is not in its key's partition (:class:`NotCoPartitioned`), or
+a co-partitioned input's record is not in its key's partition (:class:`NotCoPartitioned`), when a
+Spark step leaves a required column of its row null (:class:`RejectedBySparkStep`), or
 when the user function's ``process`` raises. None of these may take the job down by default:
 ``Stage.on_error`` (:class:`~tidemark.api.ErrorPolicy`) decides.
 
@@ -55,6 +56,13 @@ class NotCoPartitioned(DecodeError):
     does not own: its producer did not put it into its key's partition."""
 
     reason = "not-co-partitioned"
+
+
+class RejectedBySparkStep(DecodeError):
+    """The stage's Spark step gave the record no value in a required column (``from_json`` could
+    not parse it, for instance): dead-lettered with its original bytes."""
+
+    reason = "spark-step-rejected"
 
 
 class FunctionFailed(ProcessingError):

@@ -24,7 +24,7 @@ from __future__ import annotations
 import shutil
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -94,18 +94,19 @@ class StageRunner:
 
     # ------------------------------------------------------------------ records
 
-    def on_batch(self, records: Iterable[InputRecord]) -> None:
+    def on_batch(self, records: Iterable[InputRecord], ends: Mapping[TopicPartition, int] | None = None) -> None:
         """One micro-batch, then the control plane (called under ``lock``), timed in
-        ``tidemark_worker_batch_duration_seconds`` (after any wait for a stop-with-savepoint)."""
+        ``tidemark_worker_batch_duration_seconds`` (after any wait for a stop-with-savepoint);
+        ``ends``: its end offsets, when a Spark step may have left records out."""
         if self.finished:
             return
         self.wait_while_stopping()
         started = time.monotonic()
-        self._process_batch(records)
+        self._process_batch(records, ends)
         self._batch_seconds.observe(time.monotonic() - started)
 
-    def _process_batch(self, records: Iterable[InputRecord]) -> None:
-        self.input.feed(records, self)
+    def _process_batch(self, records: Iterable[InputRecord], ends: Mapping[TopicPartition, int] | None) -> None:
+        self.input.feed(records, self, ends)
         if self.finished:  # a stop-with-savepoint completed while aligning
             return
         self.clean_up_expired()

@@ -1,0 +1,111 @@
+"""The runtime's side of a Spark step (``SparkStep``): a row the step made is the function's value
+(never decoded again), keyed by a column; a row with a null required column is dead-lettered; a
+batch's end offsets move the positions past the records the step filtered out; a step on an input
+read through the exchange, or on a channel, is refused in one line; the API's checks."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from types import SimpleNamespace
+
+import pyarrow as pa
+import pytest
+
+from record_paths import record_path
+from tidemark.api import Input, JobSpec, KeyedProcessFunction, SparkStep, Stage
+from tidemark.runtime.job.records import InputRecord, stepped_records
+from tidemark.runtime.worker.bootstrap import read_steps
+from tidemark.runtime.worker.inputs import SourceInput
+from tidemark.spark.spark_step import REJECTED, SparkStepError
+from tidemark.types import TopicPartition
+
+pytestmark = pytest.mark.unit
+
+PARSE = SparkStep("SELECT topic, partition, offset, value, r.* FROM input", required=("url",))
+
+
+class _Echo(KeyedProcessFunction):
+    def process(self, value, ctx) -> None:  # noqa: ANN001
+        ctx.emit(ctx.key, value)
+
+
+def _stepped_table(rows: list[dict]) -> pa.Table:
+    return pa.Table.from_pylist(rows, schema=pa.schema([
+        ("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()), ("value", pa.binary()),
+        ("url", pa.string()), ("status", pa.int32()), (REJECTED, pa.string())]))
+
+
+def test_a_steps_rows_reach_the_function_as_dicts_keyed_by_a_column_and_rejected_rows_are_dead_lettered(
+        tmp_path) -> None:
+    stage = Stage("s", ("in",), "url", _Echo, "out", spark_step=PARSE)
+    path, tasks, failures = record_path(stage, tmp_path)
+    table = _stepped_table([
+        {"topic": "in", "partition": 0, "offset": 4, "value": b"{...}", "url": "/a", "status": 200, REJECTED: ""},
+        {"topic": "in", "partition": 1, "offset": 9, "value": b"garbage", "url": None, "status": None,
+         REJECTED: "url"}])
+    records = list(stepped_records(table, ("url", "status"), REJECTED))
+    assert records[0].row == {"url": "/a", "status": 200} and records[0].step_rejected is None
+    positions: dict = {}
+    source = SourceInput(path, positions, lambda: None)
+    source.feed(records, SimpleNamespace(finished=False), ends={TopicPartition("in", 0): 12})
+    assert [(k, json.loads(v)) for t in tasks for k, v, _ in t.take_output()] == [
+        (b"/a", {"url": "/a", "status": 200})]  # the row as it is: the stage's JSON decode never ran
+    ((record, error),) = failures.failed
+    assert (record.offset, record.value, error.reason) == (9, b"garbage", "spark-step-rejected")
+    assert "the Spark step gave no value for url" in str(error)
+    # past what the step filtered out in partition 0 (offsets 5..11), and no further back in 1
+    assert positions == {("in", 0): 12, ("in", 1): 10}
+
+
+def test_a_row_the_function_cannot_key_is_malformed_input_with_its_origin(tmp_path) -> None:
+    stage = Stage("s", ("in",), "url", _Echo, "out", spark_step=PARSE)
+    path, _, failures = record_path(stage, tmp_path)
+    path.process(InputRecord("in", 0, 3, 0, None, b"raw", row={"status": 200}))
+    ((record, error),) = failures.failed
+    assert (record.offset, error.reason) == (3, "malformed-input") and "KeyError: 'url'" in str(error)
+
+
+def test_a_step_that_only_filters_leaves_the_record_to_the_stages_decode(tmp_path) -> None:
+    stage = Stage("s", ("in",), "url", _Echo, "out", spark_step=SparkStep("SELECT * FROM input WHERE offset > 1"))
+    path, tasks, _ = record_path(stage, tmp_path)
+    path.process(InputRecord("in", 0, 3, 0, None, b'{"url": "/b"}'))  # no row: decoded as JSON
+    assert [json.loads(v) for t in tasks for _, v, _ in t.take_output()] == [{"url": "/b"}]
+
+
+def _runner(stage: Stage, source: bool = True) -> SimpleNamespace:
+    kind = SourceInput if source else object
+    return SimpleNamespace(stage=stage, input=kind.__new__(kind))
+
+
+def test_the_steps_of_a_workers_query_are_its_input_topics_and_one_read_through_the_exchange_is_refused() -> None:
+    stage = Stage("s", ("a", Input("b", spark_step=PARSE), "c"), "url", _Echo, "out",
+                  spark_step=SparkStep("SELECT *, 1 AS one FROM input"))
+    steps = read_steps(_runner(stage))
+    assert steps.steps == {"a": stage.spark_step, "b": PARSE, "c": stage.spark_step} and steps.plain_topics == ()
+    assert not read_steps(_runner(Stage("s", ("a", "b"), "url", _Echo, "out")))
+    assert not read_steps(_runner(stage, source=False))  # a channel stage: its topics are channels
+    exchanged = dataclasses.replace(stage, workers=2, exchange="x.exchange.s", exchanged=("a", "b", "c"))
+    with pytest.raises(SparkStepError, match=r"^stage s: input a has a Spark step and is read through the exchange "
+                                             r"\(the stage is keyed and runs on 2 workers\): run the stage on one "
+                                             r"worker, or declare the input co_partitioned$"):
+        read_steps(_runner(exchanged))
+
+
+def test_the_api_checks_a_step_and_a_key_column() -> None:
+    with pytest.raises(ValueError, match="the SQL query is empty"):
+        SparkStep("  ")
+    with pytest.raises(ValueError, match="transform is a function of a DataFrame or a SQL query, got int"):
+        SparkStep(3)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="a table's name is a SQL identifier other than 'input', got 'input'"):
+        SparkStep("SELECT 1", tables={"input": lambda spark: None})
+    assert SparkStep("SELECT 1", required="url").required == ("url",)
+    assert SparkStep("SELECT 1", tables={"b": len, "a": len}).tables == (("a", len), ("b", len))
+    with pytest.raises(ValueError, match="stage s: key_by names a column, got an empty name"):
+        Stage("s", ("in",), "", _Echo, "out")
+    stage = Stage("s", (Input("in", key_by="owner"),), None, _Echo, "out")
+    assert stage.keyed and stage.key_of(stage.input_list[0])({"owner": "web"}) == "web"
+    upstream = Stage("first", ("in",), "url", _Echo, "mid")
+    with pytest.raises(ValueError, match="stage second: a Spark step runs on the job's input topics, and mid is stage "
+                                         "first's output: give that stage the step instead"):
+        JobSpec("j", (upstream, Stage("second", (Input("mid", spark_step=PARSE),), "url", _Echo, "out")))
