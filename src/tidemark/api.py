@@ -32,6 +32,8 @@ Example (the seed's access-log job)::
 
 from __future__ import annotations
 
+import datetime
+import decimal
 import difflib
 import enum
 import functools
@@ -468,15 +470,28 @@ def json_decode(key: bytes | None, value: bytes | None) -> Any:
         return json.loads(value)
 
 
-_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"))  # json.dumps with these makes one per call
+def _json_default(value: Any) -> Any:
+    """What JSON has no type for and a Spark row holds: a ``Decimal`` as its digits (a string,
+    exact), a date or time in ISO 8601, a ``timedelta`` in seconds."""
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    if isinstance(value, (datetime.date, datetime.time)):
+        return value.isoformat()
+    if isinstance(value, datetime.timedelta):
+        return value.total_seconds()
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=_json_default)  # one, not one per call
 
 
 def json_encode(value: Any) -> bytes:
     """Default value encoder: compact JSON with sorted keys, in UTF-8 (orjson; ``NaN`` and the
-    infinities, which JSON has not, become ``null``). What orjson cannot write (integers beyond
-    64 bits, keys that are not strings) is written by Python's ``json``."""
+    infinities, which JSON has not, become ``null``; dates and times in ISO 8601, a ``Decimal`` as
+    a string of its digits). What orjson cannot write (integers beyond 64 bits, keys that are not
+    strings) is written by Python's ``json``."""
     try:
-        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+        return orjson.dumps(value, default=_json_default, option=orjson.OPT_SORT_KEYS)
     except TypeError:  # orjson.JSONEncodeError
         return _JSON.encode(value).encode()
 

@@ -32,8 +32,9 @@ pytestmark = pytest.mark.timeout(900)
 
 def test_savepoints_rescale_between_one_worker_per_stage_and_several(tmp_path, kafka_bootstrap, unique_name):
     """Parallelism 2 on one worker per stage, stopped with a savepoint, restored at parallelism 3 on
-    two workers per stage (the source stage reading through an exchange), stopped with a savepoint
-    again: the output exactly once record by record. A savepoint target refused at write time fails
+    two workers per stage (the source stage reading through an exchange, whose readers run its Spark
+    step and forward the rows), stopped with a savepoint again: the output exactly once record by
+    record. A savepoint target refused at write time fails
     that savepoint, not a worker; and the last savepoint restores at parallelism 2 on one worker
     per stage into a job with a stage renamed, only with --allow-non-restored-state."""
     topics = topics_for(unique_name)
@@ -46,8 +47,9 @@ def test_savepoints_rescale_between_one_worker_per_stage_and_several(tmp_path, k
         for part, parallelism, workers in zip(parts, (2, 3), (1, 2)):
             produce(kafka_bootstrap, topics.input, part, 4)
             sent += part
-            job = pipe.start_job(TOP_URLS, topics.args(parallelism=2, workers=workers), parallelism=parallelism,
-                                 from_savepoint=savepoint)
+            # Spark parses the input (a SparkStep): through the exchange, its reader forwards the rows
+            job = pipe.start_job(TOP_URLS, topics.args(parallelism=2, workers=workers, spark_step=True),
+                                 parallelism=parallelism, from_savepoint=savepoint)
             read_committed(kafka_bootstrap, topics.output, expect=len(expected_top_urls(sent)), timeout_s=240,
                            settle_s=0)
             if savepoint is None:  # the source stage writes the savepoint's first state files

@@ -1,13 +1,18 @@
 """Per-descriptor value serializers. Never pickle.
 
 ``TaggedSerializer`` is the safe default: a self-describing binary codec for ``None``, ``bool``,
-``int`` (any size), ``float``, ``str``, ``bytes``, ``list``, ``tuple`` and ``dict``. Layout (all
-integers big-endian): a one-byte tag, then
+``int`` (any size), ``float``, ``str``, ``bytes``, ``list``, ``tuple``, ``dict`` and the values
+a Spark row holds besides (``datetime``, ``date``, ``Decimal``, ``timedelta``: a Spark step's rows
+cross the exchange in it). Layout (all integers big-endian): a one-byte tag, then
 
 * ``N`` none, ``F``/``T`` bools, ``i`` + 8-byte signed int, ``I`` + u32 length + signed
   two's-complement bytes (ints outside 64 bits), ``d`` + 8-byte IEEE double,
 * ``s`` + u32 length + UTF-8, ``b`` + u32 length + bytes,
-* ``l`` / ``t`` + u32 count + items, ``m`` + u32 count + (key, value) items.
+* ``l`` / ``t`` + u32 count + items, ``m`` + u32 count + (key, value) items,
+* ``Z`` + 8-byte microseconds since the epoch (a naive ``datetime``, read as UTC) and ``z`` the
+  same + 4-byte signed UTC offset in seconds (an aware one), ``a`` + 4-byte signed days since
+  1970-01-01 (a ``date``), ``e`` + 8-byte microseconds (a ``timedelta``), ``x`` + u32 length +
+  ASCII digits (a ``Decimal``, as ``str`` writes it).
 
 ``AvroSerializer`` encodes one Avro datum (binary encoding, no container) with a given schema;
 ``DataclassSerializer`` encodes instances of a dataclass the same way, with the Avro schema derived
@@ -18,6 +23,8 @@ they wrote evolves by Avro's rules when the schema changes (:mod:`tidemark.state
 
 from __future__ import annotations
 
+import datetime as dt
+import decimal
 import io
 import json
 import struct
@@ -26,6 +33,11 @@ from typing import Any, Callable, Protocol, runtime_checkable
 _Q = struct.Struct(">q")
 _D = struct.Struct(">d")
 _U32 = struct.Struct(">I")
+_QI = struct.Struct(">qi")
+_I = struct.Struct(">i")
+_EPOCH = dt.datetime(1970, 1, 1)
+_EPOCH_DAY = dt.date(1970, 1, 1).toordinal()
+_MICRO = dt.timedelta(microseconds=1)
 _PACK_Q, _PACK_D, _PACK_U32 = _Q.pack, _D.pack, _U32.pack
 _UNPACK_Q, _UNPACK_D, _UNPACK_U32 = _Q.unpack_from, _D.unpack_from, _U32.unpack_from
 
@@ -87,6 +99,27 @@ def _encode(value: Any, out: list[bytes]) -> None:
             _encode(key, out)
             _encode(item, out)
     else:
+        _encode_other(value, kind, out)
+
+
+def _encode_other(value: Any, kind: type, out: list[bytes]) -> None:
+    """The values of a Spark row besides the JSON-like ones (see the module docstring)."""
+    if kind is dt.datetime:
+        offset = value.utcoffset()
+        naive = value.replace(tzinfo=None) - (offset or dt.timedelta(0))
+        micros = (naive - _EPOCH) // _MICRO
+        out.append(b"Z" + _PACK_Q(micros) if offset is None else b"z" + _QI.pack(micros, offset // dt.timedelta(seconds=1)))
+    elif kind is dt.date:
+        out.append(b"a" + _I.pack(value.toordinal() - _EPOCH_DAY))
+    elif kind is dt.timedelta:
+        micros = value // _MICRO
+        if not -(1 << 63) <= micros < (1 << 63):
+            raise SerializationError(f"TaggedSerializer cannot encode a timedelta beyond 64-bit microseconds: {value}")
+        out.append(b"e" + _PACK_Q(micros))
+    elif kind is decimal.Decimal:
+        raw = str(value).encode("ascii")
+        out.append(b"x" + _PACK_U32(len(raw)) + raw)
+    else:
         raise SerializationError(f"TaggedSerializer cannot encode {kind.__name__}")
 
 
@@ -113,6 +146,29 @@ def _decode(data: bytes, pos: int) -> tuple[Any, int]:
         return int.from_bytes(data[pos + 4 : pos + 4 + size], "big", signed=True), pos + 4 + size
     if tag == 0x6C or tag == 0x74 or tag == 0x6D:
         return _decode_container(tag, data, pos)
+    return _decode_other(tag, data, pos)
+
+
+def _decode_other(tag: int, data: bytes, pos: int) -> tuple[Any, int]:
+    if tag == 0x5A:  # Z
+        return _EPOCH + _UNPACK_Q(data, pos)[0] * _MICRO, pos + 8
+    if tag == 0x7A:  # z
+        micros, offset = _QI.unpack_from(data, pos)
+        zone = dt.timezone(dt.timedelta(seconds=offset))
+        return (_EPOCH + micros * _MICRO + dt.timedelta(seconds=offset)).replace(tzinfo=zone), pos + 12
+    if tag == 0x61:  # a
+        return dt.date.fromordinal(_I.unpack_from(data, pos)[0] + _EPOCH_DAY), pos + 4
+    if tag == 0x65:  # e
+        return _UNPACK_Q(data, pos)[0] * _MICRO, pos + 8
+    if tag == 0x78:  # x
+        (size,) = _UNPACK_U32(data, pos)
+        end = pos + 4 + size
+        if end > len(data):
+            raise SerializationError("truncated decimal")
+        try:
+            return decimal.Decimal(data[pos + 4:end].decode("ascii")), end
+        except (decimal.InvalidOperation, UnicodeDecodeError):
+            raise SerializationError("malformed decimal") from None
     raise SerializationError(f"unknown tag byte {tag:#x} at offset {pos - 1}")
 
 

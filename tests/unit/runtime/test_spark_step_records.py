@@ -1,11 +1,14 @@
 """The runtime's side of a Spark step (``SparkStep``): a row the step made is the function's value
 (never decoded again), keyed by a column; a row with a null required column is dead-lettered; a
-batch's end offsets move the positions past the records the step filtered out; a step on an input
-read through the exchange, or on a channel, is refused in one line; the API's checks."""
+batch's end offsets move the positions past the records the step filtered out; through the
+exchange, the reader runs the step and forwards its rows; a step on a channel is refused in one
+line; the API's checks."""
 
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
+import decimal
 import json
 from types import SimpleNamespace
 
@@ -15,9 +18,11 @@ import pytest
 from record_paths import record_path
 from tidemark.api import Input, JobSpec, KeyedProcessFunction, SparkStep, Stage
 from tidemark.runtime.job.records import InputRecord, stepped_records
+from tidemark.runtime.job.physical_plan import physical_job
 from tidemark.runtime.worker.bootstrap import read_steps
 from tidemark.runtime.worker.inputs import SourceInput
-from tidemark.spark.spark_step import REJECTED, SparkStepError
+from tidemark.runtime.worker.routing import KeyPartitioner
+from tidemark.spark.spark_step import REJECTED
 from tidemark.types import TopicPartition
 
 pytestmark = pytest.mark.unit
@@ -28,6 +33,13 @@ PARSE = SparkStep("SELECT topic, partition, offset, value, r.* FROM input", requ
 class _Echo(KeyedProcessFunction):
     def process(self, value, ctx) -> None:  # noqa: ANN001
         ctx.emit(ctx.key, value)
+
+
+class _Keep(KeyedProcessFunction):
+    seen: list = []
+
+    def process(self, value, ctx) -> None:  # noqa: ANN001
+        self.seen.append((ctx.key, value))
 
 
 def _stepped_table(rows: list[dict]) -> pa.Table:
@@ -78,18 +90,33 @@ def _runner(stage: Stage, source: bool = True) -> SimpleNamespace:
     return SimpleNamespace(stage=stage, input=kind.__new__(kind))
 
 
-def test_the_steps_of_a_workers_query_are_its_input_topics_and_one_read_through_the_exchange_is_refused() -> None:
+def test_the_steps_of_a_workers_query_are_its_input_topics_not_its_channels() -> None:
     stage = Stage("s", ("a", Input("b", spark_step=PARSE), "c"), "url", _Echo, "out",
                   spark_step=SparkStep("SELECT *, 1 AS one FROM input"))
     steps = read_steps(_runner(stage))
     assert steps.steps == {"a": stage.spark_step, "b": PARSE, "c": stage.spark_step} and steps.plain_topics == ()
     assert not read_steps(_runner(Stage("s", ("a", "b"), "url", _Echo, "out")))
     assert not read_steps(_runner(stage, source=False))  # a channel stage: its topics are channels
-    exchanged = dataclasses.replace(stage, workers=2, exchange="x.exchange.s", exchanged=("a", "b", "c"))
-    with pytest.raises(SparkStepError, match=r"^stage s: input a has a Spark step and is read through the exchange "
-                                             r"\(the stage is keyed and runs on 2 workers\): run the stage on one "
-                                             r"worker, or declare the input co_partitioned$"):
-        read_steps(_runner(exchanged))
+
+
+def test_through_the_exchange_the_reader_runs_the_step_and_forwards_its_rows_which_the_stage_keys(tmp_path) -> None:
+    """Keyed on two workers: the exchange reader's query runs the step; it forwards each row in the
+    tagged codec (with what a Spark row holds besides JSON's types), and the stage decodes it."""
+    spec = JobSpec("j", (Stage("s", ("in",), "url", _Echo, "out", spark_step=PARSE),), workers=2)
+    reader, stage = physical_job(spec, {"s": 2}, lambda name: f"x.exchange.{name}").stages
+    assert reader.forwards_to == "s" and reader.input_list[0].spark_step is PARSE
+    assert read_steps(_runner(reader)).steps == {"in": PARSE}
+    assert not read_steps(_runner(stage, source=False))
+    path, tasks, _ = record_path(reader, tmp_path / "reader")
+    row = {"url": "/a", "at": dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc), "day": dt.date(2026, 1, 1),
+           "price": decimal.Decimal("9.90"), "tags": [("k", 1)]}
+    forward = path.forwarder(KeyPartitioner(128, 4))
+    forward(InputRecord("in", 0, 7, 5, b"key", b"raw bytes", row=row))
+    [(key, value, stamp, partition, origin)] = [out for t in tasks for out in t.output]
+    assert (key, stamp, partition, origin) == (b"key", 5, KeyPartitioner(128, 4).of_key("/a"), "in")
+    keyed, keyed_tasks, failures = record_path(dataclasses.replace(stage, function=_Keep), tmp_path / "stage")
+    keyed.process(InputRecord("x.exchange.s", partition, 0, 5, key, value, origin="in"))
+    assert failures.failed == [] and _Keep.seen == [("/a", row)]
 
 
 def test_the_api_checks_a_step_and_a_key_column() -> None:

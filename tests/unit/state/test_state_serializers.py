@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import datetime as dt
+import decimal
 import math
 from pathlib import Path
 
@@ -23,9 +25,14 @@ from tidemark.state.serializers import (
 from tidemark.state.ttl import TtlSerializer
 
 CODEC = TaggedSerializer()
+ZONES = st.builds(lambda minutes: dt.timezone(dt.timedelta(minutes=minutes)), st.integers(-23 * 60, 23 * 60))
+SPARK_ROW_VALUES = st.one_of(  # what a Spark step's row holds besides JSON's types
+    st.datetimes(dt.datetime(1900, 1, 1), dt.datetime(2200, 1, 1)),
+    st.datetimes(dt.datetime(1900, 1, 1), dt.datetime(2200, 1, 1), timezones=ZONES),
+    st.dates(), st.timedeltas(-dt.timedelta(days=10**6), dt.timedelta(days=10**6)), st.decimals(allow_nan=False, allow_infinity=False))
 VALUES = st.recursive(
     st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False),
-              st.text(), st.binary()),
+              st.text(), st.binary(), SPARK_ROW_VALUES),
     lambda inner: st.one_of(
         st.lists(inner, max_size=4), st.tuples(inner, inner),
         st.dictionaries(st.one_of(st.text(max_size=4), st.integers(), st.binary(max_size=4)),
@@ -44,6 +51,10 @@ def same(a, b) -> bool:
         return list(a) == list(b) and all(same(a[k], b[k]) for k in a)
     if isinstance(a, float):
         return a == b and math.copysign(1, a) == math.copysign(1, b)
+    if isinstance(a, dt.datetime):
+        return a == b and a.utcoffset() == b.utcoffset() and a.replace(tzinfo=None) == b.replace(tzinfo=None)
+    if isinstance(a, decimal.Decimal):
+        return str(a) == str(b)
     return a == b
 
 
@@ -57,6 +68,11 @@ def test_tagged_layout_is_stable() -> None:
     assert CODEC.serialize("é") == b"s\x00\x00\x00\x02\xc3\xa9"
     assert CODEC.serialize((None, True)) == b"t\x00\x00\x00\x02NT"
     assert CODEC.deserialize(CODEC.serialize(2**100)) == 2**100
+    assert CODEC.serialize(dt.date(1970, 1, 2)) == b"a\x00\x00\x00\x01"
+    assert CODEC.serialize(dt.datetime(1970, 1, 1, 0, 0, 1)) == b"Z" + (10**6).to_bytes(8, "big")
+    assert CODEC.serialize(dt.datetime(1970, 1, 1, 1, tzinfo=dt.timezone(dt.timedelta(hours=1)))) == (
+        b"z" + bytes(8) + (3600).to_bytes(4, "big"))
+    assert CODEC.serialize(decimal.Decimal("-1.50")) == b"x\x00\x00\x00\x05-1.50"
 
 
 @pytest.mark.parametrize("bad", [{1, 2}, object(), bytearray(b"x"), [1, {2}]])
@@ -65,7 +81,8 @@ def test_tagged_refuses_unknown_types(bad) -> None:
         CODEC.serialize(bad)
 
 
-@pytest.mark.parametrize("data", [b"", b"Z", b"s\x00\x00\x00\x05ab", b"NN", b"l\x00\x00\x00\x02N"])
+@pytest.mark.parametrize("data", [b"", b"Z", b"s\x00\x00\x00\x05ab", b"NN", b"l\x00\x00\x00\x02N", b"z\x00",
+                                  b"x\x00\x00\x00\x03abc", b"x\x00\x00\x00\x09"])
 def test_tagged_refuses_malformed_bytes(data: bytes) -> None:
     with pytest.raises(SerializationError):
         CODEC.deserialize(data)

@@ -105,8 +105,10 @@ def physical_job(spec: JobSpec, workers: Mapping[str, int], exchange_topic: Call
             name = stage.name + READER_SUFFIX
             readers = workers.get(name, count)
             plain = _plain_inputs(spec, stage)
-            # the reader checks each record decodes and keys as its stage will, and tells its event time
-            inputs = tuple(Input(i.topic, stage.decode_of(i), stage.key_of(i), stage.event_time_of(i), i.broadcast)
+            # the reader checks each record decodes and keys as its stage will, and tells its event time;
+            # it runs an input's Spark step and forwards the step's rows (runtime.worker.inputs)
+            inputs = tuple(Input(i.topic, stage.decode_of(i), stage.key_of(i), stage.event_time_of(i), i.broadcast,
+                                 spark_step=stage.spark_step_of(i))
                            for i in stage.input_list if i.topic in plain)
             stages.append(Stage(name, inputs, key_by=_as_is if stage.keyed else None, function=_Forward,
                                 output=exchange, decode=_raw, max_records_per_batch=stage.max_records_per_batch,

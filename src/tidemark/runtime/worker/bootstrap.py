@@ -61,7 +61,7 @@ from tidemark.runtime.worker.clock import StageClock
 from tidemark.runtime.worker.task import StageTask
 from tidemark.chassis.logs import get_logger
 from tidemark.kafka.transactions import fence_transactional_ids
-from tidemark.spark.spark_step import SparkStepError, StageSteps
+from tidemark.spark.spark_step import StageSteps
 from tidemark.spark.stage_source import ReadSelection
 from tidemark.state.timers import Timer
 from tidemark.storage import open_storage
@@ -90,19 +90,13 @@ def read_selection(runner: StageRunner) -> ReadSelection:
 
 
 def read_steps(runner: StageRunner) -> StageSteps:
-    """The Spark steps of the job's input topics the runner's query reads (a source stage's); a
-    step on an input read through the exchange is refused (its reader would have to forward the
-    step's rows, which it does not yet)."""
+    """The Spark steps of the job's input topics the runner's query reads (a source stage's, or an
+    exchange reader's: it forwards the steps' rows; the stage reading the exchange runs none)."""
     stage = runner.stage
     steps: dict[str, SparkStep] = {}
     if isinstance(runner.input, SourceInput):
         steps = {i.topic: step for i in stage.input_list
                  if i.topic in stage.topics and (step := stage.spark_step_of(i)) is not None}
-    exchanged = [i.topic for i in stage.input_list if i.topic in stage.exchanged and stage.spark_step_of(i) is not None]
-    if exchanged:
-        raise SparkStepError(f"stage {stage.name}: input {exchanged[0]} has a Spark step and is read through the "
-                             f"exchange (the stage is keyed and runs on {stage.workers} workers): run the stage on "
-                             f"one worker, or declare the input co_partitioned")
     return StageSteps(stage.name, steps, stage.topics)
 
 

@@ -35,6 +35,7 @@ from tidemark.runtime.job.records import InputRecord
 from tidemark.runtime.worker.clock import StageClock
 from tidemark.runtime.worker.task import StageTask
 from tidemark.runtime.worker.watermarks import Unread
+from tidemark.state.serializers import TaggedSerializer
 from tidemark.types import CheckpointId, CheckpointType, Epoch, TopicPartition
 
 
@@ -56,7 +57,9 @@ class _Way:
     __slots__ = ("decode", "key_by", "index", "broadcast", "co_partitioned")
 
     def __init__(self, stage: Stage, item: Input, index: int) -> None:
-        self.decode = stage.decode_of(item)
+        # an input with a Spark step read through the exchange: its reader forwarded the step's rows
+        stepped = item.topic in stage.exchanged and stage.spark_step_of(item) is not None
+        self.decode = decode_forwarded_row if stepped else stage.decode_of(item)
         self.key_by = stage.key_of(item)
         self.index = index
         self.broadcast = item.broadcast
@@ -171,7 +174,8 @@ class RecordPath:
         will (its inputs here are its stage's), then forwarded unchanged with its event time and
         input topic into the partition of its key group (``partitioner``; None: its stage has one
         worker or no key, any partition will do); a broadcast input's element into every partition. The watermarks are the reader's: it reads the
-        partitions."""
+        partitions. A Spark step's row is forwarded in its place, encoded by the tagged codec
+        (:func:`decode_forwarded_row` reads it)."""
         clock, tasks, failures, way_of = self.clock, self.tasks, self.failures, self.way
 
         def forward(record: InputRecord) -> None:
@@ -188,9 +192,20 @@ class RecordPath:
             clock.observe(record, stamp)
             task = tasks[record.partition % len(tasks)]
             task.records_in += 1
-            task.output.append((record.key, record.value, stamp, partition, record.topic))  # type: ignore[arg-type]
+            forwarded = record.value if record.row is None else ROW_CODEC.serialize(record.row)
+            task.output.append((record.key, forwarded, stamp, partition, record.topic))  # type: ignore[arg-type]
 
         return forward
+
+
+ROW_CODEC = TaggedSerializer()
+
+
+def decode_forwarded_row(key: bytes | None, value: bytes | None) -> Any:
+    """A Spark step's row as its exchange reader forwarded it."""
+    if value is None:
+        raise ValueError("a forwarded row has no value")
+    return ROW_CODEC.deserialize(value)
 
 
 class SourceInput:
