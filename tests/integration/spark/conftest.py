@@ -1,4 +1,4 @@
-"""Fixtures for the Spark tests: one local SparkSession per module; a Spark standalone cluster."""
+"""Fixtures for the Spark source and sink tests: one SparkSession per module."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import pytest
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-    from spark_standalone import StandaloneCluster
 
 
 @pytest.fixture(scope="module")
@@ -30,13 +29,3 @@ def spark() -> Iterator["SparkSession"]:
         for query in session.streams.active:
             query.stop()
         session.stop()
-
-
-@pytest.fixture(scope="module")
-def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator["StandaloneCluster"]:
-    """A Spark standalone master and one worker (1 core, 1 GiB) from PySpark's own distribution,
-    per test module (``spark_standalone``); stopped with every process they started after it."""
-    from spark_standalone import standalone_cluster
-
-    with standalone_cluster(tmp_path_factory.mktemp("spark-standalone")) as cluster:
-        yield cluster

@@ -1,4 +1,5 @@
-"""A Spark standalone cluster for tests: one master and one worker from PySpark's own distribution.
+"""A Spark standalone cluster for tests (the ``spark_cluster`` fixture): one master and one worker from
+PySpark's own distribution.
 
 ``standalone_cluster(root)`` starts ``org.apache.spark.deploy.master.Master`` and
 ``org.apache.spark.deploy.worker.Worker`` through the ``bin/spark-class`` of the installed
