@@ -55,3 +55,17 @@ def test_local_mode_parallelism_is_its_thread_count(master: str, parallelism: st
 def test_the_python_source_adds_no_jars() -> None:
     options = session_options(TidemarkSettings(), "tidemark-s", TidemarkKafkaSource({}))
     assert "spark.jars" not in spark_conf(options)
+
+
+def test_an_idle_worker_is_taken_only_by_a_job_on_the_same_master() -> None:
+    """runtime.placement.idle_workers matches a session by its options, the master among them."""
+    from tidemark.config.settings import SparkSettings
+    from tidemark.runtime.placement.idle_workers import session_fingerprint
+
+    def fingerprint(**spark: str) -> str:
+        return session_fingerprint(TidemarkSettings(bootstrap_servers="b:9092",
+                                                    spark=SparkSettings(source="tidemark-kafka", **spark)))
+
+    assert fingerprint() == fingerprint(master="local[2]")
+    assert len({fingerprint(), fingerprint(master="spark://m:7077"), fingerprint(master="spark://n:7077"),
+                fingerprint(master="spark://m:7077", driver_host="10.0.0.1")}) == 4
