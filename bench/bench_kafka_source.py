@@ -30,7 +30,7 @@ from tidemark.spark.offsets import OffsetRange, PartitionOffsets
 from tidemark.spark.offset_planning import plan_latest
 from tidemark.spark.arrow_range_reader import read_range
 from tidemark.spark.datasource import register
-from tidemark.spark.session import local_session, temp_checkpoint_location
+from tidemark.spark.session import spark_session, temp_checkpoint_location
 
 
 def produce(bootstrap: str, topic: str, records: int, partitions: int, value_bytes: int) -> None:
@@ -67,7 +67,7 @@ def run(bootstrap: str, records: int, partitions: int, value_bytes: int) -> list
     produce(bootstrap, topic, records, partitions, value_bytes)
     client = {"bootstrap.servers": bootstrap}
     results = [timed("read_range (no Spark)", records, lambda: _plain_bounded(client, topic, partitions))]
-    spark = local_session()
+    spark = spark_session()
     register(spark)
     try:
         reader = (spark.read.format("tidemark-kafka").option("kafka.bootstrap.servers", bootstrap)

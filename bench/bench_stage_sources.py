@@ -34,7 +34,7 @@ from tidemark.kafka.admin import ensure_topics
 from tidemark.kafka.topics import TopicSpec
 from tidemark.runtime.worker.query import session_options
 from tidemark.runtime.job.records import records_of
-from tidemark.spark.session import local_session, query_checkpoint_location
+from tidemark.spark.session import spark_session, query_checkpoint_location
 from tidemark.spark.stage_source import ReadSelection, StageSource, stage_source
 
 KINDS = ("kafka", "tidemark-kafka")
@@ -91,7 +91,7 @@ def main() -> None:
             produce(bootstrap, topic, args.records, args.partitions, args.value_bytes)
             sources = {kind: stage_source(TidemarkSettings(bootstrap_servers=bootstrap,
                                                            spark={"source": kind}), bootstrap) for kind in KINDS}
-            spark = local_session(session_options(TidemarkSettings(), "bench-stage-sources", sources["kafka"]))
+            spark = spark_session(session_options(TidemarkSettings(), "bench-stage-sources", sources["kafka"]))
             try:
                 read_all(spark, sources["tidemark-kafka"], topic, min(args.records, 1000), 1000)  # warm both,
                 read_all(spark, sources["kafka"], topic, min(args.records, 1000), 1000)  # as a standby is

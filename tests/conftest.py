@@ -19,6 +19,7 @@ import os
 import re
 import uuid
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 from hypothesis import settings
@@ -26,6 +27,9 @@ from hypothesis import settings
 import cpu_report
 from tidemark.broker.embedded import kafka_or_embedded
 from tidemark.kafka.topics import TopicNames
+
+if TYPE_CHECKING:
+    from spark_standalone import StandaloneCluster
 
 
 # no per-example deadline: a property test checks what holds, never how fast (under the suite's
@@ -35,7 +39,7 @@ settings.load_profile("tidemark")
 
 TIERS = ("unit", "integration", "e2e")
 _FOLDER_TIERS = {"e2e": "e2e", "integration": "integration", "deploy": "integration", "monitoring": "integration"}
-_INTEGRATION_FIXTURES = {"kafka_bootstrap", "spark", "topic_names", "postgres_dsn"}
+_INTEGRATION_FIXTURES = {"kafka_bootstrap", "spark", "topic_names", "postgres_dsn", "spark_cluster"}
 # the longest files of their tier first (about the seconds of the whole file under ``make test``
 # on a 2-core machine, from ``--durations``); a file missing here runs after them, in its tier.
 # ``make test`` runs three lanes: the first three files start together, and the short ones fill
@@ -116,6 +120,16 @@ def postgres_dsn() -> Iterator[str]:
 
     with postgres_server() as dsn:
         yield dsn
+
+
+@pytest.fixture(scope="module")
+def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator["StandaloneCluster"]:
+    """A Spark standalone master and one worker (1 core, 1 GiB) from PySpark's own distribution,
+    per test module (``tests/spark_standalone.py``); stopped with every process they started."""
+    from spark_standalone import standalone_cluster
+
+    with standalone_cluster(tmp_path_factory.mktemp("spark-standalone")) as cluster:
+        yield cluster
 
 
 @pytest.fixture

@@ -426,6 +426,29 @@ def test_the_workers_extra_env_reaches_the_supervisor_and_every_host_pod() -> No
     assert all(extra in container["env"] for container in containers)
 
 
+def test_the_stages_spark_runs_on_the_spark_master_of_the_values_in_every_worker_pod() -> None:
+    values = load_yaml(CHART_DIR / "ci" / "worker-hosts-values.yaml")
+    values["spark"] = {"master": "spark://spark-master:7077",
+                       "conf": {"spark.executor.cores": "2", "spark.cores.max": "2"}}
+    manifests = render_chart(values)
+    containers = [m.doc["spec"]["template"]["spec"]["containers"][0] for m in manifests
+                  if m.doc["kind"] in ("Deployment", "StatefulSet")
+                  and m.doc["metadata"]["name"].startswith("tidemark-worker")]
+    assert len(containers) == 3  # the supervisor (whose standbys are stage workers too) and the host pods
+    for container in containers:
+        env = {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
+        assert env["TIDEMARK_SPARK__MASTER"] == "spark://spark-master:7077"
+        assert json.loads(env["TIDEMARK_SPARK__CONF"]) == {"spark.executor.cores": "2", "spark.cores.max": "2"}
+        assert env["TIDEMARK_SPARK__DRIVER_HOST"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+
+
+def test_by_default_the_stages_spark_keeps_the_workers_local_mode() -> None:
+    env = _env(_deployments(render_chart())["worker"])
+    assert not {"TIDEMARK_SPARK__MASTER", "TIDEMARK_SPARK__CONF", "TIDEMARK_SPARK__DRIVER_HOST"} & env.keys()
+    local = _env(_deployments(render_chart({"spark": {"master": "local[4]"}}))["worker"])
+    assert local["TIDEMARK_SPARK__MASTER"] == "local[4]" and "TIDEMARK_SPARK__DRIVER_HOST" not in local
+
+
 def test_large_integers_render_as_plain_digits() -> None:
     deployments = _deployments(render_chart({"checkpoint": {"timeoutMs": 86400000}}))
     assert _env(deployments["coordinator"])["TIDEMARK_CHECKPOINT__TIMEOUT_MS"] == "86400000"
@@ -803,6 +826,11 @@ def test_inconsistent_values_fail_rendering(values: dict[str, Any], message: str
         ({"worker": {"inputTopics": {"topics": [{"name": "orders topic"}]}}}, "name"),
         ({"coordinator": {"terminationGracePeriodSeconds": -1}}, "terminationGracePeriodSeconds"),
         ({"materializer": {"extraVolumeMounts": [{"name": "x"}]}}, "mountPath"),
+        ({"spark": {"master": "yarn"}}, "master"),
+        ({"spark": {"master": "spark://spark-master"}}, "master"),
+        ({"spark": {"conf": {"executor.cores": "2"}}}, "executor.cores"),
+        ({"spark": {"conf": {"spark.executor.cores": 2}}}, "spark.executor.cores"),
+        ({"spark": {"mastr": "local[2]"}}, "mastr"),
     ],
 )
 def test_values_schema_rejects_misspelled_and_invalid_keys(values: dict[str, Any], offending: str) -> None:

@@ -13,6 +13,7 @@ field is a secret (declared with ``repr=False``: the API token, the SASL passwor
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -60,14 +61,41 @@ class KafkaSettings(BaseModel):
         return value
 
 
+# Where a stage worker's Spark session runs its tasks: local mode (in the worker's own JVM) or a
+# Spark standalone cluster (one master, or several for ZooKeeper recovery).
+_LOCAL_MASTER = re.compile(r"local\[([1-9][0-9]*|\*)\]")
+_STANDALONE_MASTER = re.compile(r"spark://[A-Za-z0-9.-]+:[0-9]{1,5}(,[A-Za-z0-9.-]+:[0-9]{1,5})*")
+
+
+def is_local_master(master: str) -> bool:
+    """True for ``local[N]`` and ``local[*]``: Spark's tasks run in the driver's JVM."""
+    return _LOCAL_MASTER.fullmatch(master) is not None
+
+
 class SparkSettings(BaseModel):
-    """How a stage worker's local-mode Spark driver JVM is started."""
+    """How a stage worker's Spark session is started, and where its tasks run."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    master: str = Field(
+        "local[2]",
+        description="where each stage worker's Spark session runs its tasks (the Kafka reads): 'local[N]' or "
+                    "'local[*]', in the worker's own JVM with N threads; 'spark://host:port' (or "
+                    "'spark://h1:p1,h2:p2' with standby masters), on the executors of a Spark standalone cluster, "
+                    "which then must reach the worker at driver_host and import tidemark "
+                    "(docs/concepts/what-runs-where.md); the stage's keyed processing stays in the worker",
+    )
+    driver_host: str = Field(
+        "127.0.0.1", pattern=r"^[A-Za-z0-9.:-]{1,253}$",
+        description="the address each stage worker's Spark driver binds and advertises (spark.driver.host and "
+                    "spark.driver.bindAddress): the loopback suits local mode and a cluster on the same machine; "
+                    "with executors on other machines, an address of the worker they reach (the chart sets the "
+                    "pod's IP)",
+    )
     java_options: str = Field(
         "",
-        description="extra JVM options of each stage worker's Spark driver (spark.driver.extraJavaOptions); "
+        description="extra JVM options of each stage worker's Spark driver (spark.driver.extraJavaOptions; the "
+                    "executors of a cluster take spark.executor.extraJavaOptions in conf); "
                     "empty: the JVM's defaults; the local pipeline (demo, tests) sets -XX:TieredStopAtLevel=1, "
                     "the C1 compiler only, which halves the CPU of a JVM that lives minutes",
     )
@@ -88,7 +116,9 @@ class SparkSettings(BaseModel):
         description="extra Spark configuration of each stage worker's session, applied after Tidemark's own "
                     "(e.g. {\"spark.driver.memory\": \"4g\"}; as JSON in TIDEMARK_SPARK__CONF); every key starts "
                     "with 'spark.'; the local pipeline (demo, tests) turns whole-stage code generation off, whose "
-                    "compilations cost a JVM that lives minutes more than they save",
+                    "compilations cost a JVM that lives minutes more than they save; on a cluster master the "
+                    "executors are sized here too (spark.executor.cores, spark.executor.memory, spark.cores.max, "
+                    "spark.executorEnv.*)",
     )
     source: Literal["auto", "kafka", "tidemark-kafka"] = Field(
         "auto",
@@ -96,6 +126,13 @@ class SparkSettings(BaseModel):
                     "Central), 'tidemark-kafka' Tidemark's Python data source; 'auto': the connector, except on "
                     "the Tansu engine (tidemark.spark.stage_source)",
     )
+
+    @field_validator("master")
+    @classmethod
+    def _known_master(cls, value: str) -> str:
+        if not (is_local_master(value) or _STANDALONE_MASTER.fullmatch(value)):
+            raise ValueError("not a Spark master Tidemark runs on: 'local[N]', 'local[*]' or 'spark://host:port'")
+        return value
 
     @field_validator("conf")
     @classmethod

@@ -1,4 +1,4 @@
-"""Tidemark's PySpark edges: the ``tidemark-kafka`` source and sink and a local session factory."""
+"""Tidemark's PySpark edges: the ``tidemark-kafka`` source and sink and the session factory."""
 
 from tidemark.spark.datasource import FORMAT, TidemarkKafkaDataSource, register
 

@@ -13,7 +13,7 @@ import tempfile
 import time
 
 from tidemark.spark.class_archive import BUILD_TIMEOUT_S, QUIET
-from tidemark.spark.session import LocalSessionOptions, local_session
+from tidemark.spark.session import SessionOptions, spark_session
 
 TRAINING_BATCHES = 3
 
@@ -23,9 +23,9 @@ def train(out: str, jars: list[str], bootstrap: str | None) -> None:
     from pyspark import SparkContext
 
     extra = {"spark.jars": ",".join(jars)} if jars else {}
-    spark = local_session(LocalSessionOptions(app_name="tidemark-class-archive", class_archive=False,
-                                              java_options=f"-XX:ArchiveClassesAtExit={out} {QUIET}",
-                                              extra_conf=extra))
+    spark = spark_session(SessionOptions(app_name="tidemark-class-archive", class_archive=False,
+                                         java_options=f"-XX:ArchiveClassesAtExit={out} {QUIET}",
+                                         extra_conf=extra))
     spark.range(1000).selectExpr("id % 7 AS k", "CAST(id AS STRING) AS v").groupBy("k").count().toArrow()
     streams = [spark.readStream.format("rate").option("rowsPerSecond", "100").load()]
     if jars and bootstrap:

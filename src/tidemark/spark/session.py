@@ -1,6 +1,14 @@
-"""A local-mode SparkSession tuned for one small machine and fast tests.
+"""A stage worker's SparkSession: local mode tuned for one small machine and fast tests by
+default, or a driver whose tasks run on a Spark standalone cluster's executors.
 
-Lifecycle: :func:`local_session` returns the process-wide session (Spark allows one active
+Where the tasks run is the session's master (``spark.master`` of the settings,
+:class:`~tidemark.config.settings.SparkSettings`): ``local[N]`` runs them in the driver's JVM; with
+``spark://host:port`` the driver asks the cluster's master for executors, which reach it back at
+``driver_host`` and receive the jars of ``spark.jars`` (the Kafka connector's) from it. Executors
+size themselves by Spark's own keys (``spark.executor.cores``, ``spark.executor.memory``,
+``spark.cores.max``) in ``extra_conf``. ``docs/concepts/what-runs-where.md`` says what runs where.
+
+Lifecycle: :func:`spark_session` returns the process-wide session (Spark allows one active
 SparkContext per JVM); the caller that created it calls ``spark.stop()`` when done. Streaming
 queries need a checkpoint directory: :func:`temp_checkpoint_location` makes a fresh one (the
 caller removes it); a worker process uses :func:`query_checkpoint_location`, a directory owned by
@@ -34,21 +42,54 @@ CHECKPOINT_FILE_MANAGER = ("org.apache.spark.sql.execution.streaming.checkpointi
 
 
 @dataclass(frozen=True, slots=True)
-class LocalSessionOptions:
-    """How the local session is sized; the defaults suit 2 cores and a test suite."""
+class SessionOptions:
+    """Where the session runs its tasks and how it is sized; the defaults suit 2 cores and a test suite."""
 
     app_name: str = "tidemark"
-    cores: int = 2
+    master: str = "local[2]"  # local[N], local[*] or spark://host:port (SparkSettings.master)
+    driver_host: str = "127.0.0.1"  # where the driver binds and the executors reach it
     shuffle_partitions: int = 2
     driver_memory: str = "1g"
     log_level: str = "ERROR"
-    java_options: str = ""  # spark.driver.extraJavaOptions (the driver runs the executors in local mode)
+    java_options: str = ""  # spark.driver.extraJavaOptions (in local mode the driver's JVM runs the tasks)
     class_archive: bool = True  # map the JVM class archive when built (tidemark.spark.class_archive)
     extra_conf: dict[str, str] = field(default_factory=dict)
 
 
-def local_session(options: LocalSessionOptions = LocalSessionOptions()) -> SparkSession:
-    """Create (or return the active) local-mode session: UI off, Arrow on, quiet logs.
+def _local_cores(master: str) -> str | None:
+    """N of ``local[N]``; None for ``local[*]`` and a cluster (Spark counts the cores it has)."""
+    cores = master.removeprefix("local[").removesuffix("]")
+    return cores if cores.isdigit() else None
+
+
+def spark_conf(options: SessionOptions) -> dict[str, str]:
+    """The Spark configuration of a session made with ``options``: Tidemark's own, then ``extra_conf``."""
+    conf = {
+        "spark.master": options.master,
+        "spark.app.name": options.app_name,
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.shuffle.partitions": str(options.shuffle_partitions),
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
+        "spark.sql.streaming.minBatchesToRetain": "10",
+        "spark.sql.streaming.checkpointFileManagerClass": CHECKPOINT_FILE_MANAGER,
+        "spark.driver.memory": options.driver_memory,
+        "spark.driver.bindAddress": options.driver_host,
+        "spark.driver.host": options.driver_host,
+        "spark.python.worker.reuse": "true",
+    }
+    cores = _local_cores(options.master)
+    if cores is not None:
+        conf["spark.default.parallelism"] = cores
+    java_options = with_archive(options.java_options) if options.class_archive else options.java_options
+    if java_options:
+        conf["spark.driver.extraJavaOptions"] = java_options
+    return {**conf, **options.extra_conf}
+
+
+def spark_session(options: SessionOptions = SessionOptions()) -> SparkSession:
+    """Create (or return the active) session of :func:`spark_conf`: UI off, Arrow on, quiet logs.
 
     The JVM maps the class archive of :mod:`tidemark.spark.class_archive` when it has been built.
     Tidemark's Python data source (``tidemark-kafka``) is registered by who reads with it
@@ -57,28 +98,12 @@ def local_session(options: LocalSessionOptions = LocalSessionOptions()) -> Spark
     java_home = find_java_home()
     if java_home:
         os.environ["JAVA_HOME"] = java_home
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # workers must import tidemark
+    # Spark's Python workers, in local mode and on a cluster's executors alike, run this interpreter
+    # (the same path on the executors' machines: the Tidemark image), which must import tidemark
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    builder = (
-        SparkSession.builder.master(f"local[{options.cores}]")
-        .appName(options.app_name)
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", str(options.shuffle_partitions))
-        .config("spark.default.parallelism", str(options.cores))
-        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-        .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
-        .config("spark.sql.streaming.minBatchesToRetain", "10")
-        .config("spark.sql.streaming.checkpointFileManagerClass", CHECKPOINT_FILE_MANAGER)
-        .config("spark.driver.memory", options.driver_memory)
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.python.worker.reuse", "true")
-    )
-    java_options = with_archive(options.java_options) if options.class_archive else options.java_options
-    if java_options:
-        builder = builder.config("spark.driver.extraJavaOptions", java_options)
-    for key, value in options.extra_conf.items():
+    builder = SparkSession.builder
+    for key, value in spark_conf(options).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(options.log_level)

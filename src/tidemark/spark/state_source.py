@@ -205,9 +205,9 @@ def _text(value: Any) -> str | None:
 def write_parquet(options: dict[str, str], output: Path, spark: SparkSession | None = None) -> int:
     """Write this data source's rows for ``options`` to the Parquet directory ``output`` with
     ``spark`` (default: a local session, stopped afterwards); how many rows."""
-    from tidemark.spark.session import local_session
+    from tidemark.spark.session import spark_session
 
-    session = spark or local_session()
+    session = spark or spark_session()
     try:
         register(session)
         session.read.format(FORMAT).options(**options).load().write.mode("overwrite").parquet(str(output))

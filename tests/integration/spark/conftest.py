@@ -18,10 +18,10 @@ def spark() -> Iterator["SparkSession"]:
     from tidemark.jvm import QUICK_START_JVM_OPTIONS
     from tidemark.spark.datasource import register
     from tidemark.spark.kafka_connector import connector_jars
-    from tidemark.spark.session import LocalSessionOptions, local_session
+    from tidemark.spark.session import SessionOptions, spark_session
 
     jars = ",".join(str(jar) for jar in connector_jars())
-    session = local_session(LocalSessionOptions(java_options=QUICK_START_JVM_OPTIONS, extra_conf={"spark.jars": jars}))
+    session = spark_session(SessionOptions(java_options=QUICK_START_JVM_OPTIONS, extra_conf={"spark.jars": jars}))
     register(session)
     try:
         yield session

@@ -14,8 +14,8 @@ from tidemark.spark.kafka_connector import connector_jars
 
 SESSION = """
 import sys
-from tidemark.spark.session import LocalSessionOptions, local_session
-spark = local_session(LocalSessionOptions(java_options="-Xlog:class+load=info:file=" + sys.argv[1]))
+from tidemark.spark.session import SessionOptions, spark_session
+spark = spark_session(SessionOptions(java_options="-Xlog:class+load=info:file=" + sys.argv[1]))
 assert spark.range(10).toArrow().num_rows == 10
 spark.stop()
 """

@@ -122,12 +122,12 @@ def test_both_sources_give_a_stage_the_same_records(spark, kafka_bootstrap, uniq
 
 PREPARED_SESSION = """
 import sys
-from tidemark.spark.session import LocalSessionOptions, local_session
+from tidemark.spark.session import SessionOptions, spark_session
 from tidemark.spark.stage_source import SparkKafkaSource, TidemarkKafkaSource
 kind, bootstrap, jars = sys.argv[1], sys.argv[2], sys.argv[3].split(",")
 source = (TidemarkKafkaSource({"bootstrap.servers": bootstrap}) if kind == "tidemark-kafka"
           else SparkKafkaSource(bootstrap, {}, jars))
-spark = local_session(LocalSessionOptions(extra_conf=source.session_conf()))
+spark = spark_session(SessionOptions(extra_conf=source.session_conf()))
 reader = lambda: spark.readStream.format(source.format).option("kafka.bootstrap.servers", bootstrap).option("subscribe", "t").load()
 try:
     reader()

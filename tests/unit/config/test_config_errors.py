@@ -232,3 +232,32 @@ def test_extra_spark_configuration_is_checked_by_key(monkeypatch, value: str, pr
     monkeypatch.setenv("TIDEMARK_SPARK__CONF", value)
     with pytest.raises(ConfigurationError, match=re.escape(problem)):
         load_settings(TidemarkSettings)
+
+
+@pytest.mark.parametrize("master", ["local[2]", "local[16]", "local[*]", "spark://spark-master:7077",
+                                    "spark://10.0.0.5:7077,10.0.0.6:7077"])
+def test_the_spark_master_is_local_mode_or_a_standalone_cluster(monkeypatch, master: str) -> None:
+    monkeypatch.setenv("TIDEMARK_SPARK__MASTER", master)
+    assert load_settings(TidemarkSettings).spark.master == master
+
+
+@pytest.mark.parametrize("master", ["local", "local[0]", "yarn", "k8s://https://api:6443", "spark://", "spark://host",
+                                    "local[2] ", "spark://host:7077/"])
+def test_another_spark_master_fails_in_one_line_naming_the_key(monkeypatch, master: str) -> None:
+    monkeypatch.setenv("TIDEMARK_SPARK__MASTER", master)
+    with pytest.raises(ConfigurationError) as raised:
+        load_settings(TidemarkSettings)
+    assert str(raised.value) == (
+        "invalid configuration: TIDEMARK_SPARK__MASTER: Value error, not a Spark master Tidemark runs on: "
+        f"'local[N]', 'local[*]' or 'spark://host:port' (got {master!r})")
+
+
+def test_the_local_mode_on_the_loopback_is_the_default_spark_master() -> None:
+    spark = TidemarkSettings().spark
+    assert (spark.master, spark.driver_host) == ("local[2]", "127.0.0.1")
+
+
+def test_a_driver_host_that_is_no_address_fails_naming_the_key(monkeypatch) -> None:
+    monkeypatch.setenv("TIDEMARK_SPARK__DRIVER_HOST", "worker host")
+    with pytest.raises(ConfigurationError, match=re.escape("TIDEMARK_SPARK__DRIVER_HOST: String should match")):
+        load_settings(TidemarkSettings)

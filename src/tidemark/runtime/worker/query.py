@@ -2,7 +2,7 @@
 
 Lifecycle: ``run_attempt(settings, attempt, spark, released)`` wires and restores the attempt
 (:func:`tidemark.runtime.worker.bootstrap.bootstrap`, which returns its
-:class:`~tidemark.runtime.worker.runner.StageRunner`) while a local SparkSession starts in the background (or takes the session it is
+:class:`~tidemark.runtime.worker.runner.StageRunner`) while its SparkSession starts in the background (or takes the session it is
 given: a warm standby's, or the one of the process's previous attempt,
 :mod:`tidemark.runtime.worker.process`), starts the streaming query (the stage's Kafka source,
 :mod:`tidemark.spark.stage_source`, -> ``foreachBatch``, whose batches a processing thread
@@ -42,7 +42,7 @@ from tidemark.runtime.worker import loaded_code
 from tidemark.runtime.worker.resources import WorkerResources
 from tidemark.runtime.worker.runner import StageRunner
 from tidemark.chassis.logs import get_logger
-from tidemark.spark.session import LocalSessionOptions, local_session, query_checkpoint_location
+from tidemark.spark.session import SessionOptions, spark_session, query_checkpoint_location
 from tidemark.spark.spark_step import REJECTED, MicroBatch, StageSteps
 from tidemark.spark.stage_source import StageSource, stage_source
 
@@ -53,18 +53,18 @@ class QueryFailed(RuntimeError):
     """The streaming query stopped with an error."""
 
 
-def session_options(settings: TidemarkSettings, app_name: str, source: StageSource) -> LocalSessionOptions:
-    """The local session of a stage worker (or its standby), with what its source needs."""
-    return LocalSessionOptions(app_name=app_name, java_options=settings.spark.java_options,
-                               class_archive=settings.spark.class_archive,
-                               extra_conf={**source.session_conf(), **settings.spark.conf})
+def session_options(settings: TidemarkSettings, app_name: str, source: StageSource) -> SessionOptions:
+    """The session of a stage worker (or its standby) on the settings' master, with what its source needs."""
+    return SessionOptions(app_name=app_name, master=settings.spark.master, driver_host=settings.spark.driver_host,
+                          java_options=settings.spark.java_options, class_archive=settings.spark.class_archive,
+                          extra_conf={**source.session_conf(), **settings.spark.conf})
 
 
 class _SessionStart(threading.Thread):
     """Starts the SparkSession (JVM, SparkContext, data-source registration) while the worker
     restores its state; :meth:`session` joins it."""
 
-    def __init__(self, options: LocalSessionOptions) -> None:
+    def __init__(self, options: SessionOptions) -> None:
         super().__init__(name="spark-session-start", daemon=True)
         self.options = options
         self._session: Any = None
@@ -72,7 +72,7 @@ class _SessionStart(threading.Thread):
 
     def run(self) -> None:
         try:
-            self._session = local_session(self.options)
+            self._session = spark_session(self.options)
         except BaseException as exc:
             self._error = exc
 

@@ -27,7 +27,7 @@ from tidemark.kafka.topics import TopicNames
 from tidemark.runtime.worker.query import session_options
 from tidemark.runtime.worker.process import StageProcess, SupervisorLines
 from tidemark.chassis.logs import get_logger
-from tidemark.spark.session import local_session, query_checkpoint_location
+from tidemark.spark.session import spark_session, query_checkpoint_location
 from tidemark.spark.stage_source import ReadSelection, StageSource, stage_source
 
 log = get_logger(__name__)
@@ -68,7 +68,7 @@ def run_standby(settings: TidemarkSettings, stage: str, control_dir: Path | None
     lines = SupervisorLines(control_dir=control_dir, adoption_window_s=settings.adoption_window_s)
     lines.start()
     source = stage_source(settings)
-    spark = local_session(session_options(settings, f"tidemark-standby-{stage}", source))
+    spark = spark_session(session_options(settings, f"tidemark-standby-{stage}", source))
     if not lines.arrived.is_set():
         warm = warm_up(spark, settings, source, lines.arrived)
         log.info("standby warm; waiting for an attempt", stage=stage, warm_up_batch=warm, pid=os.getpid())
