@@ -12,7 +12,8 @@ service. ``operator=`` runs another operator of the stage instead (any
 
 Lifecycle: ``KeyedProcessFunctionHarness(stage, ...)`` (or :meth:`~KeyedProcessFunctionHarness.for_stage`
 for a stage of a job) -> ``restore(snapshot)`` at most once -> ``open()`` -> ``process(value)`` /
-``process_record(key, value)`` any number of times, reading :attr:`output`, :meth:`side_output`
+``process_record(key, value)`` any number of times (an input with a Spark step: its rows from
+:meth:`~KeyedProcessFunctionHarness.spark_step_rows`), reading :attr:`output`, :meth:`side_output`
 and :meth:`state` in between, moving event time with :meth:`advance_watermark` and processing time with
 :meth:`advance_processing_time` (both fire the timers they pass, as the worker does), taking
 :meth:`snapshot` s and telling the tasks of their end (:meth:`notify_checkpoint_complete`,
@@ -161,6 +162,8 @@ class KeyedProcessFunctionHarness:
         self.too_late: list[Any] = []
         """The values a windowed stage found too late for all their windows, in order (a worker
         applies the stage's ``late_records`` to them: dropped, or written to ``late_output``)."""
+        self.step_rejected: list[tuple[bytes | None, str]] = []
+        """What :meth:`spark_step_rows` left out: each rejected record's value and null columns."""
         self.restored_from: CheckpointMetadata | None = None
         self._opened = self._closed = False
         self._next_snapshot = 1
@@ -348,9 +351,45 @@ class KeyedProcessFunctionHarness:
     def process_record(self, key: bytes | None, value: bytes | None, *,
                        timestamp_ms: int | None = None, input: int = 0) -> list[Emitted]:
         """Process one Kafka record of input number ``input`` as the worker does: that input's
-        ``decode`` (else the stage's), then its ``key_by``."""
-        decode = self.stage.decode_of(self.stage.input_list[input])
+        ``decode`` (else the stage's), then its ``key_by``. An input with a Spark step is Spark's
+        to prepare: :meth:`spark_step_rows`."""
+        item = self.stage.input_list[input]
+        if self.stage.spark_step_of(item) is not None:
+            raise ValueError(f"input {item.topic} of stage {self.stage.name} has a Spark step: run it with "
+                             f"spark_step_rows(spark, records) and process the rows")
+        decode = self.stage.decode_of(item)
         return self.process(decode(key, value), timestamp_ms=timestamp_ms, input=input)
+
+    def spark_step_rows(self, spark: Any, records: Iterable[bytes | tuple[bytes | None, bytes | None]], *,
+                        input: int = 0) -> list[Any]:
+        """Input number ``input``'s Spark step run in ``spark`` (a local SparkSession) on
+        ``records`` (values, or ``(key, value)`` pairs) as a worker runs it on a micro-batch of
+        them: the values the function would get, in the step's order, to :meth:`process` or
+        :meth:`process_all`. Rows with a null required column, which a worker dead-letters, are
+        left out and kept in :attr:`step_rejected` (the record's value and the null columns)."""
+        from tidemark.runtime.job.records import stepped_records
+        from tidemark.spark.arrow import SOURCE_SCHEMA
+        from tidemark.spark.spark_step import REJECTED, StageSteps
+
+        item = self.stage.input_list[input]
+        step = self.stage.spark_step_of(item)
+        if step is None:
+            raise ValueError(f"input {item.topic} of stage {self.stage.name} has no Spark step")
+        steps = StageSteps(self.stage.name, {item.topic: step}, (item.topic,))
+        steps.prepare(spark)
+        pairs = [r if isinstance(r, tuple) else (None, r) for r in records]
+        frame = spark.createDataFrame([(item.topic, 0, offset, None, key, value, None)
+                                       for offset, (key, value) in enumerate(pairs)], SOURCE_SCHEMA)
+        [stepped] = steps.collect(frame, 0, None).stepped
+        values = []
+        for record in stepped_records(stepped.table, stepped.row_columns,
+                                      REJECTED if step.required else None, stepped.originals):
+            if record.step_rejected is not None:
+                self.step_rejected.append((record.value, record.step_rejected))
+            else:
+                values.append(record.row if record.row is not None else self.stage.decode_of(item)(record.key,
+                                                                                                  record.value))
+        return values
 
     def output_values(self) -> list[Any]:
         """The values of :attr:`output`, decoded as JSON."""

@@ -106,3 +106,23 @@ def test_a_step_failing_in_its_own_logic_fails_in_one_line_and_a_batch_ends_wher
     (tmp_path / "offsets" / "3").write_text('v1\n{"batchWatermarkMs":0}\n{"in":{"0":12,"1":4}}\n')
     assert batch_ends(str(tmp_path), 3) == {("in", 0): 12, ("in", 1): 4}
     assert batch_ends(str(tmp_path), 4) is None
+
+
+def test_the_harness_runs_a_stages_step_in_spark_and_its_function_on_the_rows(spark, tmp_path) -> None:  # noqa: ANN001
+    """How a job author tests a stage with a step: the worked example's step on a few records,
+    then its function on the rows."""
+    from tidemark.examples.owner_errors import owner_errors, write_owners_csv
+    from tidemark.testing.harness import KeyedProcessFunctionHarness
+
+    owners = str(write_owners_csv(tmp_path / "owners.csv", {"/a": "web"}))
+    with KeyedProcessFunctionHarness.for_stage(owner_errors(owners), "owner_errors") as harness:
+        with pytest.raises(ValueError, match="input access-log of stage owner_errors has a Spark step: run it with "
+                                             r"spark_step_rows\(spark, records\) and process the rows"):
+            harness.process_record(None, _record("/a", 500))
+        rows = harness.spark_step_rows(spark, [_record("/a", 500), _record("/a", 200), _record("/b", 404),
+                                               b"{broken", (b"k", _record("/a", 503))])
+        assert rows == [{"url": "/a", "status": 500, "owner": "web"}, {"url": "/b", "status": 404, "owner": "nobody"},
+                        {"url": "/a", "status": 503, "owner": "web"}]
+        assert harness.step_rejected == [(b"{broken", "url")]
+        harness.process_all(rows)
+        assert harness.output_values()[-1] == {"owner": "web", "errors": 2}
