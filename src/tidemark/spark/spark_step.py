@@ -4,7 +4,8 @@ Lifecycle: :class:`StageSteps` is built from the steps of the input topics a wor
 ``prepare(spark)`` once before the query starts (each step's static tables made and registered as
 temporary views, each step checked against the input's schema: a step that does not keep its
 rows' origin, changes a Kafka column's type or names a required column it has not is refused in
-one line, :class:`SparkStepError`); then ``collect(frame, batch_id)`` in each ``foreachBatch``.
+one line, :class:`SparkStepError`); then ``collect(frame, batch_id)`` in each ``foreachBatch``;
+``close()`` when the query has stopped (the cached tables released).
 
 A micro-batch is collected as a :class:`MicroBatch`: the rows of topics without a step as the
 source gives them (Arrow, :data:`tidemark.spark.arrow.SOURCE_SCHEMA`), and for each stepped
@@ -94,6 +95,7 @@ class StageSteps:
         self.plain_topics = tuple(t for t in topics if t not in self.steps)
         self.row_columns: dict[str, tuple[str, ...]] = {}
         self.keeps_value: dict[str, bool] = {}
+        self._cached: list[Any] = []  # the static tables this query cached
 
     def __bool__(self) -> bool:
         return bool(self.steps)
@@ -105,12 +107,22 @@ class StageSteps:
                 table = self._call(f"table {name!r}", lambda make=make: make(spark))
                 if step.cache_tables:
                     table = table.cache()
+                    self._cached.append(table)
                 table.createOrReplaceTempView(name)
         empty = spark.createDataFrame([], SOURCE_SCHEMA)
         for topic, step in self.steps.items():
             out = self._call(f"input {topic}", lambda step=step: apply_step(step, empty))
             self.row_columns[topic] = self._check(topic, step, out)
             self.keeps_value[topic] = "value" in out.columns
+
+    def close(self) -> None:
+        """Release the cached tables (a session kept for the next attempt makes them again)."""
+        for table in self._cached:
+            try:
+                table.unpersist()
+            except Exception:  # a session already stopped
+                pass
+        self._cached.clear()
 
     def _call(self, what: str, make: Callable[[], Any]) -> Any:
         try:

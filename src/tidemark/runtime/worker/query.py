@@ -202,6 +202,7 @@ def _run_query(worker: StageRunner, attempt: Attempt, spark: Any, source: StageS
         watch.stop()
         worker.abandon()  # a batch waiting for a stop-with-savepoint gives up
         batches.close()  # after a batch still being processed
+        steps.close()
         with worker.lock:
             worker.close()
         if ended.spark is None:
