@@ -1,13 +1,16 @@
 """Tidemark against Quix Streams: the same count per URL, broker, input topic and machine.
 
 Each round writes ``--records`` access-log records (``tidemark.examples.generator``, 4
-partitions, no key) to a fresh input topic, then runs on it, one after the other:
+partitions) to a fresh input topic of each ``--inputs`` kind: ``unkeyed`` (no key, round-robin:
+Quix must re-key by URL through a repartition topic) and ``keyed`` (keyed by URL, each URL in the
+partition of its key: Quix's best case, counted as it is), then runs on it, one after the other:
 
 * Tidemark: ``tidemark.examples.access_log:url_counts`` (exactly-once, RocksDB state,
   ``--parallelism`` tasks in ``--workers`` worker processes, no warm standby) on the local
   pipeline; the coordinator and checkpoint-store run only during Tidemark's turn;
-* Quix Streams (``bench/quix_count_per_url.py``: ``group_by("url")``, a count in its RocksDB
-  state, ``processing_guarantee="exactly-once"``), run with the Python of a benchmark-only
+* Quix Streams (``bench/quix_count_per_url.py``: ``group_by("url")`` on the unkeyed input, none
+  on the keyed one, a count in its RocksDB state, ``processing_guarantee="exactly-once"``), run
+  with the Python of a benchmark-only
   environment, ``.venv-bench-quix/``, which this script creates once from
   ``bench/requirements-quix.txt`` (Quix is never a dependency of the project).
 
@@ -21,7 +24,8 @@ output is verified: the hits of each URL must run 1, 2, ..., n with n its count 
 the last hits value per URL equals the input's count; a mismatch is printed loudly and the script
 exits 1. The working directory (broker, logs, state) is removed after a run that succeeded and
 kept, and named, after one that failed. Rounds interleave the systems (Tidemark, Quix, Tidemark,
-...); the table gives min / median / max per system and clock, and the ratio of the medians.
+...); the table gives min / median / max per input kind, system and clock, the first result's
+time after the launch, and the ratios of the medians per input kind.
 
     .venv/bin/python bench/bench_vs_quix.py --records 300000 --rounds 3
 
@@ -49,7 +53,7 @@ from typing import Any
 from confluent_kafka.admin import AdminClient
 
 from tidemark.broker.embedded import kafka_or_embedded
-from tidemark.examples.generator import expected_url_counts, generate, produce
+from tidemark.examples.generator import expected_url_counts, generate, produce, url_key
 from tidemark.examples.verify import verify_url_counts
 from tidemark.kafka.admin import ensure_topics
 from tidemark.kafka.topics import TopicSpec
@@ -64,6 +68,7 @@ QUIX_APP = REPO / "bench" / "quix_count_per_url.py"
 JOB = "tidemark.examples.access_log:url_counts"
 PARTITIONS = 4
 SYSTEMS = ("tidemark", "quix")
+INPUTS = ("unkeyed", "keyed")  # round-robin without a key; keyed by URL (Quix's best case)
 PROGRESS_EVERY_S = 5.0
 
 
@@ -133,6 +138,7 @@ class Run:
     records: int
     clocks: Clocks
     problems: list[str]
+    inputs: str = "unkeyed"  # of INPUTS
 
     @property
     def end_to_end(self) -> float:
@@ -240,13 +246,14 @@ def run_tidemark(bootstrap: str, home: Path, input_topic: str, records: int, exp
 
 
 def run_quix(bootstrap: str, home: Path, python: Path, input_topic: str, records: int,
-             expected: dict[str, int], options: argparse.Namespace, label: str) -> Run:
+             expected: dict[str, int], options: argparse.Namespace, label: str, keyed: bool = False) -> Run:
     run_id = uuid.uuid4().hex[:6]
     output = f"vsq-quix-out-{run_id}"
     log_path = home / f"quix-{run_id}.log"
     command = [str(python), str(QUIX_APP), "--bootstrap", bootstrap, "--input", input_topic, "--output", output,
                "--group", f"vsq-quix-{run_id}", "--state-dir", str(home / f"quix-state-{run_id}"),
-               "--partitions", str(PARTITIONS), "--commit-interval-s", str(options.commit_interval_ms / 1000)]
+               "--partitions", str(PARTITIONS), "--commit-interval-s", str(options.commit_interval_ms / 1000),
+               *(["--keyed"] if keyed else [])]
     with open(log_path, "wb") as log:
         launched = time.monotonic()
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -269,23 +276,34 @@ def _rate(value: float) -> str:
     return "n/a" if math.isnan(value) else f"{value:,.0f}"
 
 
+def _seconds(values: list[float]) -> str:
+    return f"{min(values):.1f} / {statistics.median(values):.1f} / {max(values):.1f}" if values else "n/a"
+
+
 def table(runs: list[Run]) -> list[str]:
-    """Min / median / max records/s per system and clock, and the ratios of the medians. The
-    steady clock leaves out runs whose first commit held every result (``n/a`` when all do)."""
-    by_system = {s: [r for r in runs if r.system == s] for s in SYSTEMS}
-    lines = [f"{'system':<9} {'clock':<22} {'runs':>4} {'min rec/s':>10} {'median':>10} {'max':>10}"]
-    medians: dict[tuple[str, str], float] = {}
-    for system, done in by_system.items():
-        for clock, rate in (("launch -> last result", lambda r: r.end_to_end),
-                            ("first -> last result", lambda r: r.steady)):
-            values = [v for v in map(rate, done) if not math.isnan(v)]
-            medians[system, clock] = statistics.median(values) if values else float("nan")
-            low, high = (min(values), max(values)) if values else (float("nan"),) * 2
-            lines.append(f"{system:<9} {clock:<22} {len(values):>4} {_rate(low):>10} "
-                         f"{_rate(medians[system, clock]):>10} {_rate(high):>10}")
-    for clock in ("launch -> last result", "first -> last result"):
-        ratio = medians["tidemark", clock] / medians["quix", clock]
-        lines.append(f"ratio Tidemark/Quix of the medians, {clock}: {'n/a' if math.isnan(ratio) else f'{ratio:.2f}'}")
+    """Per input kind, system and clock: min / median / max records/s (the steady clock leaves out
+    runs whose first commit held every result: ``n/a`` when all do) and the first result's time
+    after the launch; then the ratios of the medians per input kind."""
+    kinds = [kind for kind in INPUTS if any(r.inputs == kind for r in runs)]
+    lines = [f"{'inputs':<8} {'system':<9} {'clock':<22} {'runs':>4} {'min rec/s':>10} {'median':>10} {'max':>10}  "
+             f"first result s (min / median / max)"]
+    medians: dict[tuple[str, str, str], float] = {}
+    for kind in kinds:
+        for system in SYSTEMS:
+            done = [r for r in runs if r.inputs == kind and r.system == system]
+            for clock, rate in (("launch -> last result", lambda r: r.end_to_end),
+                                ("first -> last result", lambda r: r.steady)):
+                values = [v for v in map(rate, done) if not math.isnan(v)]
+                medians[kind, system, clock] = statistics.median(values) if values else float("nan")
+                low, high = (min(values), max(values)) if values else (float("nan"),) * 2
+                first = _seconds([r.clocks.first_s for r in done]) if clock.startswith("launch") else ""
+                lines.append(f"{kind:<8} {system:<9} {clock:<22} {len(values):>4} {_rate(low):>10} "
+                             f"{_rate(medians[kind, system, clock]):>10} {_rate(high):>10}  {first}".rstrip())
+    for kind in kinds:
+        for clock in ("launch -> last result", "first -> last result"):
+            ratio = medians[kind, "tidemark", clock] / medians[kind, "quix", clock]
+            lines.append(f"ratio Tidemark/Quix of the medians, {kind} input, {clock}: "
+                         f"{'n/a' if math.isnan(ratio) else f'{ratio:.2f}'}")
     return lines
 
 
@@ -298,6 +316,8 @@ def main() -> int:
     parser.add_argument("--commit-interval-ms", type=int, default=2000,
                         help="Tidemark's checkpoint interval and Quix's commit interval")
     parser.add_argument("--timeout-s", type=float, default=1800, help="per run, from the launch")
+    parser.add_argument("--inputs", nargs="+", choices=INPUTS, default=list(INPUTS),
+                        help="the input topics: unkeyed (round-robin, Quix re-keys) and/or keyed by URL")
     options = parser.parse_args()
     for name in ("records", "rounds", "workers", "parallelism", "commit_interval_ms"):
         if getattr(options, name) < 1:
@@ -313,27 +333,30 @@ def main() -> int:
                   flush=True)
             data = list(generate(options.records))
             expected = expected_url_counts(data)
-            for index in range(options.rounds):
-                input_topic = f"vsq-in-{uuid.uuid4().hex[:6]}"
-                print(f"round {index + 1}/{options.rounds}: writing {options.records} records to {input_topic} "
-                      f"({PARTITIONS} partitions)", flush=True)
-                ensure_topics(AdminClient({"bootstrap.servers": bootstrap}), [TopicSpec(input_topic, PARTITIONS)])
-                produce(bootstrap, input_topic, data, PARTITIONS, chunk=10_000)
-                for system in SYSTEMS:
-                    label = f"{system} r{index + 1}"
-                    if system == "tidemark":
-                        run = run_tidemark(bootstrap, home, input_topic, options.records, expected, options, label)
-                    else:
-                        run = run_quix(bootstrap, home, python, input_topic, options.records, expected, options,
-                                       label)
-                    runs.append(run)
-                    verdict = "output verified" if not run.problems else "OUTPUT MISMATCH"
-                    print(f"  [{label}] {run.end_to_end:,.0f} rec/s from launch (last result at "
-                          f"{run.clocks.last_s:.1f} s), {_rate(run.steady)} rec/s first -> last (first result at "
-                          f"{run.clocks.first_s:.1f} s, {run.clocks.at_first} in the first commit); {verdict}",
-                          flush=True)
-                    for problem in run.problems[:10]:
-                        print(f"  [{label}] MISMATCH: {problem}", flush=True)
+            for index, kind, system in ((i, k, s) for i in range(options.rounds) for k in options.inputs
+                                        for s in SYSTEMS):
+                if system == SYSTEMS[0]:  # a fresh input topic per round and input kind
+                    input_topic = f"vsq-in-{kind}-{uuid.uuid4().hex[:6]}"
+                    print(f"round {index + 1}/{options.rounds}: writing {options.records} records to {input_topic} "
+                          f"({PARTITIONS} partitions, {kind})", flush=True)
+                    ensure_topics(AdminClient({"bootstrap.servers": bootstrap}), [TopicSpec(input_topic, PARTITIONS)])
+                    produce(bootstrap, input_topic, data, PARTITIONS, chunk=10_000,
+                            key_of=url_key if kind == "keyed" else None)
+                label = f"{system} {kind} r{index + 1}"
+                if system == "tidemark":
+                    run = run_tidemark(bootstrap, home, input_topic, options.records, expected, options, label)
+                else:
+                    run = run_quix(bootstrap, home, python, input_topic, options.records, expected, options,
+                                   label, keyed=kind == "keyed")
+                run.inputs = kind
+                runs.append(run)
+                verdict = "output verified" if not run.problems else "OUTPUT MISMATCH"
+                print(f"  [{label}] {run.end_to_end:,.0f} rec/s from launch (last result at "
+                      f"{run.clocks.last_s:.1f} s), {_rate(run.steady)} rec/s first -> last (first result at "
+                      f"{run.clocks.first_s:.1f} s, {run.clocks.at_first} in the first commit); {verdict}",
+                      flush=True)
+                for problem in run.problems[:10]:
+                    print(f"  [{label}] MISMATCH: {problem}", flush=True)
     except BenchError as error:
         print(f"bench_vs_quix: {error} (working directory kept: {home})", file=sys.stderr)
         return 1
@@ -347,7 +370,8 @@ def main() -> int:
           f"{quix_version()}")
     for line in table(runs):
         print(line)
-    mismatched = [f"{r.system} round {i // len(SYSTEMS) + 1}" for i, r in enumerate(runs) if r.problems]
+    mismatched = [f"{r.system} {r.inputs} round {i // (len(SYSTEMS) * len(options.inputs)) + 1}"
+                  for i, r in enumerate(runs) if r.problems]
     if mismatched:
         print(f"\nOUTPUT MISMATCH in {', '.join(mismatched)}: the figures above are not comparable", file=sys.stderr)
         return 1

@@ -52,21 +52,28 @@ def test_a_url_not_in_the_input_is_reported() -> None:
     assert problems[0] == "/x: in the output, not in the input"
 
 
-def test_table_gives_min_median_max_and_the_ratio_of_medians() -> None:
+def test_table_gives_min_median_max_the_first_result_and_the_ratios_per_input_kind() -> None:
     bench = _bench()
 
-    def run(system: str, first_s: float, last_s: float, at_first: int) -> object:
-        return bench.Run(system, 1000, bench.Clocks(first_s, last_s, at_first), [])
+    def run(system: str, first_s: float, last_s: float, at_first: int, inputs: str = "unkeyed") -> object:
+        return bench.Run(system, 1000, bench.Clocks(first_s, last_s, at_first), [], inputs)
 
     runs = [run("tidemark", 5.0, 10.0, 0), run("tidemark", 3.0, 5.0, 600), run("tidemark", 3.0, 4.0, 0),
-            run("quix", 1.0, 2.0, 0), run("quix", 1.0, 2.0, 500), run("quix", 1.0, 2.0, 1000)]
+            run("quix", 1.0, 2.0, 0), run("quix", 1.0, 2.0, 500), run("quix", 1.0, 2.0, 1000),
+            run("tidemark", 2.0, 4.0, 0, "keyed"), run("quix", 0.5, 1.0, 0, "keyed")]
     lines = bench.table(runs)
-    assert lines[1].split()[-4:] == ["3", "100", "200", "250"]  # tidemark, launch -> last: 1000/10, /5, /4
+    # tidemark, launch -> last: 1000/10, /5, /4; first result 3, 3, 5 s
+    assert lines[1].split()[:2] == ["unkeyed", "tidemark"]
+    assert lines[1].split("  ")[-1].strip() == "3.0 / 3.0 / 5.0"
+    assert lines[1].split()[-9:-5] == ["3", "100", "200", "250"]
     assert lines[2].split()[-4:] == ["3", "200", "200", "1,000"]  # first -> last: 1000/5, 400/2, 1000/1
     # quix's third run committed everything at once: no steady rate, left out of that clock
     assert lines[4].split()[-4:] == ["2", "500", "750", "1,000"]
-    assert lines[-2].endswith("launch -> last result: 0.40")  # 200 / 500
-    assert lines[-1].endswith("first -> last result: 0.27")  # 200 / 750
+    assert lines[5].split()[:2] == ["keyed", "tidemark"] and lines[5].split()[-9:-5] == ["1", "250", "250", "250"]
+    assert lines[-4].endswith("unkeyed input, launch -> last result: 0.40")  # 200 / 500
+    assert lines[-3].endswith("unkeyed input, first -> last result: 0.27")  # 200 / 750
+    assert lines[-2].endswith("keyed input, launch -> last result: 0.25")  # 250 / 1000
+    assert lines[-1].endswith("keyed input, first -> last result: 0.25")  # 500 / 2000
 
 
 def test_no_steady_rate_when_the_first_commit_held_every_result() -> None:

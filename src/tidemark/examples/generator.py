@@ -69,10 +69,13 @@ class RecordWriter:
 
     def write(self, topic: str, records: Iterable[bytes], partitions: int | None = None, chunk: int = 1000,
               rate_per_s: float | None = None, progress: Callable[[int], None] | None = None,
-              partition_of: Callable[[bytes], int] | None = None) -> int:
+              partition_of: Callable[[bytes], int] | None = None,
+              key_of: Callable[[bytes], bytes | None] | None = None) -> int:
         """Write ``records`` in order (round-robin over partitions when given, from partition 0;
-        ``partition_of(record)`` when given, e.g. :func:`by_url`) and wait until they are
-        delivered (committed, when transactional); returns the count.
+        ``partition_of(record)`` when given, e.g. :func:`by_url`; with ``key_of`` (e.g.
+        :func:`url_key`) each record gets that key and, without ``partition_of``, the producer's
+        partition of its key) and wait until they are delivered (committed, when transactional);
+        returns the count.
         ``rate_per_s`` paces the writes (default: as fast as the broker takes them); ``progress``
         is called with the count so far about twice a second."""
         producer = self._producer
@@ -82,9 +85,11 @@ class RecordWriter:
         started = reported = time.monotonic()
         for i, value in enumerate(records):
             kwargs: dict[str, Any] = {"value": value}
+            if key_of is not None:
+                kwargs["key"] = key_of(value)
             if partition_of is not None:
                 kwargs["partition"] = partition_of(value)
-            elif partitions:
+            elif partitions and key_of is None:
                 kwargs["partition"] = i % partitions
             produce_waiting(producer, topic, **kwargs)
             count += 1
@@ -122,12 +127,21 @@ class RecordWriter:
 
 def produce(bootstrap: str | dict[str, Any], topic: str, records: Iterable[bytes], partitions: int | None = None,
             chunk: int = 1000, transactional: bool | None = None, rate_per_s: float | None = None,
-            progress: Callable[[int], None] | None = None, partition_of: Callable[[bytes], int] | None = None) -> int:
+            progress: Callable[[int], None] | None = None, partition_of: Callable[[bytes], int] | None = None,
+            key_of: Callable[[bytes], bytes | None] | None = None) -> int:
     """Write ``records`` once with a :class:`RecordWriter` of their own, as an application writing
     a job's input would; returns the count. ``bootstrap`` is the address, or a client
     configuration (:func:`tidemark.kafka.clients.base_config`)."""
     with RecordWriter(bootstrap, transactional) as writer:
-        return writer.write(topic, records, partitions, chunk, rate_per_s, progress, partition_of)
+        return writer.write(topic, records, partitions, chunk, rate_per_s, progress, partition_of, key_of)
+
+
+def url_key(record: bytes) -> bytes | None:
+    """An access-log record's URL as its Kafka key (a record keyed by URL; None when it has none)."""
+    try:
+        return str(json.loads(record)["url"]).encode()
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 def by_url(partitions: int, max_parallelism: int = DEFAULT_MAX_PARALLELISM) -> Callable[[bytes], int]:
