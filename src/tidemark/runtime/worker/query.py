@@ -40,6 +40,7 @@ from tidemark.runtime.job.attempt import Attempt
 from tidemark.runtime.worker.bootstrap import bootstrap, read_selection, read_steps
 from tidemark.runtime.worker import loaded_code
 from tidemark.runtime.worker.resources import WorkerResources
+from tidemark.runtime.worker.start_timings import StartTimings
 from tidemark.runtime.worker.runner import StageRunner
 from tidemark.chassis.logs import get_logger
 from tidemark.spark.session import SessionOptions, spark_session, query_checkpoint_location
@@ -122,6 +123,7 @@ def run_attempt(settings: TidemarkSettings, attempt: Attempt, spark: Any = None,
 
 
 def _run_stage(settings: TidemarkSettings, attempt: Attempt, spark: Any, released: Callable[[], bool]) -> AttemptEnd:
+    timings = StartTimings(fresh_process=spark is None)
     starting = None
     source = stage_source(settings)
     if spark is None:  # the JVM starts while the worker restores
@@ -133,17 +135,12 @@ def _run_stage(settings: TidemarkSettings, attempt: Attempt, spark: Any, release
     except BaseException:
         watch.stop()
         raise
+    timings.mark("restore")
     loaded_code.note()  # the job's modules, just imported (runtime.placement.idle_workers)
     if starting is not None:
         spark = starting.session()
-
-    try:
-        steps = read_steps(worker)
-    except BaseException:
-        watch.stop()
-        with worker.lock:
-            worker.close()
-        raise
+    timings.mark("session")
+    steps = read_steps(worker)
 
     def process(batch: Any) -> None:
         if released():  # the attempt is over: its records are the next attempt's to process
@@ -154,6 +151,9 @@ def _run_stage(settings: TidemarkSettings, attempt: Attempt, spark: Any, release
                     worker.on_batch(micro_batch_records(batch), batch.ends)
                 else:
                     worker.on_batch(records_of(batch))
+        if not timings.reported and batch_rows(batch):
+            timings.mark("first_process")
+            timings.report(job=worker.job, stage=worker.stage.name, epoch=attempt.epoch, worker=attempt.worker)
 
     batches = BatchHandoff(process, name=f"batches-{attempt.stage}")
 
@@ -167,10 +167,19 @@ def _run_stage(settings: TidemarkSettings, attempt: Attempt, spark: Any, release
                 if released():  # stopping the query cancelled the batch's Spark job
                     return
                 raise
+            if batch_rows(batch):
+                timings.mark("first_fetch")
             batches.hand_over(batch)
 
         return _run_query(worker, attempt, spark, source, steps, on_batch, batches, spark_checkpoints, watch,
-                          released, settings.http_port, settings.spark.trigger_ms)
+                          released, settings.http_port, settings.spark.trigger_ms, timings)
+
+
+def batch_rows(batch: Any) -> int:
+    """The rows of a collected micro-batch (an Arrow table, or a :class:`MicroBatch`)."""
+    if isinstance(batch, MicroBatch):
+        return (batch.plain.num_rows if batch.plain is not None else 0) + sum(s.table.num_rows for s in batch.stepped)
+    return batch.num_rows
 
 
 def micro_batch_records(batch: MicroBatch) -> Iterator[InputRecord]:
@@ -184,7 +193,8 @@ def micro_batch_records(batch: MicroBatch) -> Iterator[InputRecord]:
 
 def _run_query(worker: StageRunner, attempt: Attempt, spark: Any, source: StageSource, steps: StageSteps,
                on_batch: Any, batches: BatchHandoff, spark_checkpoints: str, watch: BrokerWatch,
-               released: Callable[[], bool], metrics_port: int, trigger_ms: int) -> AttemptEnd:
+               released: Callable[[], bool], metrics_port: int, trigger_ms: int,
+               timings: StartTimings) -> AttemptEnd:
     ended = AttemptEnd(0)  # until it ends otherwise (an exception: the session is stopped)
     try:
         if released():  # released while it restored and its session started: no query to start
@@ -195,7 +205,7 @@ def _run_query(worker: StageRunner, attempt: Attempt, spark: Any, source: StageS
             # the batches leave behind (unfrozen when the attempt ends, so its cycles are collected)
             gc.freeze()
             ended = _stream(worker, attempt, spark, source, steps, on_batch, batches, spark_checkpoints, released,
-                            metrics_port, trigger_ms)
+                            metrics_port, trigger_ms, timings)
         return ended
     finally:
         gc.unfreeze()
@@ -211,13 +221,14 @@ def _run_query(worker: StageRunner, attempt: Attempt, spark: Any, source: StageS
 
 def _stream(worker: StageRunner, attempt: Attempt, spark: Any, source: StageSource, steps: StageSteps,
             on_batch: Any, batches: BatchHandoff, spark_checkpoints: str, released: Callable[[], bool],
-            metrics_port: int, trigger_ms: int) -> AttemptEnd:
+            metrics_port: int, trigger_ms: int, timings: StartTimings) -> AttemptEnd:
     options = source.options(read_selection(worker))
     source.prepare(spark)
     steps.prepare(spark)  # before the query: its micro-batches' sessions see the steps' tables
     stream = spark.readStream.format(source.format).options(**options).load()
     query = (stream.writeStream.foreachBatch(on_batch).option("checkpointLocation", spark_checkpoints)
              .trigger(processingTime=f"{trigger_ms} milliseconds").queryName(f"{worker.job}.{worker.stage.name}").start())
+    timings.mark("query")
     attempt.ready_file.parent.mkdir(parents=True, exist_ok=True)
     attempt.ready_file.write_text(json.dumps({
         "stage": worker.stage.name, "worker": attempt.worker, "epoch": attempt.epoch, "pid": os.getpid(), "metrics_port": metrics_port,
