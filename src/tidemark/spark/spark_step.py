@@ -88,10 +88,14 @@ def rejected_marker(step: SparkStep) -> Any:
 class StageSteps:
     """The Spark steps of the input topics one worker reads (see the module)."""
 
-    def __init__(self, stage: str, steps: Mapping[str, SparkStep], topics: tuple[str, ...]) -> None:
-        """``steps``: topic -> its step; ``topics``: every topic the worker's query reads."""
+    def __init__(self, stage: str, steps: Mapping[str, SparkStep], topics: tuple[str, ...],
+                 timestamped: frozenset[str] = frozenset()) -> None:
+        """``steps``: topic -> its step; ``topics``: every topic the worker's query reads;
+        ``timestamped``: the stepped topics whose event time is the Kafka timestamp (their step
+        must keep the ``timestamp`` column)."""
         self.stage = stage
         self.steps = dict(steps)
+        self.timestamped = timestamped
         self.plain_topics = tuple(t for t in topics if t not in self.steps)
         self.row_columns: dict[str, tuple[str, ...]] = {}
         self.keeps_value: dict[str, bool] = {}
@@ -145,6 +149,9 @@ class StageSteps:
             if source.name in types and types[source.name] != source.dataType:
                 raise SparkStepError(f"{where} changes column {source.name} to {types[source.name].simpleString()}: "
                                      f"the Kafka columns keep their types; give a new column another name")
+        if topic in self.timestamped and "timestamp" not in columns:
+            raise SparkStepError(f"{where} drops timestamp, the records' event time (the stage's EventTime has no "
+                                 f"timestamp function): keep it in the step's output")
         if REJECTED in columns:
             raise SparkStepError(f"{where} has a column {REJECTED}, a name Tidemark uses")
         if step.required:

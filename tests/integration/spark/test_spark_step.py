@@ -126,3 +126,11 @@ def test_the_harness_runs_a_stages_step_in_spark_and_its_function_on_the_rows(sp
         assert harness.step_rejected == [(b"{broken", "url")]
         harness.process_all(rows)
         assert harness.output_values()[-1] == {"owner": "web", "errors": 2}
+
+
+def test_a_step_must_keep_the_timestamp_when_it_is_the_event_time(spark) -> None:  # noqa: ANN001
+    drops = SparkStep("SELECT topic, partition, offset, value FROM input")
+    StageSteps("s", {"in": drops}, ("in",)).prepare(spark)  # event time from the values, or none
+    with pytest.raises(SparkStepError, match=r"^stage s: the Spark step of input in drops timestamp, the records' "
+                                             r"event time \(the stage's EventTime has no timestamp function\)"):
+        StageSteps("s", {"in": drops}, ("in",), timestamped=frozenset({"in"})).prepare(spark)

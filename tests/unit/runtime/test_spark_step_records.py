@@ -16,7 +16,7 @@ import pyarrow as pa
 import pytest
 
 from record_paths import record_path
-from tidemark.api import Input, JobSpec, KeyedProcessFunction, SparkStep, Stage
+from tidemark.api import EventTime, Input, JobSpec, KeyedProcessFunction, SparkStep, Stage
 from tidemark.runtime.job.records import InputRecord, stepped_records
 from tidemark.runtime.job.physical_plan import physical_job
 from tidemark.runtime.worker.bootstrap import read_steps
@@ -56,7 +56,7 @@ def test_a_steps_rows_reach_the_function_as_dicts_keyed_by_a_column_and_rejected
         {"topic": "in", "partition": 0, "offset": 4, "value": b"{...}", "url": "/a", "status": 200, REJECTED: ""},
         {"topic": "in", "partition": 1, "offset": 9, "value": b"garbage", "url": None, "status": None,
          REJECTED: "url"}])
-    records = list(stepped_records(table, ("url", "status"), REJECTED))
+    records = list(stepped_records(table.take([1, 0]), ("url", "status"), REJECTED))  # in partition order
     assert records[0].row == {"url": "/a", "status": 200} and records[0].step_rejected is None
     positions: dict = {}
     source = SourceInput(path, positions, lambda: None)
@@ -97,6 +97,10 @@ def test_the_steps_of_a_workers_query_are_its_input_topics_not_its_channels() ->
     assert steps.steps == {"a": stage.spark_step, "b": PARSE, "c": stage.spark_step} and steps.plain_topics == ()
     assert not read_steps(_runner(Stage("s", ("a", "b"), "url", _Echo, "out")))
     assert not read_steps(_runner(stage, source=False))  # a channel stage: its topics are channels
+    assert steps.timestamped == frozenset()
+    kafka_time = Stage("s", ("a", Input("b", event_time=EventTime(lambda v: v["ts"]))), "url", _Echo, "out",
+                       spark_step=PARSE, event_time=EventTime())
+    assert read_steps(_runner(kafka_time)).timestamped == {"a"}  # b's event time comes from its values
 
 
 def test_through_the_exchange_the_reader_runs_the_step_and_forwards_its_rows_which_the_stage_keys(tmp_path) -> None:

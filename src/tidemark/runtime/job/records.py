@@ -140,10 +140,13 @@ def stepped_records(table: pa.Table, row_columns: tuple[str, ...], rejected_colu
     """The rows of a Spark step's output (:mod:`tidemark.spark.spark_step`) as records: the origin
     and the Kafka columns the step kept, the other columns (``row_columns``) as each record's
     ``row``; ``rejected_column`` (when the step has required columns) names the null ones, and
-    ``originals`` holds the original Kafka columns of such rows when the step dropped ``value``."""
+    ``originals`` holds the original Kafka columns of such rows when the step dropped ``value``.
+    In each partition's offset order, whatever order the step's plan left them in (a shuffle join
+    does not keep it); the rows of one record (a join that matched twice) in the step's order."""
     n = table.num_rows
     if n == 0:
         return
+    table = table.sort_by([("topic", "ascending"), ("partition", "ascending"), ("offset", "ascending")])
     names = set(table.column_names)
 
     def column(name: str) -> list[Any]:

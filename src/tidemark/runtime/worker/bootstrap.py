@@ -97,7 +97,9 @@ def read_steps(runner: StageRunner) -> StageSteps:
     if isinstance(runner.input, SourceInput):
         steps = {i.topic: step for i in stage.input_list
                  if i.topic in stage.topics and (step := stage.spark_step_of(i)) is not None}
-    return StageSteps(stage.name, steps, stage.topics)
+    timestamped = frozenset(topic for topic in steps if (time := stage.event_time_of(
+        next(i for i in stage.input_list if i.topic == topic))) is not None and time.timestamp is None)
+    return StageSteps(stage.name, steps, stage.topics, timestamped)
 
 
 class _Wiring:
