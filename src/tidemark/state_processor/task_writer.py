@@ -10,8 +10,9 @@ task whose range holds its key group. :meth:`TaskWriter.finish` takes the backen
 snapshot into the savepoint's folder (a :class:`~tidemark.storage.scoped.SnapshotStorage`) and
 closes it; a stage writer's scratch directory is removed when it closes.
 
-Values with TTL are checked against the wall clock by the snapshot, as a job's savepoint is:
-an expired one is not written.
+The backends' TTL clock stands before every write (as the reader's scratch backends' does): a
+value with TTL is written as given, with its timestamp, whatever time it is; the job that restores
+it checks its TTL by its own clock.
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ from tidemark.state.backend import KeyedStateBackend
 from tidemark.state.backend_registry import BackendContext, create_backend
 from tidemark.state.snapshot import Entry
 from tidemark.state.table import KeyedStateChange
+from tidemark.state.ttl import ManualClock
+from tidemark.state_processor.task_restore import BEFORE_EVERY_WRITE
 from tidemark.storage.scoped import SnapshotStorage
 from tidemark.types import CheckpointId, OperatorId
 
@@ -47,7 +50,8 @@ class TaskWriter:
                  metas: Sequence[dict[str, Any]], local_dir: Path) -> None:
         self.assignment = assignment
         self.key_groups = KeyGroupRange(assignment.key_group_start, assignment.key_group_end)
-        context = BackendContext(self.key_groups, max_parallelism, assignment.operator_id, local_dir)
+        context = BackendContext(self.key_groups, max_parallelism, assignment.operator_id, local_dir,
+                                 clock=ManualClock(BEFORE_EVERY_WRITE))
         self.backend: KeyedStateBackend = create_backend(backend, context)
         self.entries = 0
         try:
