@@ -25,12 +25,19 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tidemark.api import is_stage_name
 from tidemark.keygroups import check_max_parallelism
 from tidemark.state.descriptors import StateDescriptor, user_key_serializer_of, value_serializer_of
 from tidemark.state.snapshot import state_meta
 from tidemark.state_processor.encoding import EntryEncoder
 from tidemark.state_processor.task_writer import StageWriter
-from tidemark.state_processor.writer import SavepointWriter, WrittenSavepoint, default_target, next_checkpoint_id
+from tidemark.state_processor.writer import (
+    SavepointWriter,
+    WriteOptionError,
+    WrittenSavepoint,
+    default_target,
+    next_checkpoint_id,
+)
 from tidemark.storage.base import CheckpointStorage
 
 Progress = Callable[[str], None]
@@ -48,14 +55,17 @@ class StateData:
 
 
 def check_layout(parallelism: int, max_parallelism: int, backend: str) -> None:
-    """``ValueError`` (one line) for a parallelism, max parallelism or backend no job can have."""
+    """:class:`~.writer.WriteOptionError` for a parallelism, max parallelism or backend no job can have."""
     from tidemark.state.backend_registry import backend_names
 
-    check_max_parallelism(max_parallelism)
+    try:
+        check_max_parallelism(max_parallelism)
+    except ValueError as exc:
+        raise WriteOptionError(str(exc)) from None
     if not 1 <= parallelism <= max_parallelism:
-        raise ValueError(f"parallelism must be in [1, max parallelism {max_parallelism}], got {parallelism}")
+        raise WriteOptionError(f"parallelism must be in [1, max parallelism {max_parallelism}], got {parallelism}")
     if backend not in backend_names():
-        raise ValueError(f"no state backend {backend!r}; backends: {', '.join(backend_names())}")
+        raise WriteOptionError(f"no state backend {backend!r}; backends: {', '.join(backend_names())}")
 
 
 def write_rows(writer: StageWriter, states: Sequence[StateData], *, written_at_ms: int,
@@ -86,7 +96,10 @@ def bootstrap_savepoint(storage: CheckpointStorage, job: str, stages: Mapping[st
     one more than the job's newest retained id: :func:`~.writer.next_checkpoint_id`)."""
     check_layout(parallelism, max_parallelism, backend)
     if not stages:
-        raise ValueError("name at least one stage to bootstrap")
+        raise WriteOptionError("name at least one stage to bootstrap")
+    for stage in stages:
+        if not is_stage_name(stage):
+            raise WriteOptionError(f"{stage!r} cannot name a stage: 1-64 letters, digits, '_' or '-'")
     cid = next_checkpoint_id(storage, job) if checkpoint_id is None else checkpoint_id
     written_at = int(time.time() * 1000)
     with SavepointWriter(storage, job, target or default_target(job, "bootstrap", cid), checkpoint_id=cid,
@@ -94,7 +107,7 @@ def bootstrap_savepoint(storage: CheckpointStorage, job: str, stages: Mapping[st
         for stage, states in stages.items():
             metas = [state_meta(data.descriptor) for data in states]
             if len({m["name"] for m in metas}) != len(metas):
-                raise ValueError(f"stage {stage!r} is given a state twice")
+                raise WriteOptionError(f"stage {stage!r} is given a state twice")
             with StageWriter(stage, parallelism, max_parallelism, backend, metas) as writer:
                 rows = write_rows(writer, states, written_at_ms=written_at, progress=progress)
                 for index in sorted(writer.tasks):

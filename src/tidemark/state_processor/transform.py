@@ -37,7 +37,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from tidemark.keygroups import check_max_parallelism
+from tidemark.api import is_stage_name
 from tidemark.protocol.messages import StateHandle, StateHandleKind, TaskSnapshot
 from tidemark.runtime.job.physical_plan import READER_SUFFIX
 from tidemark.state.snapshot import state_meta
@@ -48,7 +48,7 @@ from tidemark.state_processor.handle_headers import writer_backend
 from tidemark.state_processor.source import StateSource, StateSourceError, UnknownStage, UnknownState
 from tidemark.state_processor.task_restore import ChangelogReaders, restored_task
 from tidemark.state_processor.task_writer import StageWriter, new_assignments
-from tidemark.state_processor.writer import SavepointWriter, WrittenSavepoint, default_target
+from tidemark.state_processor.writer import SavepointWriter, WriteOptionError, WrittenSavepoint, default_target
 from tidemark.types import OperatorId, task_id
 
 
@@ -106,15 +106,22 @@ def _is_reader(stage: str) -> bool:
     return stage.endswith(READER_SUFFIX)
 
 
+def _check_name(stage: str) -> None:
+    if not is_stage_name(stage):
+        raise StateSourceError(f"{stage!r} cannot name a stage: 1-64 letters, digits, '_' or '-'")
+
+
 def plan_stages(source: StateSource, operations: Iterable[Operation]) -> dict[str, _StagePlan]:
     """The stages of the new savepoint by name; a one-line ``StateSourceError`` for a stage or
     state the operations name wrongly."""
     plans = {stage: _StagePlan(stage) for stage in source.stages}
+    renamed = False  # whether an operation before renamed or removed a stage
 
     def existing(stage: str) -> _StagePlan:
         if stage not in plans or _is_reader(stage):
             stages = ", ".join(s for s in plans if not _is_reader(s)) or "none"
-            raise UnknownStage(f"{source.path} has no stage {stage!r} (after the operations before); its stages: {stages}")
+            then = " after the operations before" if renamed else ""
+            raise UnknownStage(f"{source.path} has no stage {stage!r}{then}; its stages{then}: {stages}")
         return plans[stage]
 
     def keyed_states(plan: _StagePlan, stage: str) -> list[str] | None:
@@ -136,17 +143,20 @@ def plan_stages(source: StateSource, operations: Iterable[Operation]) -> dict[st
             existing(op.stage)
             del plans[op.stage]
             plans.pop(op.stage + READER_SUFFIX, None)
+            renamed = True
         elif isinstance(op, RenameStage):
             existing(op.stage)
-            if not op.to or _is_reader(op.to):
-                raise StateSourceError(f"{op.to!r} cannot name a stage")
+            _check_name(op.to)
             if op.to in plans:
                 raise StateSourceError(f"cannot rename stage {op.stage!r} to {op.to!r}: that stage exists")
             plans = {(op.to if name == op.stage else name): p for name, p in plans.items()}
             reader = plans.pop(op.stage + READER_SUFFIX, None)
             if reader is not None:
                 plans[op.to + READER_SUFFIX] = reader
+            renamed = True
         elif isinstance(op, SetState):
+            if op.stage not in plans:
+                _check_name(op.stage)
             plan = plans.setdefault(op.stage, _StagePlan(None))
             name = op.data.descriptor.name
             if is_timer_state(name):
@@ -198,9 +208,7 @@ def transform_savepoint(source: StateSource, operations: Sequence[Operation], *,
     ``target`` (default ``<job>/savepoints/transform-<id>-<ms>``)."""
     metadata = source.metadata
     new_max = metadata.max_parallelism if max_parallelism is None else max_parallelism
-    check_max_parallelism(new_max)
-    if parallelism is not None or backend is not None:
-        check_layout(parallelism or 1, new_max, backend or "heap")
+    check_layout(parallelism or 1, new_max, backend or "heap")
     plans = plan_stages(source, operations)
     job, cid = metadata.job_id, metadata.checkpoint_id
     written_at = int(time.time() * 1000)
@@ -210,7 +218,7 @@ def transform_savepoint(source: StateSource, operations: Sequence[Operation], *,
             old = source.tasks(plan.source) if plan.source is not None else []
             count = parallelism or (len(old) if old else 1)
             if count > new_max:
-                raise ValueError(f"stage {name!r} has {count} tasks, more than the max parallelism {new_max}")
+                raise WriteOptionError(f"stage {name!r} has {count} tasks, more than the max parallelism {new_max}")
             if (not plan.changed and new_max == metadata.max_parallelism and count == len(old)
                     and _canonical_only(old)):
                 savepoint.add(_copied(savepoint, old, name))

@@ -32,6 +32,11 @@ from tidemark.storage.scoped import SnapshotStorage
 from tidemark.types import CheckpointId, CheckpointType, JobId
 
 
+class WriteOptionError(ValueError):
+    """A savepoint asked for that no job can have (a parallelism, max parallelism, backend or stage
+    name): the message is one line."""
+
+
 @dataclass(frozen=True)
 class WrittenSavepoint:
     """A savepoint written and verified: its ``_metadata`` path and what it holds."""

@@ -142,7 +142,9 @@ def test_operations_apply_in_order_and_name_stages_as_they_are_then() -> None:
 
 
 @pytest.mark.parametrize(("operations", "error", "message"), [
-    ([RemoveStage("nope")], UnknownStage, "has no stage 'nope' (after the operations before); its stages: profile"),
+    ([RemoveStage("nope")], UnknownStage, "has no stage 'nope'; its stages: profile"),
+    ([RenameStage(STAGE, "x"), RemoveStage(STAGE)], UnknownStage,
+     "has no stage 'profile' after the operations before; its stages after the operations before: x"),
     ([RenameStage(STAGE, "x"), MapState(STAGE, "count", abs)], UnknownStage, "has no stage 'profile'"),
     ([MapState(STAGE, "nope", abs)], UnknownState, "stage 'profile' has no keyed state 'nope'"),
     ([RemoveState(STAGE, "count"), MapState(STAGE, "count", abs)], UnknownState, "no keyed state 'count'"),

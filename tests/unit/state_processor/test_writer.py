@@ -11,7 +11,7 @@ import pytest
 from tidemark.checkpoint_store.catalog import list_retained
 from tidemark.checkpoint_store.verification import verify_checkpoint
 from tidemark.state import ValueStateDescriptor
-from tidemark.state_processor import StateReader
+from tidemark.state_processor import StateReader, WriteOptionError
 from tidemark.state_processor.bootstrap import StateData, bootstrap_savepoint
 from tidemark.storage.base import InvalidStoragePath, TargetConflict
 from tidemark.storage.filesystem import FilesystemCheckpointStorage
@@ -110,11 +110,11 @@ def test_where_a_savepoint_may_be_written(tmp_path) -> None:
                             target="profiles/savepoints/one")
     with pytest.raises(InvalidStoragePath, match="inside the job's savepoint area"):
         bootstrap_savepoint(storage, "profiles", states, parallelism=1, max_parallelism=128, target="elsewhere/x")
-    with pytest.raises(ValueError, match=r"parallelism must be in \[1, max parallelism 8\], got 9"):
+    with pytest.raises(WriteOptionError, match=r"parallelism must be in \[1, max parallelism 8\], got 9"):
         bootstrap_savepoint(storage, "profiles", states, parallelism=9, max_parallelism=8)
-    with pytest.raises(ValueError, match="no state backend 'disk'; backends: heap, rocksdb"):
+    with pytest.raises(WriteOptionError, match="no state backend 'disk'; backends: heap, rocksdb"):
         bootstrap_savepoint(storage, "profiles", states, parallelism=1, max_parallelism=8, backend="disk")
-    with pytest.raises(ValueError, match="given a state twice"):
+    with pytest.raises(WriteOptionError, match="given a state twice"):
         bootstrap_savepoint(storage, "profiles", {STAGE: [StateData(COUNT, []), StateData(COUNT, [])]},
                             parallelism=1, max_parallelism=8)
 
