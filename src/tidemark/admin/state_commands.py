@@ -180,7 +180,7 @@ def _written(command: str, run) -> None:  # type: ignore[no-untyped-def]
     typer.echo(f"savepoint {metadata.checkpoint_id} of job {metadata.job_id} written to {written.path}: "
                f"{len({t.operator_id for t in metadata.tasks})} stages, {len(metadata.tasks)} tasks, "
                f"max parallelism {metadata.max_parallelism}, {metadata.state_size_bytes} bytes")
-    typer.echo(f"start the job from it with --from-savepoint {written.directory}")
+    typer.echo(f"start the job from it with --from-savepoint {written.path}")
 
 
 @state_app.command("bootstrap")

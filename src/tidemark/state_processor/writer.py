@@ -10,7 +10,7 @@ copied byte for byte from another checkpoint: :meth:`SavepointWriter.copy`), and
 last. :meth:`~SavepointWriter.commit` then verifies the savepoint as a start verifies the one it
 names (:func:`~tidemark.checkpoint_store.verification.verify_checkpoint`: the metadata's checksum,
 every file's size and SHA-256). A job starts from it with ``tidemark jobs run ... --from-savepoint
-<target>``.
+<target>/_metadata``.
 
 Used as a context manager, a writer that did not commit deletes what it wrote. The savepoint is
 self-contained: it references no file of another checkpoint, so it outlives the one it came from.

@@ -68,7 +68,7 @@ def test_bootstrap_from_json_lines_then_transform_with_options(workdir: Path) ->
     assert out.splitlines() == [
         f"savepoint 1 of job {JOB} written to {JOB}/savepoints/from-table/_metadata: 1 stages, 2 tasks, "
         f"max parallelism 128, {out.split(', ')[-1].split()[0]} bytes",
-        f"start the job from it with --from-savepoint {JOB}/savepoints/from-table"]
+        f"start the job from it with --from-savepoint {JOB}/savepoints/from-table/_metadata"]
     assert err.splitlines() == [f"tidemark state bootstrap: stage count_hits: {i}/2 tasks written (50 rows)"
                                 for i in (1, 2)]
     assert values(workdir, f"{JOB}/savepoints/from-table", "count_hits", "hits") == {f"/p/{i}": i for i in range(50)}
