@@ -45,6 +45,7 @@ from tidemark.state.timer_queue import is_timer_state
 from tidemark.state_processor.bootstrap import Progress, StateData, check_layout, write_rows
 from tidemark.state_processor.encoding import EntryEncoder, ValueFunction, key_group_of
 from tidemark.state_processor.handle_headers import writer_backend
+from tidemark.state_processor.reader import StateReader
 from tidemark.state_processor.source import StateSource, StateSourceError, UnknownStage, UnknownState
 from tidemark.state_processor.task_restore import ChangelogReaders, restored_task
 from tidemark.state_processor.task_writer import StageWriter, new_assignments
@@ -184,8 +185,6 @@ def plan_stages(source: StateSource, operations: Iterable[Operation]) -> dict[st
 
 def _keyed_metas(source: StateSource, stage: str) -> list[dict[str, Any]] | None:
     """The keyed state definitions (timers left out) of ``stage``'s first task with state files."""
-    from tidemark.state_processor.reader import StateReader
-
     return StateReader(source).state_metas(stage)
 
 
