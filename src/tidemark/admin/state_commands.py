@@ -190,7 +190,10 @@ def bootstrap(job: str = JobArgument, storage: Optional[str] = StorageOption,
               stage: Optional[str] = typer.Option(None, "--stage", help="The stage (operator id) to write."),
               state: Optional[str] = typer.Option(None, "--state", help="The keyed state's name."),
               kind: Kind = typer.Option(Kind.value, "--kind", help="The state's kind (values: a list, an object)."),
-              rows: Optional[Path] = typer.Option(None, "--input", help="JSON lines, one row an object."),
+              rows: Optional[Path] = typer.Option(None, "--input", help="JSON lines, one row an object; or "
+                                                  "Parquet (--format parquet), one row a row."),
+              input_format: Format = typer.Option(Format.jsonl, "--format", help="JSON lines, or Parquet through "
+                                                  "Spark: each task written by an executor."),
               key_field: str = typer.Option("key", "--key-field", help="The field holding the key."),
               value_field: str = typer.Option("value", "--value-field", help="The field holding the value."),
               parallelism: Optional[int] = ParallelismOption,
@@ -201,8 +204,8 @@ def bootstrap(job: str = JobArgument, storage: Optional[str] = StorageOption,
                                                           help="Default: after the job's newest retained one."),
               ) -> None:
     """Write a savepoint holding a stage's keyed state from a table: (key, value) rows from JSON
-    lines (a state with the default serializer) or a Python spec; a job starts from it with
-    --from-savepoint."""
+    lines or Parquet (a state with the default serializer) or a Python spec; a job starts from it
+    with --from-savepoint."""
     from tidemark.state import ListStateDescriptor, MapStateDescriptor, ValueStateDescriptor
     from tidemark.state_processor import StateData, bootstrap_savepoint
     from tidemark.state_processor.spec import bootstrap_spec, json_rows
@@ -211,6 +214,8 @@ def bootstrap(job: str = JobArgument, storage: Optional[str] = StorageOption,
     command = "state bootstrap"
     if spec is not None and (stage or state or rows):
         fail(command, "give either --spec or --stage, --state and --input", EXIT_USAGE)
+    if spec is not None and input_format is Format.parquet:
+        fail(command, "--format parquet reads --input: give --stage, --state and --input", EXIT_USAGE)
     if spec is None and not (stage and state and rows):
         fail(command, "give --stage, --state and --input (or --spec)", EXIT_USAGE)
     url = _storage_url(storage, command)
@@ -221,6 +226,13 @@ def bootstrap(job: str = JobArgument, storage: Optional[str] = StorageOption,
         else:
             descriptor = {Kind.value: ValueStateDescriptor, Kind.list: ListStateDescriptor,
                           Kind.map: MapStateDescriptor}[kind](state)
+            if input_format is Format.parquet:
+                from tidemark.spark.state_bootstrap import bootstrap_parquet  # Spark: only for Parquet
+
+                return bootstrap_parquet(str(rows), storage_url=url, job=job, stage=stage, descriptor=descriptor,
+                                         key=key_field, value=value_field, parallelism=parallelism or 1,
+                                         max_parallelism=max_parallelism, backend=(backend or Backend.heap).value,
+                                         target=target, checkpoint_id=checkpoint_id, progress=_progress(command))
             stages = {stage: [StateData(descriptor, json_rows(rows, key_field, value_field))]}  # type: ignore[arg-type]
         return bootstrap_savepoint(open_storage(url), job, stages, parallelism=parallelism or 1,
                                    max_parallelism=max_parallelism, backend=(backend or Backend.heap).value,

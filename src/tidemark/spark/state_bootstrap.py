@@ -111,3 +111,40 @@ def bootstrap_dataframe(df: DataFrame, *, storage_url: str, job: str, stage: str
         if progress is not None:
             progress(f"stage {stage}: {parallelism} tasks written ({sum(w.rows for w in written)} rows)")
         return savepoint.commit(), written
+
+
+def check_parquet(path: str) -> None:
+    """:class:`~tidemark.state_processor.WriteOptionError` unless ``path`` is a Parquet file (its
+    magic at both ends) or a directory holding ``*.parquet`` files: a wrong path is refused in one
+    line before Spark starts (whose reader would log a stack trace)."""
+    from pathlib import Path
+
+    where = Path(path)
+    if where.is_dir():
+        if not any(where.rglob("*.parquet")):
+            raise WriteOptionError(f"{path} holds no .parquet file")
+        return
+    try:
+        with where.open("rb") as file:
+            head = file.read(4)
+            file.seek(-4, 2)
+            tail = file.read(4)
+    except OSError as exc:
+        raise WriteOptionError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if head != b"PAR1" or tail != b"PAR1":
+        raise WriteOptionError(f"{path} is not a Parquet file")
+
+
+def bootstrap_parquet(path: str, *, spark: Any = None, **options: Any) -> WrittenSavepoint:
+    """:func:`bootstrap_dataframe` of the Parquet file or directory at ``path`` (local, checked by
+    :func:`check_parquet` first), read with ``spark`` (default: a local session, stopped
+    afterwards); ``options`` are the function's."""
+    from tidemark.spark.session import local_session
+
+    check_parquet(path)
+    session = spark or local_session()
+    try:
+        return bootstrap_dataframe(session.read.parquet(path), **options)[0]
+    finally:
+        if spark is None:
+            session.stop()
