@@ -125,7 +125,7 @@ def plan_stages(source: StateSource, operations: Iterable[Operation]) -> dict[st
             raise UnknownStage(f"{source.path} has no stage {stage!r}{then}; its stages{then}: {stages}")
         return plans[stage]
 
-    def keyed_states(plan: _StagePlan, stage: str) -> list[str] | None:
+    def keyed_states(plan: _StagePlan) -> list[str] | None:
         if plan.source is None:
             return sorted(plan.written)
         metas = _keyed_metas(source, plan.source)
@@ -134,7 +134,7 @@ def plan_stages(source: StateSource, operations: Iterable[Operation]) -> dict[st
         return sorted(({m["name"] for m in metas} - plan.removed) | set(plan.written))
 
     def check_state(plan: _StagePlan, stage: str, state: str) -> None:
-        names = keyed_states(plan, stage)
+        names = keyed_states(plan)
         if names is not None and state not in names:
             raise UnknownState(f"stage {stage!r} has no keyed state {state!r} in {source.path}; "
                                f"its states: {', '.join(names) or 'none'}")
@@ -156,7 +156,7 @@ def plan_stages(source: StateSource, operations: Iterable[Operation]) -> dict[st
                 plans[op.to + READER_SUFFIX] = reader
             renamed = True
         elif isinstance(op, SetState):
-            if op.stage not in plans:
+            if op.stage not in plans or _is_reader(op.stage):
                 _check_name(op.stage)
             plan = plans.setdefault(op.stage, _StagePlan(None))
             name = op.data.descriptor.name

@@ -153,6 +153,7 @@ def test_operations_apply_in_order_and_name_stages_as_they_are_then() -> None:
     ([SetState(STAGE, StateData(COUNT, [])), MapState(STAGE, "count", abs)], StateSourceError,
      "is written by this transform"),
     ([RenameStage(STAGE, "x.read")], StateSourceError, "'x.read' cannot name a stage"),
+    ([SetState("profile.read", StateData(COUNT, []))], StateSourceError, "'profile.read' cannot name a stage"),
 ])
 def test_a_stage_or_state_named_wrongly_is_a_one_line_error_and_nothing_is_written(
         operations: list[Any], error: type[Exception], message: str) -> None:
