@@ -157,3 +157,28 @@ def test_a_value_with_a_dataclass_serializer_reads_back_as_its_fields(tmp_path) 
                                   parallelism=1, max_parallelism=128)
     rows = list(StateReader.open(storage, "profiles", path=written.path).read(STAGE, "visits"))
     assert [(r.key, r.value) for r in rows] == [("a", {"hits": 3, "last": "/x"})]
+
+
+def test_a_savepoint_is_written_and_derived_in_s3(s3_bucket: str) -> None:
+    from tidemark.state_processor import MapState, RenameStage, open_source, transform_savepoint
+    from tidemark.storage import open_storage
+
+    storage = open_storage(f"s3://{s3_bucket}/root")
+    written = bootstrap_savepoint(storage, "profiles", {STAGE: state_data()}, parallelism=2, max_parallelism=128,
+                                  backend="rocksdb")
+    assert read_all(StateReader.open(storage, "profiles", path=written.path)) == table()
+    renamed = transform_savepoint(open_source(storage, "profiles", path=written.path), [RenameStage(STAGE, "p")])
+    mapped = transform_savepoint(open_source(storage, "profiles", path=renamed.path),
+                                 [MapState("p", "count", lambda key, count: -count)])
+    assert {r.key: r.value for r in StateReader.open(storage, "profiles", path=mapped.path).read("p", "count")} == {
+        k: -v for k, v in table()["count"].items()}
+    before = set(storage.list("profiles/"))
+
+    def failing():
+        yield "a", 1
+        raise RuntimeError("the table went away")
+
+    with pytest.raises(RuntimeError):
+        bootstrap_savepoint(storage, "profiles", {STAGE: [StateData(COUNT, failing())]}, parallelism=1,
+                            max_parallelism=128)
+    assert set(storage.list("profiles/")) == before
