@@ -21,10 +21,12 @@ is at that point (after an earlier rename, by its new name):
 
 A stage no operation changes, whose keyed state is in canonical files (a savepoint's), has its
 files copied byte for byte under its (new) name. Every other stage with keyed state is written
-again: each old task restored once, as the reader restores it (:mod:`.task_restore`; a
-changelog-backed task needs ``changelog``), its entries routed to the new tasks' backends
-(:mod:`.task_writer`, the backend that wrote the old task, or ``backend``), then snapshotted in
-the canonical format. Operator state files are copied, each old task's with its source positions
+again, its old tasks restored as the reader restores them (:mod:`.task_restore`; a
+changelog-backed task needs ``changelog``) and their entries written by the new tasks' backends
+(:mod:`.task_writer`, the backend that wrote the old task, or ``backend``), snapshotted in the
+canonical format: one new task at a time, from the key groups of the old tasks overlapping it,
+when the key groups stay (the same max parallelism, no rows to write); else every new task at
+once, each old task restored once and its entries routed by key group. Operator state files are copied, each old task's with its source positions
 and pre-committed transactions to new task ``old index % parallelism`` (a restore deals them out
 again by their own rules: :mod:`tidemark.checkpoint.restore_planner`). The savepoint keeps the
 source's checkpoint id: the positions it holds are the source's.
@@ -38,6 +40,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tidemark.api import is_stage_name
+from tidemark.keygroups import KeyGroupRange
 from tidemark.protocol.messages import StateHandle, StateHandleKind, TaskSnapshot
 from tidemark.runtime.job.physical_plan import READER_SUFFIX
 from tidemark.state.snapshot import state_meta
@@ -266,38 +269,76 @@ def _rewritten(source: StateSource, savepoint: SavepointWriter, plan: _StagePlan
                              source_offsets=tuple(carried[a.subtask_index]["offsets"]),
                              sink_transactions=tuple(carried[a.subtask_index]["sinks"]))
                 for a in new_assignments(stage, count, new_max)]
+    if not rescaled and not plan.written:
+        return _written_task_by_task(source, savepoint, plan, old, stage, count, chosen, changelog, written_at,
+                                     carried, progress)
     with StageWriter(stage, count, new_max, chosen, new_metas) as writer:
         for done, task in enumerate(old, 1):
-            with restored_task(source.metadata, task, source.storage, changelog=changelog) as snapshot:
-                metas = [m for m in snapshot.states if m["name"] not in plan.removed]
-                writer.define(metas, f"the state of {task.task_id}")
-                encoders = {m["name"]: EntryEncoder(m, written_at) for m in metas if m["name"] in plan.mapped}
-                for entry in snapshot.entries():
-                    name = entry.state_name
-                    if name in plan.removed:
-                        continue
-                    if rescaled:
-                        entry = replace(entry, key_group=key_group_of(entry.key, new_max))
-                    if name in encoders:
-                        for function in plan.mapped[name]:
-                            entry = encoders[name].remap(entry, function)  # type: ignore[assignment]
-                            if entry is None:
-                                break
-                        if entry is None:
-                            continue
-                    writer.add(entry)
+            _feed(writer, source, task, plan, None, new_max if rescaled else None, changelog, written_at)
             if progress is not None:
                 progress(f"stage {stage}: {done}/{len(old)} old tasks read, {writer.entries} entries, "
                          f"{time.monotonic() - started:.1f}s")
         write_rows(writer, list(plan.written.values()), written_at_ms=written_at, progress=progress)
-        tasks = []
-        for index in sorted(writer.tasks):
-            share = carried[index]
-            tasks.append(writer.tasks[index].finish(savepoint.checkpoint_id, savepoint.files,
-                                                     operator_handles=share["operator"],
-                                                     source_offsets=share["offsets"],
-                                                     sink_transactions=share["sinks"]))
+        tasks = [_finished(writer, index, savepoint, carried) for index in sorted(writer.tasks)]
         if progress is not None:
             progress(f"stage {stage}: {count} tasks written, {writer.entries} entries, "
                      f"{time.monotonic() - started:.1f}s")
         return tasks
+
+
+def _written_task_by_task(source: StateSource, savepoint: SavepointWriter, plan: _StagePlan,
+                          old: Sequence[TaskSnapshot], stage: str, count: int, backend: str,
+                          changelog: ChangelogReaders | None, written_at: int,
+                          carried: dict[int, dict[str, list[Any]]], progress: Progress | None) -> list[TaskSnapshot]:
+    """The keyed state of a stage whose key groups stay (the same max parallelism, no rows to
+    write) written one new task at a time, each from the key groups of the old tasks overlapping
+    it: no more than one new task and one old task's part of it are held at once."""
+    started = time.monotonic()
+    max_parallelism = source.metadata.max_parallelism
+    tasks, entries = [], 0
+    for a in new_assignments(stage, count, max_parallelism):
+        mine = KeyGroupRange(a.key_group_start, a.key_group_end)
+        with StageWriter(stage, count, max_parallelism, backend, [], subtasks=[a.subtask_index]) as writer:
+            for task in old:
+                theirs = KeyGroupRange(task.key_group_start, task.key_group_end).intersection(mine)
+                if len(theirs):
+                    _feed(writer, source, task, plan, theirs, None, changelog, written_at)
+            tasks.append(_finished(writer, a.subtask_index, savepoint, carried))
+            entries += writer.entries
+        if progress is not None:
+            progress(f"stage {stage}: {a.subtask_index + 1}/{count} tasks written, {entries} entries, "
+                     f"{time.monotonic() - started:.1f}s")
+    return tasks
+
+
+def _feed(writer: StageWriter, source: StateSource, task: TaskSnapshot, plan: _StagePlan,
+          key_groups: KeyGroupRange | None, regroup_to: int | None, changelog: ChangelogReaders | None,
+          written_at: int) -> None:
+    """The entries of old ``task`` (of ``key_groups`` only, when given), restored as the reader
+    restores them, into ``writer``: removed states left out, mapped ones mapped, each entry in the
+    key group of max parallelism ``regroup_to`` when given."""
+    with restored_task(source.metadata, task, source.storage, key_groups=key_groups, changelog=changelog) as snapshot:
+        metas = [m for m in snapshot.states if m["name"] not in plan.removed]
+        writer.define(metas, f"the state of {task.task_id}")
+        encoders = {m["name"]: EntryEncoder(m, written_at) for m in metas if m["name"] in plan.mapped}
+        for entry in snapshot.entries():
+            name = entry.state_name
+            if name in plan.removed:
+                continue
+            if regroup_to is not None:
+                entry = replace(entry, key_group=key_group_of(entry.key, regroup_to))
+            if name in encoders:
+                for function in plan.mapped[name]:
+                    entry = encoders[name].remap(entry, function)  # type: ignore[assignment]
+                    if entry is None:
+                        break
+                if entry is None:
+                    continue
+            writer.add(entry)
+
+
+def _finished(writer: StageWriter, index: int, savepoint: SavepointWriter,
+              carried: dict[int, dict[str, list[Any]]]) -> TaskSnapshot:
+    share = carried[index]
+    return writer.tasks[index].finish(savepoint.checkpoint_id, savepoint.files, operator_handles=share["operator"],
+                                      source_offsets=share["offsets"], sink_transactions=share["sinks"])

@@ -173,3 +173,30 @@ def test_a_map_that_fails_leaves_nothing() -> None:
     with pytest.raises(ZeroDivisionError):
         transform_savepoint(source, [MapState(STAGE, "count", lambda k, v: v / 0)])
     assert set(snapshot.storage.list("profiles/")) == before
+
+
+@pytest.mark.parametrize(("backend", "savepoint", "logged"), [
+    ("heap", True, False), ("rocksdb", False, False), ("heap", False, True)])
+def test_a_stage_rescaled_under_the_same_max_parallelism_is_written_one_new_task_at_a_time(
+        backend: str, savepoint: bool, logged: bool) -> None:
+    topic = InMemoryChangelogTopic("profiles.changelog", partitions=2) if logged else None
+    changelog = (lambda task: InMemoryChangelogReader(topic, max_parallelism=128)) if topic else None
+    snapshot, state, timers = snapshot_of(backend, savepoint, topic)
+    source = open_source(snapshot.storage, "profiles", path=snapshot.path)
+    progress: list[str] = []
+    written = transform_savepoint(source, [MapState(STAGE, "count", lambda key, count: count + 1),
+                                           RemoveState(STAGE, "statuses")], parallelism=3, changelog=changelog,
+                                  progress=progress.append)
+    assert [line.split(",")[0] for line in progress] == [f"stage {STAGE}: {i}/3 tasks written" for i in (1, 2, 3)]
+    assert [(t.key_group_start, t.key_group_end) for t in written.metadata.tasks] == [(0, 42), (43, 85), (86, 127)]
+    h = harness(backend, 2, storage=snapshot.storage)
+    with h.restore_path(snapshot.storage, written.path):
+        after = keyed_state_of(h, KEYS)
+        assert after["count"] == {k: v + 1 for k, v in state["count"].items()}
+        assert after["statuses"] == {k: [] for k in KEYS}
+        for name in ("last_seen", "by_method", "total_bytes", "average_bytes"):
+            assert after[name] == state[name]
+        assert {key: h.timers(key) for key in KEYS} == timers
+    seen = [r.value for r in StateReader.open(snapshot.storage, "profiles", path=written.path).operator_state(STAGE)
+            if r.state == "seen"]
+    assert sorted(seen) == sorted(request(i)["ip"] for i in range(40))
