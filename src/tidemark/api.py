@@ -416,6 +416,11 @@ _SIDE_OUTPUT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 _STAGE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")  # no '.': ``<stage>.read``, ``.w<n>``, ``.side.<name>``
 
 
+def is_stage_name(name: str) -> bool:
+    """Whether ``name`` can name a stage: 1-64 letters, digits, '_' or '-', not starting with either."""
+    return _STAGE_NAME.fullmatch(name) is not None
+
+
 @dataclass(frozen=True)
 class OutputTag:
     """A side output of a stage, by name (Flink: ``OutputTag``): a function writes to it with

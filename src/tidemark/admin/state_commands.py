@@ -1,10 +1,12 @@
-"""``tidemark state inspect|read``: a job's state in its retained checkpoints and savepoints.
+"""``tidemark state inspect|read|bootstrap|transform``: a job's state in its retained checkpoints
+and savepoints, read, and written into new savepoints.
 
 Thin: each command parses its options and calls :mod:`tidemark.state_processor`. Checkpoint
 storage is ``--storage`` (default: the settings', ``TIDEMARK_CHECKPOINT_STORAGE_URL``, else the
 home's ``checkpoints``). Exit status (:mod:`tidemark.exit_codes`): 0 done; 2 a wrong job, id,
-path, stage, state or option, named in one line on stderr; 1 the state could not be read (a
-corrupted file, the changelog out of reach).
+path, stage, state, option, spec, input row or savepoint target, named in one line on stderr; 1 the
+state could not be read or written (a corrupted file, the changelog or storage out of reach, a
+spec's function that raised).
 """
 
 from __future__ import annotations
@@ -21,8 +23,8 @@ from tidemark.admin.kafka_connection import fail
 from tidemark.admin.render import checkpoint_view_text
 from tidemark.exit_codes import EXIT_FAILED, EXIT_USAGE
 
-state_app = typer.Typer(help="Read a job's state from its retained checkpoints and savepoints.",
-                        no_args_is_help=True)
+state_app = typer.Typer(help="Read a job's state from its retained checkpoints and savepoints, and write "
+                        "savepoints: bootstrapped from a table, or derived from another.", no_args_is_help=True)
 
 JobArgument = typer.Argument(..., help="The job id.")
 CheckpointOption = typer.Option(None, "--checkpoint", min=0, help="A retained checkpoint or savepoint id.")
@@ -42,6 +44,23 @@ class View(str, enum.Enum):
 class Format(str, enum.Enum):
     jsonl = "jsonl"
     parquet = "parquet"
+
+
+class Kind(str, enum.Enum):
+    value = "value"
+    list = "list"
+    map = "map"
+
+
+class Backend(str, enum.Enum):
+    heap = "heap"
+    rocksdb = "rocksdb"
+
+
+TargetOption = typer.Option(None, "--target", help="The new savepoint's directory, relative to checkpoint storage, "
+                            "inside <job>/savepoints/ (default: a new one there).")
+ParallelismOption = typer.Option(None, "--parallelism", min=1, help="Tasks per stage written.")
+BackendOption = typer.Option(None, "--backend", help="The backend whose canonical snapshots write the state.")
 
 
 def install(app: typer.Typer) -> None:
@@ -135,3 +154,141 @@ def read(job: str = JobArgument, checkpoint: Optional[int] = CheckpointOption,
     except Exception as exc:  # a corrupted or unreadable state file, the changelog out of reach: one line
         fail(command, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}", EXIT_FAILED)
     typer.echo(f"{count} rows written to {output}")
+
+
+def _progress(command: str):  # type: ignore[no-untyped-def]
+    def progress(line: str) -> None:
+        print(f"tidemark {command}: {line}", file=sys.stderr)
+
+    return progress
+
+
+def _written(command: str, run) -> None:  # type: ignore[no-untyped-def]
+    """Run ``run`` (a write) and print where the savepoint went; a user's error exits 2 in one
+    line, anything else 1."""
+    from tidemark.state_processor import StateSourceError, WriteOptionError
+    from tidemark.state_processor.spec import SpecError
+    from tidemark.storage import InvalidStoragePath
+
+    try:
+        written = run()
+    except (StateSourceError, WriteOptionError, SpecError, InvalidStoragePath) as exc:
+        fail(command, str(exc), EXIT_USAGE)
+    except Exception as exc:  # a corrupted file, storage out of reach, a spec's function that raised: one line
+        fail(command, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}", EXIT_FAILED)
+    metadata = written.metadata
+    typer.echo(f"savepoint {metadata.checkpoint_id} of job {metadata.job_id} written to {written.path}: "
+               f"{len({t.operator_id for t in metadata.tasks})} stages, {len(metadata.tasks)} tasks, "
+               f"max parallelism {metadata.max_parallelism}, {metadata.state_size_bytes} bytes")
+    typer.echo(f"start the job from it with --from-savepoint {written.path}")
+
+
+@state_app.command("bootstrap")
+def bootstrap(job: str = JobArgument, storage: Optional[str] = StorageOption,
+              spec: Optional[str] = typer.Option(None, "--spec", help="module:function or file.py:function "
+                                                 "giving {stage: [StateData, ...]} (instead of --stage/--state/--input)."),
+              stage: Optional[str] = typer.Option(None, "--stage", help="The stage (operator id) to write."),
+              state: Optional[str] = typer.Option(None, "--state", help="The keyed state's name."),
+              kind: Kind = typer.Option(Kind.value, "--kind", help="The state's kind (values: a list, an object)."),
+              rows: Optional[Path] = typer.Option(None, "--input", help="JSON lines, one row an object; or "
+                                                  "Parquet (--format parquet), one row a row."),
+              input_format: Format = typer.Option(Format.jsonl, "--format", help="JSON lines, or Parquet through "
+                                                  "Spark: each task written by an executor."),
+              key_field: str = typer.Option("key", "--key-field", help="The field holding the key."),
+              value_field: str = typer.Option("value", "--value-field", help="The field holding the value."),
+              parallelism: Optional[int] = ParallelismOption,
+              max_parallelism: int = typer.Option(128, "--max-parallelism", min=1,
+                                                  help="The job's max parallelism (key groups)."),
+              backend: Optional[Backend] = BackendOption, target: Optional[str] = TargetOption,
+              checkpoint_id: Optional[int] = typer.Option(None, "--checkpoint-id", min=0,
+                                                          help="Default: after the job's newest retained one."),
+              ) -> None:
+    """Write a savepoint holding a stage's keyed state from a table: (key, value) rows from JSON
+    lines or Parquet (a state with the default serializer) or a Python spec; a job starts from it
+    with --from-savepoint."""
+    from tidemark.state import ListStateDescriptor, MapStateDescriptor, ValueStateDescriptor
+    from tidemark.state_processor import StateData, bootstrap_savepoint
+    from tidemark.state_processor.spec import bootstrap_spec, json_rows
+    from tidemark.storage import open_storage
+
+    command = "state bootstrap"
+    if spec is not None and (stage or state or rows):
+        fail(command, "give either --spec or --stage, --state and --input", EXIT_USAGE)
+    if spec is not None and input_format is Format.parquet:
+        fail(command, "--format parquet reads --input: give --stage, --state and --input", EXIT_USAGE)
+    if spec is None and not (stage and state and rows):
+        fail(command, "give --stage, --state and --input (or --spec)", EXIT_USAGE)
+    url = _storage_url(storage, command)
+
+    def run():  # type: ignore[no-untyped-def]
+        if spec is not None:
+            stages = bootstrap_spec(spec)
+        else:
+            descriptor = {Kind.value: ValueStateDescriptor, Kind.list: ListStateDescriptor,
+                          Kind.map: MapStateDescriptor}[kind](state)
+            if input_format is Format.parquet:
+                from tidemark.spark.state_bootstrap import bootstrap_parquet  # Spark: only for Parquet
+
+                return bootstrap_parquet(str(rows), storage_url=url, job=job, stage=stage, descriptor=descriptor,
+                                         key=key_field, value=value_field, parallelism=parallelism or 1,
+                                         max_parallelism=max_parallelism, backend=(backend or Backend.heap).value,
+                                         target=target, checkpoint_id=checkpoint_id, progress=_progress(command))
+            stages = {stage: [StateData(descriptor, json_rows(rows, key_field, value_field))]}  # type: ignore[arg-type]
+        return bootstrap_savepoint(open_storage(url), job, stages, parallelism=parallelism or 1,
+                                   max_parallelism=max_parallelism, backend=(backend or Backend.heap).value,
+                                   target=target, checkpoint_id=checkpoint_id, progress=_progress(command))
+
+    _written(command, run)
+
+
+def _pair(command: str, option: str, text: str, separator: str) -> tuple[str, str]:
+    left, sep, right = text.partition(separator)
+    if not sep or not left or not right:
+        fail(command, f"{option} takes A{separator}B, got {text!r}", EXIT_USAGE)
+    return left, right
+
+
+@state_app.command("transform")
+def transform(job: str = JobArgument, checkpoint: Optional[int] = CheckpointOption,
+              savepoint: Optional[str] = SavepointOption, storage: Optional[str] = StorageOption,
+              spec: Optional[str] = typer.Option(None, "--spec", help="module:function or file.py:function giving "
+                                                 "a list of operations, applied first."),
+              remove_stage: list[str] = typer.Option([], "--remove-stage", help="Drop a stage's state (repeatable)."),
+              rename_stage: list[str] = typer.Option([], "--rename-stage", help="OLD=NEW: a stage's state under "
+                                                     "a new name (repeatable)."),
+              remove_state: list[str] = typer.Option([], "--remove-state", help="STAGE/STATE: drop one keyed "
+                                                     "state (repeatable)."),
+              map_state: list[str] = typer.Option([], "--map", help="STAGE/STATE=module:function: map each value "
+                                                  "with function(key, value) (repeatable)."),
+              max_parallelism: Optional[int] = typer.Option(None, "--max-parallelism", min=1,
+                                                            help="Re-partition keyed state into this many key groups."),
+              parallelism: Optional[int] = ParallelismOption, backend: Optional[Backend] = BackendOption,
+              target: Optional[str] = TargetOption) -> None:
+    """Derive a new savepoint from a checkpoint or savepoint: remove or rename stages, remove or
+    map keyed states, change the max parallelism. Operations apply in order: the spec's, then
+    --remove-stage, --rename-stage, --remove-state, --map (naming stages as renamed)."""
+    from tidemark.state_processor import MapState, RemoveStage, RemoveState, RenameStage, transform_savepoint
+    from tidemark.state_processor.spec import transform_spec, value_function
+
+    command = "state transform"
+    renames = [_pair(command, "--rename-stage", r, "=") for r in rename_stage]
+    removed_states = [_pair(command, "--remove-state", r, "/") for r in remove_state]
+    maps = [(_pair(command, "--map", left, "/"), ref) for left, ref in (_pair(command, "--map", m, "=") for m in map_state)]
+    reader = _reader(command, job, checkpoint, savepoint, storage)
+
+    def run():  # type: ignore[no-untyped-def]
+        operations = transform_spec(spec) if spec is not None else []
+        operations += [RemoveStage(s) for s in remove_stage]
+        operations += [RenameStage(old, new) for old, new in renames]
+        operations += [RemoveState(stage, state) for stage, state in removed_states]
+        operations += [MapState(stage, state, value_function(ref)) for (stage, state), ref in maps]
+        if not operations and max_parallelism is None and parallelism is None and backend is None:
+            from tidemark.state_processor.spec import SpecError
+
+            raise SpecError("nothing to change: give operations (--spec, --remove-stage, --rename-stage, "
+                            "--remove-state, --map) or --max-parallelism, --parallelism, --backend")
+        return transform_savepoint(reader.source, operations, target=target, max_parallelism=max_parallelism,
+                                   parallelism=parallelism, backend=backend.value if backend else None,
+                                   changelog=reader.changelog, progress=_progress(command))
+
+    _written(command, run)

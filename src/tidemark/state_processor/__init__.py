@@ -10,9 +10,20 @@
   (``tidemark state read``, and the Spark data source ``tidemark-state``,
   :mod:`tidemark.spark.state_source`).
 
-Nothing here writes to checkpoint storage. See docs/guide/state-processor.md.
+Writing (``tidemark state bootstrap|transform``; from a DataFrame,
+:mod:`tidemark.spark.state_bootstrap`):
+
+* :mod:`.encoding` turns values into canonical entries, the inverse of :mod:`.rows`;
+* :mod:`.task_writer` writes new tasks' keyed state through the backends' own canonical snapshots;
+* :mod:`.writer` lays a savepoint out in checkpoint storage, writes its ``_metadata`` and verifies it;
+* :mod:`.bootstrap` writes a savepoint from rows, :mod:`.transform` derives one from a checkpoint
+  or savepoint.
+
+Reading never writes to checkpoint storage; writing writes only the new savepoint's folder.
+See docs/guide/state-processor.md.
 """
 
+from tidemark.state_processor.bootstrap import StateData, bootstrap_savepoint
 from tidemark.state_processor.metadata_view import CheckpointView, inspect_checkpoint
 from tidemark.state_processor.reader import ReadPartition, StateReader
 from tidemark.state_processor.rows import StateRow, json_compatible
@@ -23,9 +34,28 @@ from tidemark.state_processor.source import (
     UnknownState,
     open_source,
 )
+from tidemark.state_processor.transform import (
+    MapState,
+    RemoveStage,
+    RemoveState,
+    RenameStage,
+    SetState,
+    transform_savepoint,
+)
+from tidemark.state_processor.writer import WriteOptionError, WrittenSavepoint
 
 __all__ = [
     "CheckpointView",
+    "MapState",
+    "RemoveStage",
+    "RemoveState",
+    "RenameStage",
+    "SetState",
+    "StateData",
+    "WriteOptionError",
+    "WrittenSavepoint",
+    "bootstrap_savepoint",
+    "transform_savepoint",
     "ReadPartition",
     "StateReader",
     "StateRow",

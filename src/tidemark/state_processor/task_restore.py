@@ -45,7 +45,7 @@ from tidemark.types import CheckpointId
 ChangelogReaders = Callable[[TaskSnapshot], ChangelogReader]
 """Gives the changelog reader of a changelog-backed task's ranges (e.g. one over the job's Kafka)."""
 
-_BEFORE_EVERY_WRITE = MIN_TIMESTAMP // 2  # a TTL timestamp plus its TTL never reaches back here
+BEFORE_EVERY_WRITE = MIN_TIMESTAMP // 2  # a TTL timestamp plus its TTL never reaches back here
 
 
 @contextmanager
@@ -59,7 +59,7 @@ def restored_task(metadata: CheckpointMetadata, task: TaskSnapshot, storage: Che
     scratch = Path(tempfile.mkdtemp(prefix="tidemark-state-read-"))
     try:
         context = BackendContext(wanted, metadata.max_parallelism, task.operator_id, scratch / "backend",
-                                 clock=ManualClock(_BEFORE_EVERY_WRITE))
+                                 clock=ManualClock(BEFORE_EVERY_WRITE))
         backend = create_backend(writer_backend(snapshot.handles, storage), context)
         try:
             if snapshot.ranges:

@@ -107,3 +107,21 @@ def test_the_names_come_from_the_operator_state_snapshot_itself(tmp_path) -> Non
     [handle] = backend.snapshot(CheckpointId(1), storage)
     [ref] = handle.files
     assert snapshot_state_names(storage.read_verified(ref), ref.path) == ["buffer", SINK_STATE.name]
+
+
+def test_keyed_state_under_another_max_parallelism_is_refused_in_one_line() -> None:
+    from tidemark.runtime.supervisor.state_claims import key_group_mismatch
+
+    keyed = _metadata(_task("top_urls", state_handles=(_keyed("top_urls"),)))
+    assert key_group_mismatch(keyed, SPEC) is None  # 128, as the job
+    other = dataclasses.replace(keyed, max_parallelism=64)
+    line = key_group_mismatch(other, SPEC)
+    assert line == ("savepoint 4 of job j has max parallelism 64, the job 128: its keyed state is in other key "
+                    "groups. Give the job max_parallelism=64, or derive a savepoint with tidemark state transform "
+                    "--max-parallelism 128")
+    changelog_only = dataclasses.replace(other, tasks=(_task("top_urls", changelog_ranges=(
+        ChangelogRange("j.changelog", 0, 0, 5),)),))
+    assert key_group_mismatch(changelog_only, SPEC) is not None
+    positions_only = dataclasses.replace(other, tasks=(_task("minute_counts", source_offsets=(
+        SourceOffset("in", 0, 7),), state_handles=(_operator_state("minute_counts", "seen"),)),))
+    assert key_group_mismatch(positions_only, SPEC) is None  # nothing keyed: nothing to look up

@@ -70,7 +70,7 @@ from tidemark.runtime.supervisor.restore_source import (
     refuse_below_committed_output,
     restore_candidates,
 )
-from tidemark.runtime.supervisor.state_claims import refusal, unclaimed_state
+from tidemark.runtime.supervisor.state_claims import key_group_mismatch, refusal, unclaimed_state
 from tidemark.chassis.logs import get_logger
 from tidemark.start_request import StartRequest
 from tidemark.state.operator import snapshot_state_names
@@ -393,13 +393,17 @@ def verify_requested(storage: CheckpointStorage, job: JobId, start: StartRequest
 
 def check_claims(storage: CheckpointStorage, spec: JobSpec, allow_non_restored_state: bool,
                  checkpoint_id: int | None, path: str | None) -> None:
-    """Refuse restoring state no stage of the job claims, unless the start allows it; then say
-    what is dropped (:mod:`tidemark.runtime.supervisor.state_claims`)."""
+    """Refuse restoring state no stage of the job claims, unless the start allows it, and keyed
+    state written under another max parallelism; then say what is dropped
+    (:mod:`tidemark.runtime.supervisor.state_claims`)."""
     job = spec.job_id
     try:
         stored = resolve_restore_source(storage, job, CheckpointId(checkpoint_id) if checkpoint_id else None, path)
     except (RestoreSourceNotFound, UnusableRestoreSource) as exc:
         raise StartRefused(str(exc)) from None
+    mismatch = key_group_mismatch(stored.metadata, spec)
+    if mismatch is not None:
+        raise StartRefused(mismatch)
 
     def operator_state_names(handle: StateHandle) -> list[str]:
         """The operator states of ``handle`` by name, for the refusal (none when unreadable: the

@@ -12,6 +12,11 @@ the restore on (:mod:`tidemark.runtime.worker.alignment` drops other attempts' r
 
 An exchange reader (``<stage>.read``, :mod:`tidemark.runtime.job.physical_plan`) is claimed by its
 stage: a source stage rescaled to one worker reads from the positions its reader held.
+
+Keyed state is claimed by key group, and a key's key group depends on the max parallelism: a
+checkpoint written under another max parallelism than the job's holds its keys in other key
+groups than the job's tasks look them up in, so a start refuses it (:func:`key_group_mismatch`),
+whatever the options: ``tidemark state transform --max-parallelism`` re-partitions it.
 """
 
 from __future__ import annotations
@@ -73,10 +78,15 @@ def unclaimed_state(metadata: CheckpointMetadata, spec: JobSpec,
     return tuple(unclaimed for unclaimed in found if unclaimed.state)
 
 
+def _holds_keyed_state(tasks: Iterable[TaskSnapshot]) -> bool:
+    return any(t.changelog_ranges or t.materialization or any(h.kind in _KEYED_KINDS for h in t.state_handles)
+               for t in tasks)
+
+
 def _state_kinds(tasks: list[TaskSnapshot], operator_states: OperatorStateNames) -> tuple[str, ...]:
     handles = [h for t in tasks for h in t.state_handles]
     kinds: list[str] = []
-    if any(h.kind in _KEYED_KINDS for h in handles) or any(t.changelog_ranges or t.materialization for t in tasks):
+    if _holds_keyed_state(tasks):
         kinds.append("keyed state and timers")
     operator_handles = [h for h in handles if h.kind is StateHandleKind.OPERATOR]
     names = sorted({name for h in operator_handles for name in operator_states(h)})
@@ -91,6 +101,20 @@ def _state_kinds(tasks: list[TaskSnapshot], operator_states: OperatorStateNames)
     return tuple(kinds)
 
 
+def key_group_mismatch(metadata: CheckpointMetadata, spec: JobSpec) -> str | None:
+    """The one line refusing ``metadata`` when its max parallelism is not the job's and it holds
+    keyed state; None when the job can restore it."""
+    if metadata.max_parallelism == spec.max_parallelism:
+        return None
+    if not _holds_keyed_state(metadata.tasks):
+        return None
+    kind = "savepoint" if metadata.checkpoint_type.is_savepoint else "checkpoint"
+    return (f"{kind} {metadata.checkpoint_id} of job {metadata.job_id} has max parallelism "
+            f"{metadata.max_parallelism}, the job {spec.max_parallelism}: its keyed state is in other key groups. "
+            f"Give the job max_parallelism={metadata.max_parallelism}, or derive a savepoint with "
+            f"tidemark state transform --max-parallelism {spec.max_parallelism}")
+
+
 def refusal(metadata: CheckpointMetadata, unclaimed: Iterable[UnclaimedState]) -> str:
     """The one line a start refused over ``unclaimed`` state prints."""
     what = "; ".join(u.describe() for u in unclaimed)
@@ -100,4 +124,5 @@ def refusal(metadata: CheckpointMetadata, unclaimed: Iterable[UnclaimedState]) -
             f"{ALLOW_OPTION} to drop that state")
 
 
-__all__ = ["ALLOW_OPTION", "OperatorStateNames", "UnclaimedState", "claimed_operators", "refusal", "unclaimed_state"]
+__all__ = ["ALLOW_OPTION", "OperatorStateNames", "UnclaimedState", "claimed_operators", "key_group_mismatch",
+           "refusal", "unclaimed_state"]
