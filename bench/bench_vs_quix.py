@@ -280,13 +280,18 @@ def _seconds(values: list[float]) -> str:
     return f"{min(values):.1f} / {statistics.median(values):.1f} / {max(values):.1f}" if values else "n/a"
 
 
-def table(runs: list[Run]) -> list[str]:
-    """Per input kind, system and clock: min / median / max records/s (the steady clock leaves out
-    runs whose first commit held every result: ``n/a`` when all do) and the first result's time
-    after the launch; then the ratios of the medians per input kind."""
+def table(runs: list[Run], by_inputs: bool = True) -> list[str]:
+    """Per input kind (``by_inputs``; else the one input, without that column), system and clock:
+    min / median / max records/s (the steady clock leaves out runs whose first commit held every
+    result: ``n/a`` when all do) and the first result's time after the launch; then the ratios of
+    the medians per input kind."""
     kinds = [kind for kind in INPUTS if any(r.inputs == kind for r in runs)]
-    lines = [f"{'inputs':<8} {'system':<9} {'clock':<22} {'runs':>4} {'min rec/s':>10} {'median':>10} {'max':>10}  "
-             f"first result s (min / median / max)"]
+
+    def column(kind: str) -> str:
+        return f"{kind:<8} " if by_inputs else ""
+
+    lines = [f"{column('inputs')}{'system':<9} {'clock':<22} {'runs':>4} {'min rec/s':>10} {'median':>10} "
+             f"{'max':>10}  first result s (min / median / max)"]
     medians: dict[tuple[str, str, str], float] = {}
     for kind in kinds:
         for system in SYSTEMS:
@@ -297,12 +302,12 @@ def table(runs: list[Run]) -> list[str]:
                 medians[kind, system, clock] = statistics.median(values) if values else float("nan")
                 low, high = (min(values), max(values)) if values else (float("nan"),) * 2
                 first = _seconds([r.clocks.first_s for r in done]) if clock.startswith("launch") else ""
-                lines.append(f"{kind:<8} {system:<9} {clock:<22} {len(values):>4} {_rate(low):>10} "
+                lines.append(f"{column(kind)}{system:<9} {clock:<22} {len(values):>4} {_rate(low):>10} "
                              f"{_rate(medians[kind, system, clock]):>10} {_rate(high):>10}  {first}".rstrip())
     for kind in kinds:
         for clock in ("launch -> last result", "first -> last result"):
             ratio = medians[kind, "tidemark", clock] / medians[kind, "quix", clock]
-            lines.append(f"ratio Tidemark/Quix of the medians, {kind} input, {clock}: "
+            lines.append(f"ratio Tidemark/Quix of the medians, {kind + ' input, ' if by_inputs else ''}{clock}: "
                          f"{'n/a' if math.isnan(ratio) else f'{ratio:.2f}'}")
     return lines
 

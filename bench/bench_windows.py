@@ -406,7 +406,7 @@ def main() -> int:
           f"Tidemark parallelism {options.parallelism}, workers {options.workers}, out-of-orderness "
           f"{OUT_OF_ORDERNESS_MS} ms, idle timeout {IDLE_TIMEOUT_MS} ms; Quix Streams {quix_version()}, grace "
           f"{options.quix_grace_ms} ms")
-    for line in table([r for r in runs if r.system in SYSTEMS]):
+    for line in table([r for r in runs if r.system in SYSTEMS], by_inputs=False):
         print(line)
     if SESSIONS in systems:
         print(f"\nTidemark session windows per IP, gap {options.session_gap_ms} ms, the same input (no peer in Quix)")
