@@ -58,6 +58,9 @@ _LONGEST_FIRST = {name: rank for rank, name in enumerate((  # seconds in a whole
     "test_postgres_sink.py",  # ~230: 4 SIGKILLs of the PostgreSQL sink, a rescale 2 -> 3
     "test_rules_and_enrichment.py",  # ~230: two jobs, six workers, 4 SIGKILLs
     "test_corrupted_checkpoint.py",  # ~190
+    "test_spark_step.py",  # ~110 (75 alone): two jobs with a Spark step, each stopped with a savepoint and restored
+    "test_spark_cluster_job.py",  # ~90 (65 alone): a Spark standalone cluster, a job on it with each source
+    "test_state_writer.py",  # ~70 (40 alone): a bootstrapped job, a transformed savepoint, two more starts
     "test_event_time.py",  # ~140
     "test_broker_faults.py",  # ~110
     "test_savepoints_and_modes.py",  # ~100
