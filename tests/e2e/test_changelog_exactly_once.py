@@ -5,7 +5,8 @@ The two-stage job runs with ``changelog=true`` and the RocksDB backend: every st
 appended to the operator's changelog topic, checkpoints persist and ack changelog ranges only,
 and the materializer folds completed checkpoints into materialized snapshots that later
 checkpoints reference. One attempt is killed right after its changelog entries reached Kafka
-past the last completed checkpoint (they must never be applied on recovery).
+past the last completed checkpoint (they must never be applied on recovery). Spark parses the
+first stage's input (its ``SparkStep``), as in ``test_exactly_once.py``.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ def test_changelog_mode_is_exactly_once_across_sigkills_then_resumes_rescaled_fr
     and materializations go on from there: from 2 tasks on 2 workers of ``top_urls`` to 3 tasks
     on 3 workers."""
     topics = topics_for(unique_name)
-    args = topics.args(changelog=True, state_backend="rocksdb", top_urls_workers=2)
+    args = topics.args(changelog=True, state_backend="rocksdb", top_urls_workers=2, spark_step=True)  # Spark parses
     env = {"TIDEMARK_CHECKPOINT__INTERVAL_MS": "2500", "TIDEMARK_MATERIALIZATION__INTERVAL_MS": "3000"}
     with pipeline(tmp_path, kafka_bootstrap, unique_name, services=SERVICES, env=env, standby=True) as pipe:
         pipe.create_topic(topics.input, 4)

@@ -7,7 +7,8 @@ The kills: the fan-in stage while its barriers are half aligned (one input deliv
 the other not), its exchange reader after its snapshot, the stage read by two after writing its
 channel, and a counting stage (whose side output is ``ip_firsts``' channel) after its sink's ack.
 Each kill restores every stage from the newest completed checkpoint, the side output's writer and
-reader included. (``url_hits`` and ``ip_firsts``, stages reading one channel, fail over as the
+reader included. Spark parses the input (a ``SparkStep`` on both stages that read it): the stage
+read by two gets rows, and the fan-in's exchange reader forwards rows. (``url_hits`` and ``ip_firsts``, stages reading one channel, fail over as the
 stages of ``test_exactly_once.py`` do; a side output's commit recovered after a failure between
 the commits of a stage's outputs is ``tests/integration/contracts/test_side_output_writes.py``'s.)"""
 
@@ -35,7 +36,7 @@ def test_a_graph_with_a_fan_out_and_a_fan_in_is_exactly_once_across_a_sigkill_of
     job_id, source = unique_name("graph"), unique_name("access-log")
     totals, ips, firsts = unique_name("url-totals"), unique_name("ip-hits"), unique_name("ip-firsts")
     args = {"job_id": job_id, "input_topic": source, "output_topic": totals, "ip_output_topic": ips,
-            "ip_firsts_topic": firsts}
+            "ip_firsts_topic": firsts, "spark_step": True}  # Spark parses the input: url_totals.read forwards rows
     with pipeline(tmp_path, kafka_bootstrap, unique_name, env={"TIDEMARK_CHECKPOINT__INTERVAL_MS": "2000"}) as pipe:
         pipe.create_topic(source, 4)
         job = pipe.start_job(GRAPH, args, faults=KILLS, max_restarts=len(KILLS) + 2)

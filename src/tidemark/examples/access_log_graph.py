@@ -40,7 +40,7 @@ from tidemark.api import (
     Stage,
     StateBackendKind,
 )
-from tidemark.examples.access_log import _ip, _url
+from tidemark.examples.access_log import PARSE_RECORD, _ip, _url
 from tidemark.state import ValueStateDescriptor
 from tidemark.types import CheckpointingMode, JobId
 
@@ -107,19 +107,23 @@ def hit_graph(job_id: str = "access-log-graph", input_topic: str = "access-log",
               output_topic: str = "url-totals", ip_output_topic: str = "ip-hits",
               ip_firsts_topic: str = "ip-firsts", parallelism: int = 2,
               mode: str = "EXACTLY_ONCE", state_backend: str = "heap", on_error: str = "dead-letter",
-              workers: int = 1) -> JobSpec:
-    """The graph of the module docstring; its channels are named after ``job_id``."""
+              workers: int = 1, spark_step: bool = False) -> JobSpec:
+    """The graph of the module docstring; its channels are named after ``job_id``; ``spark_step``:
+    Spark parses the input for both stages that read it (``access_log.PARSE_RECORD``; ``url_totals``
+    reads it through an exchange, whose reader forwards the rows)."""
     policy = ErrorPolicy(on_error)
     parsed, url_hits, ip_seen = f"{job_id}.parsed", f"{job_id}.url-hits", f"{job_id}.ip-seen"
+    step = PARSE_RECORD if spark_step else None
     return JobSpec(
         job_id=JobId(job_id),
         stages=(
-            Stage("parse", (input_topic,), None, Parse, parsed, on_error=policy),
+            Stage("parse", (input_topic,), None, Parse, parsed, on_error=policy, spark_step=step),
             Stage("url_hits", (parsed,), _url, lambda: Count("url"), url_hits, on_error=policy),
             Stage("ip_hits", (parsed,), _ip, lambda: Count("ip", IP_SEEN), ip_output_topic, on_error=policy,
                   side_outputs={IP_SEEN.name: ip_seen}),
             Stage("ip_firsts", (ip_seen,), _ip, FirstSeen, ip_firsts_topic, on_error=policy),
-            Stage("url_totals", (url_hits, Input(input_topic)), _url, UrlTotals, output_topic, on_error=policy),
+            Stage("url_totals", (url_hits, Input(input_topic, spark_step=step)), _url, UrlTotals, output_topic,
+                  on_error=policy),
         ),
         mode=CheckpointingMode(mode), parallelism=parallelism, workers=workers,
         state_backend=StateBackendKind(state_backend))
