@@ -3,7 +3,8 @@ get``) through the real coordinator on the real broker. The test plays the job: 
 and supervisor heartbeats (:class:`ProtocolParticipant`), and two stage workers, each with the
 worker's own control plane and its share of the stage's tasks, their state counted by the runtime's
 tasks and backends (:class:`StateQueryWorker`; what a worker adds to this is Spark feeding the
-tasks, which ``tests/e2e/test_live_state_queries.py`` runs)."""
+tasks, which ``tests/e2e/test_live_state_queries.py`` runs); and a worker of the attempt before,
+with other counts, whose answers the coordinator must not take."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from tidemark.examples.access_log import url_counts
 from tidemark.kafka.topics import TopicNames
 from tidemark.local.cluster import LocalCluster
 from tidemark.testing.harness import KeyedProcessFunctionHarness
-from tidemark.types import JobId, OperatorId
+from tidemark.types import Epoch, JobId, OperatorId
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -66,6 +67,7 @@ class RunningJob:
     job: JobId
     counts: Counter[str]
     workers: list[StateQueryWorker]
+    stale: StateQueryWorker
 
 
 @pytest.fixture
@@ -75,13 +77,19 @@ def running_job(deployment: Deployment) -> Iterator[RunningJob]:
     tasks = plan_assignments((STAGE,), 4, 128)
     participant = ProtocolParticipant(deployment.bootstrap, deployment.topics, deployment.storage_url, job, tasks)
     counts = Counter(URLS[(n * 7) % len(URLS)] for n in range(1000) if n % 3)
-    with KeyedProcessFunctionHarness.for_stage(url_counts(job_id=job, parallelism=4), STAGE) as harness:
+    spec = url_counts(job_id=job, parallelism=4)
+    with KeyedProcessFunctionHarness.for_stage(spec, STAGE) as harness, \
+            KeyedProcessFunctionHarness.for_stage(spec, STAGE) as before:
         for url, hits in counts.items():
             for _ in range(hits):
                 harness.process({"url": url})
+            before.process({"url": url})
         lock = threading.Lock()
         workers = [StateQueryWorker(deployment.bootstrap, deployment.topics, job, STAGE, harness.tasks[i:i + 2],
                                     lock).start() for i in (0, 2)]
+        # a worker of the attempt before (epoch 0), not released yet: its answers are never taken
+        stale = StateQueryWorker(deployment.bootstrap, deployment.topics, job, STAGE, before.tasks, lock,
+                                 Epoch(0)).start()
         try:
             participant.register()
             client = deployment.client()
@@ -91,10 +99,10 @@ def running_job(deployment: Deployment) -> Iterator[RunningJob]:
                     if all(client.state_value(job, STAGE, "hits", url)["value"] == counts[url] for url in URLS[:8]):
                         break
                 except ApiError as exc:
-                    assert exc.status == 409 and time.monotonic() < deadline, exc
-            yield RunningJob(job, counts, workers)
+                    assert exc.status in (404, 409) and time.monotonic() < deadline, exc  # not registered yet
+            yield RunningJob(job, counts, workers, stale)
         finally:
-            for worker in workers:
+            for worker in [*workers, stale]:
                 worker.stop()
             participant.close()
 
@@ -122,6 +130,7 @@ def test_concurrent_queries_are_each_answered_by_the_worker_owning_the_key(deplo
     assert {r[1] for r in replies if not r[2]} <= {404}  # URLs never counted
     answered = [w.answered - b for w, b in zip(running_job.workers, before)]
     assert sum(answered) == len(keys) and all(answered)  # exactly one answer per query, from both workers
+    assert running_job.stale.answered >= len(keys) and min(counts.values()) > 1  # its counts of 1 were not taken
     latencies = sorted(r[3] for r in replies)
     print(f"300 queries, 16 at a time: p50 {latencies[150] * 1000:.0f} ms, p99 {latencies[296] * 1000:.0f} ms")
 

@@ -178,8 +178,10 @@ class OperatorApi:
             check_queryable(job, coordinator.status.state, coordinator.registration, stage)
         except QueryRefused as exc:
             raise ApiError(exc.status, exc.message) from None
+        registration = coordinator.registration
+        assert registration is not None  # check_queryable
         query = StateQuery(job, uuid.uuid4().hex, stage, state_name, json.dumps(key), now_ms())
-        answer = await self.queries.ask(query)
+        answer = await self.queries.ask(query, registration.epoch)
         status = answer_status(answer)
         if answer is None:
             raise ApiError(status, no_answer_message(job, stage))

@@ -6,7 +6,8 @@ reads it between two micro-batches, and the one whose task owns the key's key gr
 :class:`~tidemark.protocol.messages.StateAnswer` to the state-answers topic
 (:mod:`tidemark.runtime.worker.live_state`), which this coordinator follows. A request waits on a
 future under its request id, so any number may be in flight; an answer that arrives after its
-request gave up, or one replayed at the coordinator's start, is dropped.
+request gave up, one replayed at the coordinator's start, and one from another attempt than the
+registered one (a worker of the attempt before, not yet released during a failover) are dropped.
 
 Lifecycle: ``StateQueries(app)`` while the service is built (it follows the state-answers topic
 through :meth:`ServiceApp.follow_log`) -> :meth:`ask` per request, on the service's event loop.
@@ -29,6 +30,7 @@ from tidemark.chassis.app import ServiceApp
 from tidemark.chassis.dead_letter_publisher import RawRecord
 from tidemark.checkpoint.job_state import JobState
 from tidemark.protocol.messages import JobRegistration, StateAnswer, StateQuery, StateQueryOutcome
+from tidemark.types import Epoch
 
 ANSWER_TIMEOUT_S = 5.0
 AS_OF = "the owning task's state after its last processed micro-batch, not necessarily a completed checkpoint"
@@ -84,7 +86,7 @@ class StateQueries:
     def __init__(self, app: ServiceApp, *, timeout_s: float = ANSWER_TIMEOUT_S) -> None:
         self.app = app
         self.timeout_s = timeout_s
-        self._pending: dict[str, asyncio.Future[StateAnswer]] = {}
+        self._pending: dict[str, tuple[asyncio.Future[StateAnswer], Epoch]] = {}
         app.follow_log([app.topics.state_answers], self.on_answer, self._caught_up)
 
     async def _caught_up(self) -> None:
@@ -93,14 +95,15 @@ class StateQueries:
     async def on_answer(self, message: Any, raw: RawRecord, replayed: bool) -> None:
         if replayed or not isinstance(message, StateAnswer):
             return
-        waiting = self._pending.pop(message.request_id, None)
-        if waiting is not None and not waiting.done():
+        waiting, epoch = self._pending.get(message.request_id, (None, None))
+        if waiting is not None and message.epoch == epoch and not waiting.done():
             waiting.set_result(message)
 
-    async def ask(self, query: StateQuery) -> StateAnswer | None:
-        """Publish ``query`` and wait for its answer; None when none came within the timeout."""
+    async def ask(self, query: StateQuery, epoch: Epoch) -> StateAnswer | None:
+        """Publish ``query`` and wait for the answer of a worker of attempt ``epoch`` (the
+        registered one); None when none came within the timeout."""
         waiting: asyncio.Future[StateAnswer] = asyncio.get_running_loop().create_future()
-        self._pending[query.request_id] = waiting
+        self._pending[query.request_id] = (waiting, epoch)
         try:
             await self.app.publish(self.app.topics.state_queries, query, query.job_id.encode())
             return await asyncio.wait_for(waiting, self.timeout_s)
