@@ -480,6 +480,7 @@ class StateQueryOutcome(str, enum.Enum):
     FOUND = "FOUND"  # value_json holds the value
     UNKNOWN_STATE = "UNKNOWN_STATE"  # the stage's tasks registered no keyed state of that name
     UNKNOWN_KEY = "UNKNOWN_KEY"  # the state holds no value for the key
+    TOO_LARGE = "TOO_LARGE"  # the value's JSON is larger than an answer carries (live_state.MAX_VALUE_BYTES)
 
 
 @dataclass(frozen=True, slots=True)

@@ -63,6 +63,8 @@ def test_statuses_are_never_5xx():
     assert answer_status(answer_of(StateQueryOutcome.FOUND, "3")) == 200
     assert answer_status(answer_of(StateQueryOutcome.UNKNOWN_KEY)) == 404
     assert answer_status(answer_of(StateQueryOutcome.UNKNOWN_STATE)) == 404
+    assert answer_status(answer_of(StateQueryOutcome.TOO_LARGE)) == 413
+    assert {answer_status(answer_of(outcome)) for outcome in StateQueryOutcome} < set(range(200, 500))
     assert answer_status(None) == 409
     assert "restores" in no_answer_message(JOB, "count_hits")
 

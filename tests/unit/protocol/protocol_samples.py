@@ -148,6 +148,8 @@ SAMPLES: dict[type, tuple[Any, ...]] = {
         m.StateAnswer(JOB, "q-2", m.StateQueryOutcome.UNKNOWN_KEY, TaskId("top_urls#0"), Epoch(3), T0 + 3_021,
                       detail="state 'hits_per_minute' holds no value for key 29000000"),
         m.StateAnswer(JOB, "q-3", m.StateQueryOutcome.FOUND, TaskId("op-a#0"), Epoch(1), T0, '"<Thing 1>"', True),
+        m.StateAnswer(JOB, "q-4", m.StateQueryOutcome.TOO_LARGE, TaskId("op-a#1"), Epoch(1), T0,
+                      detail="the value's JSON is 2097152 bytes, more than 524288"),
     ),
     DeadLetter: (
         DeadLetter("tidemark.clicks.acks", 2, 77_001, T0, b"k", b"\x00\x00\x00\x00\x99garbage",

@@ -14,6 +14,7 @@ from tidemark.api import KeyedProcessFunction
 from tidemark.examples.access_log import url_counts
 from tidemark.keygroups import assign_to_key_group
 from tidemark.protocol.messages import StateQuery, StateQueryOutcome
+from tidemark.runtime.worker import live_state
 from tidemark.runtime.worker.live_state import answer, owning_task, to_json
 from tidemark.state import ListStateDescriptor, MapStateDescriptor, ValueStateDescriptor
 from tidemark.testing.harness import KeyedProcessFunctionHarness
@@ -110,6 +111,14 @@ def test_list_map_and_values_json_cannot_hold():
         assert json.loads(ask("by_kind").value_json) == {"x": 2, "y": 1}
         last = ask("last")
         assert last.value_repr and json.loads(last.value_json) == "<Thing>"
+
+
+def test_a_value_too_large_for_an_answer_is_answered_as_such(monkeypatch):
+    with counts(parallelism=1) as harness:
+        monkeypatch.setattr(live_state, "MAX_VALUE_BYTES", 0)
+        (reply,) = answers_of(harness, query("hits", "/a"), workers=1)
+        assert reply.outcome is StateQueryOutcome.TOO_LARGE and reply.value_json is None
+        assert "1 bytes of JSON" in reply.detail and "tidemark state read" in reply.detail
 
 
 def test_to_json_writes_as_the_default_encoder_and_falls_back_to_repr():

@@ -14,7 +14,8 @@ states in ``open``), in the default namespace (a function's own state; a window'
 not read). The value is JSON: a value, reducing or aggregating state's value, a list state's
 list, a map state's map, written as the stage's default encoder writes records
 (:func:`tidemark.api.json_encode`); a value JSON cannot hold is answered as the JSON string of its
-``repr`` with ``value_repr`` set. An empty state (a value state holding only its default, an
+``repr`` with ``value_repr`` set; one whose JSON is over :data:`MAX_VALUE_BYTES` is answered
+``TOO_LARGE`` without it (an answer is one Kafka record). An empty state (a value state holding only its default, an
 empty list or map) is an unknown key. Reading goes through the state's handle as the function
 does, so TTL applies as it would there (an expired value is not found).
 """
@@ -34,6 +35,7 @@ from tidemark.state.descriptors import StateKind
 from tidemark.types import Epoch, TaskId
 
 _MISSING = object()
+MAX_VALUE_BYTES = 512 * 1024  # well under a Kafka record's default limit (1 MB)
 
 
 class QueriedTask(Protocol):
@@ -87,6 +89,11 @@ def answer(query: StateQuery, stage: str, tasks: Sequence[QueriedTask], epoch: E
         return reply(StateQueryOutcome.UNKNOWN_KEY,
                      detail=f"state {query.state_name!r} of stage {stage!r} holds no value for key {key!r}")
     value_json, value_repr = to_json(value)
+    size = len(value_json.encode())
+    if size > MAX_VALUE_BYTES:
+        return reply(StateQueryOutcome.TOO_LARGE, detail=f"the value of key {key!r} in state {query.state_name!r} is "
+                     f"{size} bytes of JSON, more than a live answer carries ({MAX_VALUE_BYTES}); read it from a "
+                     f"savepoint with tidemark state read")
     return reply(StateQueryOutcome.FOUND, value_json, value_repr)
 
 

@@ -17,7 +17,8 @@ necessarily a completed checkpoint (its output may not be committed yet; after a
 state goes back to the restored checkpoint). The HTTP statuses (:func:`check_queryable`,
 :func:`answer_status`): 404 an unknown job, stage, state or key; 409 a job with no running
 attempt, or no worker answering within :data:`ANSWER_TIMEOUT_S` (the owning task restores, the
-job starts or fails over); never 5xx for any of these.
+job starts or fails over, or the query could not be written); 413 a value too large for an answer;
+never 5xx for any of these.
 """
 
 from __future__ import annotations
@@ -28,10 +29,12 @@ from typing import Any
 
 from tidemark.chassis.app import ServiceApp
 from tidemark.chassis.dead_letter_publisher import RawRecord
+from tidemark.chassis.logs import get_logger
 from tidemark.checkpoint.job_state import JobState
 from tidemark.protocol.messages import JobRegistration, StateAnswer, StateQuery, StateQueryOutcome
 from tidemark.types import Epoch
 
+log = get_logger(__name__)
 ANSWER_TIMEOUT_S = 5.0
 AS_OF = "the owning task's state after its last processed micro-batch, not necessarily a completed checkpoint"
 
@@ -64,7 +67,7 @@ def answer_status(answer: StateAnswer | None) -> int:
     """The HTTP status of a query's answer (None: no worker answered in time)."""
     if answer is None:
         return 409
-    return 200 if answer.outcome is StateQueryOutcome.FOUND else 404
+    return {StateQueryOutcome.FOUND: 200, StateQueryOutcome.TOO_LARGE: 413}.get(answer.outcome, 404)
 
 
 def no_answer_message(job: str, stage: str) -> str:
@@ -105,9 +108,13 @@ class StateQueries:
         waiting: asyncio.Future[StateAnswer] = asyncio.get_running_loop().create_future()
         self._pending[query.request_id] = (waiting, epoch)
         try:
-            await self.app.publish(self.app.topics.state_queries, query, query.job_id.encode())
-            return await asyncio.wait_for(waiting, self.timeout_s)
-        except asyncio.TimeoutError:
+            async with asyncio.timeout(self.timeout_s):  # the write too: it waits through a broker outage
+                await self.app.publish(self.app.topics.state_queries, query, query.job_id.encode())
+                return await waiting
+        except TimeoutError:
+            return None
+        except Exception:  # the query could not be written: nobody answers it
+            log.warning("live state query not written", job=query.job_id, request_id=query.request_id, exc_info=True)
             return None
         finally:
             self._pending.pop(query.request_id, None)
