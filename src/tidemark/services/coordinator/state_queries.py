@@ -72,7 +72,8 @@ def answer_status(answer: StateAnswer | None) -> int:
 
 def no_answer_message(job: str, stage: str) -> str:
     return (f"no worker of stage {stage!r} of job {job!r} answered within {ANSWER_TIMEOUT_S:g} s: the task "
-            f"owning the key restores, or the job is starting, failing over or not running; retry")
+            f"owning the key restores, the job is starting, failing over or not running, or the broker is "
+            f"out of reach; retry")
 
 
 def answer_document(query: StateQuery, key: Any, answer: StateAnswer) -> dict[str, Any]:
