@@ -14,7 +14,8 @@ resolves outside checkpoint storage or is a savepoint target outside the job's s
 / stage, state or key of a live state query (:mod:`.state_queries`),
 409 the job already runs / the run already exited / a live state query that no running task
 answers (the job is not running, or the owning task restores) / a checkpoint newer than a restore's
-``newest_seen`` completed / a savepoint target taken by a file, a symlink or a savepoint, 422
+``newest_seen`` completed / a savepoint target taken by a file, a symlink or a savepoint, 413 a
+live state value too large for an answer, 422
 a well-formed request that cannot be carried out, 501 runs with ``TIDEMARK_JOBS__LAUNCHER=none``,
 503 not caught up, 500 a bug (logged).
 """
@@ -23,8 +24,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
 import importlib.resources
+import json
 import uuid
 from collections.abc import Callable
 from typing import Any, ClassVar, TypeVar
