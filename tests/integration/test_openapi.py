@@ -33,6 +33,9 @@ from tidemark.protocol.messages import CheckpointMetadata, JobRegistration, Task
 from tidemark.services.coordinator import SETTINGS, build
 from tidemark.services.coordinator.rest_api import openapi_document
 from tidemark.runtime.supervisor.heartbeat import SupervisorHeartbeats
+from tidemark.examples.access_log import url_counts
+from tidemark.testing.harness import KeyedProcessFunctionHarness
+from state_query_worker import StateQueryWorker
 from tidemark.storage import open_storage
 from tidemark.types import CheckpointId, CheckpointingMode, CheckpointType, Epoch, JobId, OperatorId
 
@@ -123,7 +126,17 @@ def server(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> It
         while not any(j["job"] == JOB for j in result.call("GET", "/api/v1/jobs")[1].get("jobs", ())):  # 503: replaying
             assert time.monotonic() < deadline, "the coordinator did not see the registration"
             time.sleep(0.2)
-        yield result
+        # the job's two tasks of count_hits, as its worker holds them, answering live state queries
+        with KeyedProcessFunctionHarness.for_stage(url_counts(job_id=JOB), OPERATOR) as harness:
+            harness.process({"url": "/a"})
+            worker = StateQueryWorker(kafka_bootstrap, topics, JOB, OPERATOR, harness.tasks).start()
+            asked = f"/api/v1/jobs/{JOB}/stages/{OPERATOR}/state/hits?key=%2Fa"
+            while result.call("GET", "/api/v1/jobs/{job}/stages/{stage}/state/{name}", asked)[0] == 409:
+                assert time.monotonic() < deadline + 30, "the worker's control plane never answered"
+            try:
+                yield result
+            finally:
+                worker.stop()
         heartbeats.stop()
 
 
@@ -175,12 +188,22 @@ def test_every_described_operation_answers_as_described(server: Server) -> None:
     request = "/api/v1/jobs/{job}/savepoints/requests/{request_id}"
     restore = "/api/v1/jobs/{job}/restore"
     runs, run = "/api/v1/runs", "/api/v1/runs/{run_id}"
+    state = "/api/v1/jobs/{job}/stages/{stage}/state/{name}"
 
     status, listing = call("GET", jobs)
     assert status == 200
     (shown,) = [j["workers"] for j in listing["jobs"] if j["job"] == JOB]
     assert shown == {OPERATOR: [[f"{OPERATOR}#0"], [f"{OPERATOR}#1"]]}  # two workers, one task each
     assert call("GET", history, f"/api/v1/jobs/{JOB}/checkpoints")[0] == 200
+    status, value = call("GET", state, f"/api/v1/jobs/{JOB}/stages/{OPERATOR}/state/hits?key=%2Fa")
+    assert status == 200 and value["value"] == 1 and value["key"] == "/a"
+    assert call("GET", state, f"/api/v1/jobs/{JOB}/stages/{OPERATOR}/state/hits?key=%2Fnever")[0] == 404
+    assert call("GET", state, f"/api/v1/jobs/{JOB}/stages/{OPERATOR}/state/visits?key=%2Fa")[0] == 404
+    assert call("GET", state, f"/api/v1/jobs/{JOB}/stages/nope/state/hits?key=%2Fa")[0] == 404
+    assert call("GET", state, f"/api/v1/jobs/{JOB}/stages/{OPERATOR}/state/hits")[0] == 400
+    assert call("GET", state, f"/api/v1/jobs/{JOB}/stages/{OPERATOR}/state/hits?key=1&key_type=float")[0] == 400
+    assert call("GET", state, f"/api/v1/jobs/{ENDED}/stages/{OPERATOR}/state/hits?key=%2Fa")[0] == 409
+    assert call("GET", state, f"/api/v1/jobs/nobody/stages/{OPERATOR}/state/hits?key=%2Fa")[0] == 404
     assert call("GET", history, "/api/v1/jobs/nobody/checkpoints")[0] == 404
     assert call("GET", history, "/api/v1/jobs/a%2F..%2Fb/checkpoints")[0] == 400
     status, document = call("GET", retained, f"/api/v1/jobs/{JOB}/checkpoints/retained")
@@ -256,7 +279,8 @@ def test_every_described_operation_answers_as_described(server: Server) -> None:
     for template, item in SPEC["paths"].items():  # without the token
         for method in METHODS:
             if method in item and template.startswith("/api/v1/"):
-                concrete = template.format(job=JOB, request_id="r1", run_id="0" * 32, checkpoint_id=1)
+                concrete = template.format(job=JOB, request_id="r1", run_id="0" * 32, checkpoint_id=1,
+                                           stage=OPERATOR, name="hits")
                 status, _ = call(method.upper(), template, concrete, {} if method == "post" else None, token=None)
                 assert status == 401
 

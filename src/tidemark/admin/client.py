@@ -94,15 +94,16 @@ class CoordinatorClient:
             headers["Authorization"] = f"Bearer {self.token}"
         self.http = httpx2.Client(headers=headers, timeout=timeout_s, follow_redirects=False)
 
-    def request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
-        """``method`` ``/api/v1{path}`` with a JSON ``body``; the decoded JSON answer.
+    def request(self, method: str, path: str, body: dict[str, Any] | None = None, *,
+                params: dict[str, str] | None = None) -> Any:
+        """``method`` ``/api/v1{path}`` with a JSON ``body`` (and the query ``params``); the decoded JSON answer.
 
         A refused (or timed-out) connection and a 503 answer are tried again until
         ``wait_unavailable_s`` has passed: in both cases the coordinator did nothing, whatever
         the method. Any other failure (e.g. no answer in time) is final."""
         url = f"{self.url}/api/v1{path}"
         try:
-            response = self._retrying()(self.http.request, method, url, json=body)
+            response = self._retrying()(self.http.request, method, url, json=body, params=params)
         except httpx2.RequestError as exc:
             raise ApiError(None, f"cannot reach the coordinator at {self.url}: {_reason(exc)}") from None
         return self._result(response)
@@ -201,6 +202,13 @@ class CoordinatorClient:
         if newest_seen is not None:
             body["newest_seen"] = newest_seen
         return self.request("POST", f"/jobs/{_segment(job)}/restore", body)
+
+    def state_value(self, job: str, stage: str, state: str, key: str, *, key_type: str | None = None) -> Any:
+        """A key's value of a named keyed state of a running job, as the worker owning the key
+        answers (``key_type``: ``str``, the default, or ``int``, as the stage's ``key_by`` gives keys)."""
+        params = {"key": key} if key_type is None else {"key": key, "key_type": key_type}
+        return self.request("GET", f"/jobs/{_segment(job)}/stages/{_segment(stage)}/state/{_segment(state)}",
+                            params=params)
 
     def submit_run(self, reference: str, *, args: dict[str, Any] | None = None,
                    parallelism: int | None = None, start: StartRequest = StartRequest()) -> Any:

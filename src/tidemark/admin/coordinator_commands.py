@@ -2,7 +2,8 @@
 
 ``install(app)`` adds ``jobs list|submit|runs|cancel``, ``checkpoints list|history|discard``,
 ``savepoints list``, ``savepoint trigger`` and ``restore`` to the root Typer app (``jobs run``,
-the job runtime in the foreground, is :mod:`tidemark.runtime.job_commands`). Every command takes ``--url``
+the job runtime in the foreground, is :mod:`tidemark.runtime.job_commands`); :func:`state_get` is
+``tidemark state get``, installed with the other state commands (:mod:`tidemark.admin.state_commands`). Every command takes ``--url``
 (``TIDEMARK_COORDINATOR_URL``), ``--token`` (``TIDEMARK_API_TOKEN``) and ``--json`` (print the
 API's JSON document instead of text). Exit status: 0 success, 1 the API refused or failed (the
 message is on stderr), 2 bad command-line usage.
@@ -10,6 +11,7 @@ message is on stderr), 2 bad command-line usage.
 
 from __future__ import annotations
 
+import enum
 import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Optional
@@ -245,3 +247,23 @@ def restore(
     document = _call(lambda: _client(url, token).restore(
         job, parallelism=parallelism, checkpoint_id=from_checkpoint, savepoint_path=from_savepoint))
     _emit(document, as_json, render.restore_text)
+
+
+class KeyType(str, enum.Enum):
+    STR = "str"
+    INT = "int"
+
+
+def state_get(job: str = typer.Option(..., "--job", help="The job id."),
+              stage: str = typer.Option(..., "--stage", help="The stage whose state is read."),
+              state: str = typer.Option(..., "--state", help="The name of the keyed state."),
+              key: str = typer.Option(..., "--key", help="The key."),
+              key_type: KeyType = typer.Option(KeyType.STR, "--key-type",
+                                               help="How the key is read: as the stage's key_by gives keys."),
+              url: str = UrlOption, token: Optional[str] = TokenOption, as_json: bool = JsonOption) -> None:
+    """The value of KEY in state STATE of STAGE of a running job, as JSON: the task's state after
+    its last processed micro-batch (not necessarily in a completed checkpoint), answered by the
+    worker owning the key. An unknown stage, state or key, or a job not running, is one line on
+    stderr and exit status 1."""
+    document = _call(lambda: _client(url, token).state_value(job, stage, state, key, key_type=key_type.value))
+    _emit(document, as_json, lambda d: json.dumps(d["value"], sort_keys=True))

@@ -90,6 +90,36 @@ def parse_job_id(value: str) -> JobId:
         raise BadRequest(str(exc)) from None
 
 
+MAX_STATE_KEY_LENGTH = 4096
+KEY_TYPES = ("str", "int")
+
+
+def parse_state_key(key: str | None, key_type: str | None) -> str | int:
+    """The key of a live state query from its ``key`` and ``key_type`` query parameters: the
+    string as it is (``key_type=str``, the default), or an integer (``key_type=int``), to match the
+    type the stage's ``key_by`` gives; ``BadRequest`` otherwise."""
+    if key is None:
+        raise BadRequest("the query parameter 'key' is required")
+    if len(key) > MAX_STATE_KEY_LENGTH:
+        raise BadRequest(f"key longer than {MAX_STATE_KEY_LENGTH} characters")
+    kind = key_type or "str"
+    if kind not in KEY_TYPES:
+        raise BadRequest(f"key_type must be one of {', '.join(KEY_TYPES)}, got {kind!r}")
+    if kind == "str":
+        return key
+    try:
+        return int(key.strip(), 10)
+    except ValueError:
+        raise BadRequest(f"key {key!r} is not an integer (key_type=int)") from None
+
+
+def parse_state_segment(value: str, what: str) -> str:
+    """A stage or state name from a URL: non-empty, at most 200 characters; ``BadRequest`` otherwise."""
+    if not value or len(value) > 200:
+        raise BadRequest(f"not a {what} name: {value[:50]!r}")
+    return value
+
+
 def parse_request_id(value: str) -> str:
     if not _REQUEST_ID.fullmatch(value):
         raise BadRequest(f"not a savepoint request id: {value!r}")

@@ -1,5 +1,6 @@
 """``tidemark state inspect|read|bootstrap|transform``: a job's state in its retained checkpoints
-and savepoints, read, and written into new savepoints.
+and savepoints, read, and written into new savepoints; and ``tidemark state get``, a key's live
+value in a running job through the coordinator (:func:`tidemark.admin.coordinator_commands.state_get`).
 
 Thin: each command parses its options and calls :mod:`tidemark.state_processor`. Checkpoint
 storage is ``--storage`` (default: the settings', ``TIDEMARK_CHECKPOINT_STORAGE_URL``, else the
@@ -23,8 +24,9 @@ from tidemark.admin.kafka_connection import fail
 from tidemark.admin.render import checkpoint_view_text
 from tidemark.exit_codes import EXIT_FAILED, EXIT_USAGE
 
-state_app = typer.Typer(help="Read a job's state from its retained checkpoints and savepoints, and write "
-                        "savepoints: bootstrapped from a table, or derived from another.", no_args_is_help=True)
+state_app = typer.Typer(help="Read a job's state from its retained checkpoints and savepoints, write "
+                        "savepoints (bootstrapped from a table, or derived from another), or read a key's "
+                        "value live from a running job (get).", no_args_is_help=True)
 
 JobArgument = typer.Argument(..., help="The job id.")
 CheckpointOption = typer.Option(None, "--checkpoint", min=0, help="A retained checkpoint or savepoint id.")
@@ -64,6 +66,9 @@ BackendOption = typer.Option(None, "--backend", help="The backend whose canonica
 
 
 def install(app: typer.Typer) -> None:
+    from tidemark.admin.coordinator_commands import state_get
+
+    state_app.command("get")(state_get)
     app.add_typer(state_app, name="state")
 
 

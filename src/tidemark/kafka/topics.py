@@ -57,6 +57,17 @@ class TopicNames:
         forever, so the control topic that services replay at every start does not grow with them."""
         return f"{self.prefix}.heartbeats"
 
+    @property
+    def state_queries(self) -> str:
+        """The coordinator's live state queries to the jobs' stage workers (:mod:`tidemark.runtime.worker.live_state`):
+        kept minutes, read by the workers from their end only."""
+        return f"{self.prefix}.state-queries"
+
+    @property
+    def state_answers(self) -> str:
+        """The stage workers' answers to live state queries, read by the coordinator."""
+        return f"{self.prefix}.state-answers"
+
     def changelog(self, job_id: str, operator_id: str) -> str:
         return f"{self.prefix}.changelog.{_UNSAFE.sub('_', job_id)}.{_UNSAFE.sub('_', operator_id)}"
 
@@ -75,4 +86,6 @@ class TopicNames:
             TopicSpec(self.dead_letters, 1, {"retention.ms": str(14 * 24 * 3600 * 1000)}),
             TopicSpec(self.worker_hosts, 1, {"retention.ms": str(24 * 3600 * 1000)}),  # heartbeats: a day
             TopicSpec(self.heartbeats, 1, {"retention.ms": str(10 * 60 * 1000), "segment.ms": str(60 * 1000)}),
+            TopicSpec(self.state_queries, 1, {"retention.ms": str(10 * 60 * 1000), "segment.ms": str(60 * 1000)}),
+            TopicSpec(self.state_answers, 1, {"retention.ms": str(10 * 60 * 1000), "segment.ms": str(60 * 1000)}),
         ]

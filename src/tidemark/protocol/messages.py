@@ -459,6 +459,47 @@ class MaterializationEvent:
     error: str | None = None
 
 
+# --------------------------------------------------------------------------- live state queries
+
+
+@dataclass(frozen=True, slots=True)
+class StateQuery:
+    """Coordinator -> the job's stage workers (state-queries): read the value of state
+    ``state_name`` of ``key`` in ``stage``; only the worker whose task owns the key's key group
+    answers, between two micro-batches (:mod:`tidemark.runtime.worker.live_state`)."""
+
+    job_id: JobId
+    request_id: str
+    stage: str
+    state_name: str
+    key_json: str  # the key as JSON (a string key "\"/a\"", an int key "42")
+    asked_at: int
+
+
+class StateQueryOutcome(str, enum.Enum):
+    FOUND = "FOUND"  # value_json holds the value
+    UNKNOWN_STATE = "UNKNOWN_STATE"  # the stage's tasks registered no keyed state of that name
+    UNKNOWN_KEY = "UNKNOWN_KEY"  # the state holds no value for the key
+    TOO_LARGE = "TOO_LARGE"  # the value's JSON is larger than an answer carries (live_state.MAX_VALUE_BYTES)
+
+
+@dataclass(frozen=True, slots=True)
+class StateAnswer:
+    """Stage worker -> coordinator (state-answers): the answer to the :class:`StateQuery`
+    ``request_id``, read from task ``task_id`` of attempt ``epoch`` after its last processed
+    micro-batch."""
+
+    job_id: JobId
+    request_id: str
+    outcome: StateQueryOutcome
+    task_id: TaskId
+    epoch: Epoch
+    answered_at: int
+    value_json: str | None = None  # FOUND: the value as JSON
+    value_repr: bool = False  # value_json is the JSON string of repr(value): the value is not JSON
+    detail: str = ""  # why not FOUND, for humans
+
+
 MESSAGE_TYPES: tuple[type, ...] = (
     CheckpointTrigger,
     CheckpointCompleted,
@@ -477,6 +518,8 @@ MESSAGE_TYPES: tuple[type, ...] = (
     CheckpointDiscarded,
     StateChange,
     MaterializationEvent,
+    StateQuery,
+    StateAnswer,
     DeadLetter,
 )
 """Top-level messages, each with its own schema (and schema id) in ``schemas/``."""

@@ -119,6 +119,11 @@ class KeyedStateBackend(ABC):
     def registered_states(self) -> list[str]: ...
 
     @abstractmethod
+    def registered_descriptor(self, name: str) -> StateDescriptor | None:
+        """The descriptor state ``name`` was registered with (``get_state``), None when no state
+        of that name is registered (timer queues are not states)."""
+
+    @abstractmethod
     def timer_queue(self, name: str) -> TimerQueue:
         """The timer queue ``name`` (see :mod:`tidemark.state.timer_queue`), created on first use;
         its canonical form is the reserved state ``_timers.<name>``, in every snapshot."""

@@ -79,6 +79,10 @@ class ValueState(State):
         result = self._read_single(stored)
         return self._default if result is MISSING else result
 
+    def is_empty(self) -> bool:
+        """True when no value is stored (or it expired): ``value()`` reads the default."""
+        return self._current() is MISSING
+
     def update(self, value: Any) -> None:
         """Set the value; ``None`` clears it (as in Flink)."""
         if value is None:

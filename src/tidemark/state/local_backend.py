@@ -310,6 +310,10 @@ class LocalKeyedStateBackend(KeyedStateBackend):
     def registered_states(self) -> list[str]:
         return sorted(self._states)
 
+    def registered_descriptor(self, name: str) -> StateDescriptor | None:
+        handle = self._states.get(name)
+        return None if handle is None else handle.descriptor
+
     def restore_state_metas(self, metas: list[dict[str, Any]], source: str,
                             key_groups: Sequence[KeyGroupRange] | None = None) -> None:
         """Record state definitions read outside a snapshot, as restored snapshot headers are

@@ -139,6 +139,18 @@ SAMPLES: dict[type, tuple[Any, ...]] = {
         m.MaterializationEvent(JOB, TaskId("op-a#0"), OperatorId("op-a"), MaterializationId(7),
                                m.MaterializationStatus.FAILED, CheckpointId(43), (), at=T0, error="upload failed"),
     ),
+    m.StateQuery: (
+        m.StateQuery(JOB, "q-1", "count_hits", "hits", '"/products/7"', T0 + 3_000),
+        m.StateQuery(JOB, "q-2", "top_urls", "hits_per_minute", "29000000", T0),
+    ),
+    m.StateAnswer: (
+        m.StateAnswer(JOB, "q-1", m.StateQueryOutcome.FOUND, TaskId("count_hits#1"), Epoch(3), T0 + 3_020, "412"),
+        m.StateAnswer(JOB, "q-2", m.StateQueryOutcome.UNKNOWN_KEY, TaskId("top_urls#0"), Epoch(3), T0 + 3_021,
+                      detail="state 'hits_per_minute' holds no value for key 29000000"),
+        m.StateAnswer(JOB, "q-3", m.StateQueryOutcome.FOUND, TaskId("op-a#0"), Epoch(1), T0, '"<Thing 1>"', True),
+        m.StateAnswer(JOB, "q-4", m.StateQueryOutcome.TOO_LARGE, TaskId("op-a#1"), Epoch(1), T0,
+                      detail="the value's JSON is 2097152 bytes, more than 524288"),
+    ),
     DeadLetter: (
         DeadLetter("tidemark.clicks.acks", 2, 77_001, T0, b"k", b"\x00\x00\x00\x00\x99garbage",
                      {"tidemark-barrier": b"\x01"}, "unknown-schema-id", "schema id 153 is not known",

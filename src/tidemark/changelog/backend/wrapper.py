@@ -127,6 +127,9 @@ class ChangelogStateBackend(KeyedStateBackend):
     def registered_states(self) -> list[str]:
         return self.backend.registered_states()
 
+    def registered_descriptor(self, name: str) -> StateDescriptor | None:
+        return self.backend.registered_descriptor(name)
+
     def timer_queue(self, name: str) -> TimerQueue:
         """The wrapped backend's queue (its changes are logged through the change listener);
         the first call per queue also logs the definition of its canonical state."""

@@ -4,9 +4,11 @@ A supervisor follows its job's attempt signals with :class:`AttemptSignals` (see
 
 
 Lifecycle: ``ControlPlane(...)`` positions a consumer at the *end* of the control topic (so it
-sees every notification issued after the worker started, and none of older attempts) ->
+sees every notification issued after the worker started, and none of older attempts) and of the
+state-queries topic ->
 ``poll()`` repeatedly from the worker's loop (non-blocking; returns this job's triggers,
-completed and aborted notifications in log order, and in changelog mode its materializations) -> ``ack``/``decline`` -> ``close()``.
+completed and aborted notifications in log order, in changelog mode its materializations, and the
+live state queries about the job, :mod:`tidemark.runtime.worker.live_state`) -> ``ack``/``decline``/``answer`` -> ``close()``.
 Sending waits through a broker outage (:mod:`tidemark.kafka.outage`); polling returns nothing
 during one.
 """
@@ -31,15 +33,17 @@ from tidemark.protocol.messages import (
     JobRegistration,
     MaterializationEvent,
     RestoreCommand,
+    StateAnswer,
+    StateQuery,
     TaskAck,
     TaskDecline,
 )
 from tidemark.types import CheckpointId, Epoch, JobId, TaskId
 
-Notification = CheckpointTrigger | CheckpointCompleted | CheckpointAborted | MaterializationEvent
+Notification = CheckpointTrigger | CheckpointCompleted | CheckpointAborted | MaterializationEvent | StateQuery
 
 
-_NOTIFICATIONS = (CheckpointTrigger, CheckpointCompleted, CheckpointAborted, MaterializationEvent)
+_NOTIFICATIONS = (CheckpointTrigger, CheckpointCompleted, CheckpointAborted, MaterializationEvent, StateQuery)
 
 
 def job_messages(consumer: Consumer, job_id: JobId, kinds: tuple[type, ...], max_records: int) -> list[Any]:
@@ -94,13 +98,20 @@ class ControlPlane(ControlPublisher):
                  materializations: bool = False) -> None:
         super().__init__(client, topics, job_id)
         self._consumer = Consumer(consumer_config(client, None))
-        followed = [TopicPartition(topics.control, 0, OFFSET_END)]
+        followed = [TopicPartition(topics.control, 0, OFFSET_END), TopicPartition(topics.state_queries, 0, OFFSET_END)]
         if materializations:  # changelog mode: materializations of this job's tasks
             followed.append(TopicPartition(topics.materializations, 0, OFFSET_END))
         self._consumer.assign(followed)
 
     def poll(self, max_records: int = 500) -> list[Notification]:
         return job_messages(self._consumer, self.job_id, _NOTIFICATIONS, max_records)
+
+    def answer(self, answers: list[StateAnswer]) -> None:
+        """Send answers to live state queries without waiting for their delivery (an answer lost
+        is a query the coordinator answers 409 after its timeout; the records wait for nothing)."""
+        for message in answers:
+            self._producer.produce(self.topics.state_answers, key=self.job_id.encode(), value=codec.encode(message))
+        self._producer.poll(0)
 
     def close(self) -> None:
         self._consumer.close()

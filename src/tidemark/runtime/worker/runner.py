@@ -34,6 +34,8 @@ from tidemark.protocol.messages import (
     CheckpointMetadata,
     CheckpointTrigger,
     MaterializationEvent,
+    StateAnswer,
+    StateQuery,
 )
 from tidemark.runtime.worker.alignment import Aligned
 from tidemark.api import Stage
@@ -47,6 +49,7 @@ from tidemark.runtime.job.records import InputRecord
 from tidemark.runtime.job.attempt import Attempt
 from tidemark.runtime.worker.checkpoint import StageCheckpointer
 from tidemark.runtime.worker.inputs import ChannelInput, SourceInput
+from tidemark.runtime.worker.live_state import answer
 from tidemark.runtime.worker.clock import StageClock
 from tidemark.runtime.worker.task import StageTask
 from tidemark.chassis.logs import get_logger
@@ -171,9 +174,21 @@ class StageRunner:
 
     def handle_control(self) -> None:
         """Act on new notifications of this attempt (called under ``lock``); first, raise what
-        failed in the asynchronous part of a checkpoint (other than a declined write)."""
+        failed in the asynchronous part of a checkpoint (other than a declined write). Live state
+        queries of keys this worker owns are answered after the other notifications, together."""
         self.checkpointer.thread.raise_failure()
+        answers: list[StateAnswer] = []
         for note in self.control.poll():
+            if isinstance(note, StateQuery):
+                try:
+                    reply = answer(note, self.stage.name, self.tasks, self.epoch)
+                except Exception:  # a query never fails the job; unanswered, the coordinator says so
+                    log.exception("live state query failed", job=self.job, stage=self.stage.name,
+                                  state=note.state_name, request_id=note.request_id)
+                    continue
+                if reply is not None:
+                    answers.append(reply)
+                continue
             if isinstance(note, MaterializationEvent):
                 for task in self.tasks:
                     task.on_materialization(note)
@@ -192,6 +207,8 @@ class StageRunner:
                 if note.checkpoint_id == self.stopping:
                     log.warning("stop-with-savepoint aborted; resuming", job=self.job, reason=note.reason)
                     self.stopping = None
+        if answers:
+            self.control.answer(answers)
 
     def _completed(self, checkpoint_id: CheckpointId) -> None:
         self.output.commit(checkpoint_id)

@@ -2,7 +2,7 @@
 
 The decisions are :class:`tidemark.checkpoint.CheckpointCoordinator`'s (pure); this package is
 its edge: settings, Kafka in and out (:mod:`.edge`), Prometheus metrics (:mod:`.metrics`), the
-operator HTTP API (:mod:`.api`), periodic savepoints and their history (:mod:`.periodic_savepoints`), the checkpoints page in the browser (:mod:`.checkpoints_page`),
+operator HTTP API (:mod:`.rest_api`) with its live state queries (:mod:`.state_queries`), periodic savepoints and their history (:mod:`.periodic_savepoints`), the checkpoints page in the browser (:mod:`.checkpoints_page`),
 and the job runs it starts for that API (:mod:`.runs`).
 """
 
@@ -15,6 +15,7 @@ from tidemark.services.coordinator.edge import CoordinatorEdge
 from tidemark.services.coordinator.periodic_savepoints import PeriodicSavepoints
 from tidemark.services.coordinator.runs import LocalLauncher
 from tidemark.services.coordinator.settings import CoordinatorSettings
+from tidemark.services.coordinator.state_queries import StateQueries
 
 SETTINGS = CoordinatorSettings
 
@@ -31,7 +32,7 @@ def build(settings: CoordinatorSettings) -> ServiceApp:
         launcher = LocalLauncher(settings, app.bootstrap)
         app.every(1.0)(launcher.reap_periodically)  # runs outlive the coordinator (see runs.py)
     api = install_api(app, edge, settings.api_token, settings.resolved_storage_url,
-                      launcher=launcher, job_catalog=settings.jobs.catalog)
+                      launcher=launcher, job_catalog=settings.jobs.catalog, queries=StateQueries(app))
     savepoints = PeriodicSavepoints(edge, api.storage, settings.savepoints.policy())
     app.every(1.0)(savepoints.tick)
     install_checkpoints_page(app)

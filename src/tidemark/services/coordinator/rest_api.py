@@ -10,9 +10,12 @@ already checked the bearer token (401), the body size (413) and the body time (4
 caught up with its topics the answer is 503. Errors are JSON ``{"error": message, "status":
 code}``: 400 malformed request (body, field, job id, or a path that is not a safe relative path,
 resolves outside checkpoint storage or is a savepoint target outside the job's savepoint area),
-401, 403 a job reference outside the job catalog, 404 unknown job / checkpoint / request / run,
-409 the job already runs / the run already exited / a checkpoint newer than a restore's
-``newest_seen`` completed / a savepoint target taken by a file, a symlink or a savepoint, 422
+401, 403 a job reference outside the job catalog, 404 unknown job / checkpoint / request / run
+/ stage, state or key of a live state query (:mod:`.state_queries`),
+409 the job already runs / the run already exited / a live state query that no running task
+answers (the job is not running, or the owning task restores) / a checkpoint newer than a restore's
+``newest_seen`` completed / a savepoint target taken by a file, a symlink or a savepoint, 413 a
+live state value too large for an answer, 422
 a well-formed request that cannot be carried out, 501 runs with ``TIDEMARK_JOBS__LAUNCHER=none``,
 503 not caught up, 500 a bug (logged).
 """
@@ -22,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import importlib.resources
+import json
 import uuid
 from collections.abc import Callable
 from typing import Any, ClassVar, TypeVar
@@ -53,13 +57,23 @@ from tidemark.admin.request_bodies import (
     parse_job_id,
     parse_request_id,
     parse_run_id,
+    parse_state_key,
+    parse_state_segment,
 )
-from tidemark.protocol.messages import SavepointRequest
+from tidemark.protocol.messages import SavepointRequest, StateQuery
 from tidemark.api import load_job
 from tidemark.chassis.app import ServiceApp
 from tidemark.chassis.logs import get_logger
 from tidemark.services.coordinator.edge import CoordinatorEdge
 from tidemark.services.coordinator.runs import JobRun, LaunchRequest, LocalLauncher, run_document
+from tidemark.services.coordinator.state_queries import (
+    QueryRefused,
+    StateQueries,
+    answer_document,
+    answer_status,
+    check_queryable,
+    no_answer_message,
+)
 from tidemark.storage import open_storage
 from tidemark.storage.base import CheckpointStorage, InvalidStoragePath, TargetConflict
 from tidemark.types import CheckpointId, CheckpointType, JobId
@@ -87,11 +101,13 @@ class OperatorApi:
     """What the views answer, over one edge and the deployment's checkpoint storage."""
 
     def __init__(self, edge: CoordinatorEdge, storage: CheckpointStorage, token: str | None, *,
-                 launcher: LocalLauncher | None = None, job_catalog: tuple[str, ...] = ()) -> None:
+                 queries: StateQueries, launcher: LocalLauncher | None = None,
+                 job_catalog: tuple[str, ...] = ()) -> None:
         self.edge = edge
         self.storage = storage
         self.launcher = launcher
         self.job_catalog = job_catalog
+        self.queries = queries
 
     def admit(self, request: Request) -> None:
         if not self.edge.live:
@@ -154,6 +170,25 @@ class OperatorApi:
         stored = await self._in_storage(self.storage.exists, path)
         status = CheckpointStatus.COMPLETED.value if stored else "UNKNOWN"
         return savepoint_request_document(request, savepoint_id, status, None, path if stored else None)
+
+    async def query_state(self, job: JobId, stage: str, state_name: str, key: str | int) -> dict[str, Any]:
+        """The value of ``key`` in state ``state_name`` of ``stage``, as the worker owning the key
+        answers (:mod:`.state_queries`)."""
+        coordinator = self.coordinator(job)
+        try:
+            check_queryable(job, coordinator.status.state, coordinator.registration, stage)
+        except QueryRefused as exc:
+            raise ApiError(exc.status, exc.message) from None
+        registration = coordinator.registration
+        assert registration is not None  # check_queryable
+        query = StateQuery(job, uuid.uuid4().hex, stage, state_name, json.dumps(key), now_ms())
+        answer = await self.queries.ask(query, registration.epoch)
+        status = answer_status(answer)
+        if answer is None:
+            raise ApiError(status, no_answer_message(job, stage))
+        if status != 200:
+            raise ApiError(status, answer.detail)
+        return answer_document(query, key, answer)
 
     # ------------------------------------------------------------------ requests
 
@@ -348,6 +383,14 @@ class RestoreView(_ApiView):
         return self.json(await self.api.restore(job_id, body), status=202)
 
 
+class StateView(_ApiView):
+    async def get(self, request: Request, job: str, stage: str, name: str) -> Response:
+        job_id = parse_job_id(job)
+        stage, name = parse_state_segment(stage, "stage"), parse_state_segment(name, "state")
+        key = parse_state_key(request.query.get("key"), request.query.get("key_type"))
+        return self.json(await self.api.query_state(job_id, stage, name, key))
+
+
 class RunsView(_ApiView):
     async def get(self, request: Request) -> Response:
         return self.json(self.api.runs())
@@ -374,6 +417,7 @@ ROUTES: tuple[tuple[str, type[_ApiView]], ...] = (
     ("/jobs/{job}/savepoints", SavepointsView),
     ("/jobs/{job}/savepoints/requests/{request_id}", SavepointRequestView),
     ("/jobs/{job}/restore", RestoreView),
+    ("/jobs/{job}/stages/{stage}/state/{name}", StateView),
     ("/runs", RunsView),
     ("/runs/{run_id}", RunView),
 )
@@ -387,10 +431,13 @@ def openapi_document() -> dict[str, Any]:
 
 
 def install_api(app: ServiceApp, edge: CoordinatorEdge, token: str | None, storage_url: str, *,
-                launcher: LocalLauncher | None = None, job_catalog: tuple[str, ...] = ()) -> OperatorApi:
+                queries: StateQueries, launcher: LocalLauncher | None = None,
+                job_catalog: tuple[str, ...] = ()) -> OperatorApi:
     """Serve the operator API on ``app``'s HTTP port; returns the object behind the views.
-    Without a ``launcher`` the ``/runs`` endpoints answer 501."""
-    api = OperatorApi(edge, open_storage(storage_url), token, launcher=launcher, job_catalog=job_catalog)
+    Without a ``launcher`` the ``/runs`` endpoints answer 501; ``queries`` carries the live state
+    queries to the jobs' workers."""
+    api = OperatorApi(edge, open_storage(storage_url), token, launcher=launcher, job_catalog=job_catalog,
+                      queries=queries)
     for path, view in ROUTES:
         bound = type(view.__name__, (view,), {"api": api, "__module__": __name__})
         app.faust.page(f"{API_PREFIX}{path}", name=f"api-{view.__name__}")(bound)
