@@ -61,6 +61,7 @@ _LONGEST_FIRST = {name: rank for rank, name in enumerate((  # seconds in a whole
     "test_spark_step.py",  # ~110 (75 alone): two jobs with a Spark step, each stopped with a savepoint and restored
     "test_spark_cluster_job.py",  # ~90 (65 alone): a Spark standalone cluster, a job on it with each source
     "test_state_writer.py",  # ~70 (40 alone): a bootstrapped job, a transformed savepoint, two more starts
+    "test_live_state_queries.py",  # ~90 (62-83 alone): 1,000 live queries against a job under load
     "test_event_time.py",  # ~140
     "test_broker_faults.py",  # ~110
     "test_savepoints_and_modes.py",  # ~100
