@@ -28,7 +28,7 @@ gives min / median / max per variant and the ratio step/python of the medians.
 
 With ``--profile`` (the default) one more run of each variant follows the rounds, not timed, with
 ``py-spy record`` sampling the worker's Python process from its launch to its last result
-(``--nonblocking``, raw collapsed stacks, idle threads left out); the summary gives, per variant,
+(raw collapsed stacks, idle threads left out; py-spy stops the worker for each sample); the summary gives, per variant,
 where the samples went: the processing thread's share per part of the record path (Arrow to
 Python, decode, key, state, output, ...), and the functions with the most samples of their own.
 The raw profiles are kept in ``--profile-dir`` when given.
@@ -234,13 +234,14 @@ def py_spy() -> Path:
 def start_py_spy(sampler: WorkerSampler, out: Path, launched: float, alive: Callable[[], bool], label: str,
                  timeout_s: float) -> subprocess.Popen[bytes]:
     """``py-spy record`` on the worker's Python process as soon as it is there (raw collapsed
-    stacks, one root frame per thread, without blocking the worker)."""
+    stacks, one root frame per thread). py-spy stops the worker for each sample (its default):
+    ``--nonblocking`` stacks, read from the running process, misplaced time (bench/README.md)."""
     while sampler.find_worker() is None:
         if not alive() or time.monotonic() - launched > timeout_s:
             raise BenchError(f"{label}: no worker process to profile")
         time.sleep(0.05)
     command = [str(py_spy()), "record", "--pid", str(sampler.worker), "--format", "raw", "--threads",
-               "--nonblocking", "--rate", "100", "--output", str(out)]
+               "--rate", "100", "--output", str(out)]
     log = open(out.with_suffix(".log"), "wb")
     process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                preexec_fn=die_with_parent)
