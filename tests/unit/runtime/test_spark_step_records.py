@@ -70,6 +70,33 @@ def test_a_steps_rows_reach_the_function_as_dicts_keyed_by_a_column_and_rejected
     assert positions == {("in", 0): 12, ("in", 1): 10}
 
 
+def test_a_steps_rows_become_records_column_by_column_over_every_chunk() -> None:
+    """The usual batch (no headers, nothing to look up) takes the columnar path; a row with headers
+    is checked one by one; both give each record its origin, time, bytes, row and null columns."""
+    first = _stepped_table([
+        {"topic": "in", "partition": 0, "offset": 1, "value": b"a", "url": "/a", "status": 200, REJECTED: ""},
+        {"topic": "in", "partition": 1, "offset": 2, "value": b"b", "url": None, "status": 404, REJECTED: "url"}])
+    second = _stepped_table([
+        {"topic": "in", "partition": 2, "offset": 3, "value": b"c", "url": "/c", "status": None, REJECTED: ""}])
+    table = pa.concat_tables([first, second])
+    stamps = pa.array([1_000_000, None, 5_000_999], pa.timestamp("us", tz="UTC"))
+    table = table.append_column("timestamp", stamps)
+    assert table.column("url").num_chunks == 2
+    records = list(stepped_records(table, ("url", "status"), REJECTED))
+    assert [(r.topic, r.partition, r.offset, r.timestamp_ms, r.value, r.row, r.step_rejected, r.headers)
+            for r in records] == [
+        ("in", 0, 1, 1000, b"a", {"url": "/a", "status": 200}, None, None),
+        ("in", 1, 2, 0, b"b", {"url": None, "status": 404}, "url", None),
+        ("in", 2, 3, 5000, b"c", {"url": "/c", "status": None}, None, None)]
+    assert [r.row for r in stepped_records(table, (), REJECTED)] == [None, None, None]
+    headers = pa.array([[], [{"key": "tidemark-epoch", "value": b"x"}], None],
+                       pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())])))
+    with_headers = list(stepped_records(table.append_column("headers", headers), ("url",), REJECTED))
+    assert [r.row for r in with_headers] == [{"url": "/a"}, {"url": None}, {"url": "/c"}]
+    assert with_headers[1].header_error == "header tidemark-epoch is not a decimal epoch: b'x'"
+    assert with_headers[0].header_error is None and with_headers[1].step_rejected == "url"
+
+
 def test_a_row_the_function_cannot_key_is_malformed_input_with_its_origin(tmp_path) -> None:
     stage = Stage("s", ("in",), "url", _Echo, "out", spark_step=PARSE)
     path, _, failures = record_path(stage, tmp_path)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any
 
 import pyarrow as pa
@@ -142,7 +143,11 @@ def stepped_records(table: pa.Table, row_columns: tuple[str, ...], rejected_colu
     ``row``; ``rejected_column`` (when the step has required columns) names the null ones, and
     ``originals`` holds the original Kafka columns of such rows when the step dropped ``value``.
     In each partition's offset order, whatever order the step's plan left them in (a shuffle join
-    does not keep it); the rows of one record (a join that matched twice) in the step's order."""
+    does not keep it); the rows of one record (a join that matched twice) in the step's order.
+
+    Column by column, as :func:`records_of`: each column is converted once, the rows become dicts
+    in Arrow (one struct array per chunk), and the records are made in one C-level map, unless a
+    row has headers (checked one by one) or a rejected row's original columns are looked up."""
     n = table.num_rows
     if n == 0:
         return
@@ -154,13 +159,21 @@ def stepped_records(table: pa.Table, row_columns: tuple[str, ...], rejected_colu
 
     topics, partitions, offsets = column("topic"), column("partition"), column("offset")
     stamps = (table.column("timestamp").cast(pa.int64()).to_pylist() if "timestamp" in names else [None] * n)
-    keys, values, all_headers = column("key"), column("value"), column("headers")
-    rows = table.select(list(row_columns)).to_pylist() if row_columns else [None] * n
+    keys, values = column("key"), column("value")
+    rows: Any = row_dicts(table, row_columns) if row_columns else repeat(None)
     rejected = column(rejected_column) if rejected_column is not None else [None] * n
+    with_headers = "headers" in names and pc.max(pc.list_value_length(table.column("headers"))).as_py()
+    if not with_headers and originals is None:  # the usual batch: no record needs a look of its own
+        marks: Any = [mark or None for mark in rejected] if any(rejected) else repeat(None)
+        yield from map(InputRecord, topics, partitions, offsets,
+                       [stamp // 1000 if stamp is not None else 0 for stamp in stamps], keys, values,
+                       *[repeat(None)] * 8, rows, marks)  # epoch .. headers: none on a job's input
+        return
+    all_headers = column("headers")
     found = {}
     if originals is not None:
         found = {(r["topic"], r["partition"], r["offset"]): r for r in originals.to_pylist()}
-    for i in range(n):
+    for i, row in zip(range(n), rows):
         headers, stamp, key, value = all_headers[i], stamps[i], keys[i], values[i]
         if rejected[i] and (topics[i], partitions[i], offsets[i]) in found:
             original = found[(topics[i], partitions[i], offsets[i])]
@@ -175,7 +188,19 @@ def stepped_records(table: pa.Table, row_columns: tuple[str, ...], rejected_colu
                 error = str(exc)
         yield InputRecord(topic=topics[i], partition=partitions[i], offset=offsets[i],
                           timestamp_ms=stamp // 1000 if stamp is not None else 0, key=key, value=value,
-                          header_error=error, headers=headers, row=rows[i], step_rejected=rejected[i] or None)
+                          header_error=error, headers=headers, row=row, step_rejected=rejected[i] or None)
+
+
+def row_dicts(table: pa.Table, columns: tuple[str, ...]) -> list[dict[str, Any]]:
+    """The rows of ``columns`` of ``table`` as dicts, made by Arrow (a struct array per chunk);
+    ``Table.to_pylist`` when a name repeats (a struct's dict cannot hold both)."""
+    selected = table.select(list(columns))
+    if len(set(columns)) != len(columns):
+        return selected.to_pylist()
+    rows: list[dict[str, Any]] = []
+    for batch in selected.to_batches():
+        rows.extend(batch.to_struct_array().to_pylist())
+    return rows
 
 
 class HeaderError(ValueError):
