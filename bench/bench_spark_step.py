@@ -185,6 +185,12 @@ def job_args(variant: str, run_id: str, input_topic: str, output: str, options: 
             "mode": "EXACTLY_ONCE", "spark_step": variant == "step"}
 
 
+# The worker's JVM: "production" as the image and the chart run it (the settings' defaults), or
+# "quick-start" as the demo and the tests do (tidemark.local.quick_start: a JVM that lives minutes)
+JVM_SETTINGS = {"production": {"TIDEMARK_SPARK__JAVA_OPTIONS": "", "TIDEMARK_SPARK__CONF": "{}"},
+                "quick-start": {}}
+
+
 def run_variant(bootstrap: str, home: Path, variant: str, input_topic: str, records: int,
                 expected: dict[str, int], options: argparse.Namespace, label: str,
                 profile: Path | None = None) -> StepRun:
@@ -192,8 +198,9 @@ def run_variant(bootstrap: str, home: Path, variant: str, input_topic: str, reco
     run_id = uuid.uuid4().hex[:6]
     output = f"bss-{variant}-out-{run_id}"
     print(f"  [{label}] starting the coordinator and checkpoint-store (not timed)", flush=True)
+    env = {"TIDEMARK_CHECKPOINT__INTERVAL_MS": str(options.commit_interval_ms), **JVM_SETTINGS[options.jvm]}
     with LocalPipeline(home / f"{variant}-{run_id}", bootstrap, topic_prefix=f"bss-{run_id}", standby=False,
-                       env={"TIDEMARK_CHECKPOINT__INTERVAL_MS": str(options.commit_interval_ms)}) as pipe:
+                       env=env) as pipe:
         launched = time.monotonic()
         job = pipe.start_job(JOB, job_args(variant, run_id, input_topic, output, options))
         sampler = WorkerSampler(job.process.pid, launched)
@@ -442,6 +449,9 @@ def main() -> int:
                         help="one more run per variant with py-spy on the worker (not timed)")
     parser.add_argument("--profile-dir", type=Path, default=None, help="where to keep the raw py-spy profiles")
     parser.add_argument("--timeout-s", type=float, default=1800, help="per run, from the launch")
+    parser.add_argument("--jvm", choices=tuple(JVM_SETTINGS), default="production",
+                        help="the worker's JVM as a deployment runs it (the C2 compiler, Spark's whole-stage code "
+                             "generation), or as the local pipeline's quick start does (C1 only, no code generation)")
     options = parser.parse_args()
     for name in ("records", "rounds", "parallelism", "commit_interval_ms"):
         if getattr(options, name) < 1:
@@ -497,7 +507,8 @@ def main() -> int:
     shutil.rmtree(home, ignore_errors=True)
     print(f"\ncount per URL, {options.records} records on {PARTITIONS} partitions, exactly-once, "
           f"{options.state_backend} state, commit interval {options.commit_interval_ms} ms, parallelism "
-          f"{options.parallelism} in one worker, {options.rounds} interleaved round(s); python: orjson decode and "
+          f"{options.parallelism} in one worker, {options.rounds} interleaved round(s), the {options.jvm} JVM; "
+          f"python: orjson decode and "
           f"a Python key function, step: PARSE_RECORD (from_json) and the url column as the key")
     for line in table(runs):
         print(line)

@@ -90,11 +90,13 @@ RECORD_SCHEMA = "ts BIGINT, ip STRING, method STRING, url STRING, status INT, by
 """An access-log record as a Spark schema (``from_json``)."""
 
 PARSE_RECORD = SparkStep(
-    f"SELECT topic, partition, offset, timestamp, value, r.* FROM "
-    f"(SELECT *, from_json(CAST(value AS STRING), '{RECORD_SCHEMA}') AS r FROM input)",
+    f"SELECT topic, partition, offset, timestamp, r.* FROM "
+    f"(SELECT topic, partition, offset, timestamp, from_json(CAST(value AS STRING), '{RECORD_SCHEMA}') AS r "
+    f"FROM input)",
     required=("url", "ts"))
 """A Spark step that parses each record with its schema (Spark decodes, not Python): each row is
-the record's fields; a record it cannot parse (no url or ts) is dead-lettered with its bytes."""
+the record's fields; a record it cannot parse (no url or ts) is dead-lettered with its bytes (looked
+up in the batch for such rows only: the rows leave the bytes behind, which Spark need not convert)."""
 
 
 def _spark_step(parse: bool) -> SparkStep | None:

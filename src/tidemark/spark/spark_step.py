@@ -79,10 +79,15 @@ def apply_step(step: SparkStep, frame: Any) -> Any:
 
 
 def rejected_marker(step: SparkStep) -> Any:
-    """The :data:`REJECTED` column: the names of the required columns that are null."""
+    """The :data:`REJECTED` column: the names of the required columns that are null, null when
+    none is (what most rows carry: no string to make, convert and read for them)."""
+    from functools import reduce
+
     from pyspark.sql import functions as F
 
-    return F.concat_ws(",", *[F.when(F.col(c).isNull(), F.lit(c)) for c in step.required])
+    nulls = [F.col(c).isNull() for c in step.required]
+    return F.when(reduce(lambda a, b: a | b, nulls),
+                  F.concat_ws(",", *[F.when(null, F.lit(c)) for c, null in zip(step.required, nulls)]))
 
 
 class StageSteps:
@@ -201,7 +206,7 @@ class StageSteps:
         """The original Kafka columns of the rejected rows (none rejected: None)."""
         import pyarrow.compute as pc
 
-        rejected = table.filter(pc.not_equal(table.column(REJECTED), ""))
+        rejected = table.filter(pc.is_valid(table.column(REJECTED)))
         if rejected.num_rows == 0:
             return None
         wanted = rejected.select(list(ORIGIN_COLUMNS)).to_pylist()
