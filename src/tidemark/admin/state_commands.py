@@ -22,6 +22,7 @@ import typer
 
 from tidemark.admin.kafka_connection import fail
 from tidemark.admin.render import checkpoint_view_text
+from tidemark.api import StateBackendKind
 from tidemark.exit_codes import EXIT_FAILED, EXIT_USAGE
 
 state_app = typer.Typer(help="Read a job's state from its retained checkpoints and savepoints, write "
@@ -52,11 +53,6 @@ class Kind(str, enum.Enum):
     value = "value"
     list = "list"
     map = "map"
-
-
-class Backend(str, enum.Enum):
-    heap = "heap"
-    rocksdb = "rocksdb"
 
 
 TargetOption = typer.Option(None, "--target", help="The new savepoint's directory, relative to checkpoint storage, "
@@ -204,7 +200,7 @@ def bootstrap(job: str = JobArgument, storage: Optional[str] = StorageOption,
               parallelism: Optional[int] = ParallelismOption,
               max_parallelism: int = typer.Option(128, "--max-parallelism", min=1,
                                                   help="The job's max parallelism (key groups)."),
-              backend: Optional[Backend] = BackendOption, target: Optional[str] = TargetOption,
+              backend: Optional[StateBackendKind] = BackendOption, target: Optional[str] = TargetOption,
               checkpoint_id: Optional[int] = typer.Option(None, "--checkpoint-id", min=0,
                                                           help="Default: after the job's newest retained one."),
               ) -> None:
@@ -236,11 +232,12 @@ def bootstrap(job: str = JobArgument, storage: Optional[str] = StorageOption,
 
                 return bootstrap_parquet(str(rows), storage_url=url, job=job, stage=stage, descriptor=descriptor,
                                          key=key_field, value=value_field, parallelism=parallelism or 1,
-                                         max_parallelism=max_parallelism, backend=(backend or Backend.heap).value,
+                                         max_parallelism=max_parallelism,
+                                         backend=(backend or StateBackendKind.HEAP).value,
                                          target=target, checkpoint_id=checkpoint_id, progress=_progress(command))
             stages = {stage: [StateData(descriptor, json_rows(rows, key_field, value_field))]}  # type: ignore[arg-type]
         return bootstrap_savepoint(open_storage(url), job, stages, parallelism=parallelism or 1,
-                                   max_parallelism=max_parallelism, backend=(backend or Backend.heap).value,
+                                   max_parallelism=max_parallelism, backend=(backend or StateBackendKind.HEAP).value,
                                    target=target, checkpoint_id=checkpoint_id, progress=_progress(command))
 
     _written(command, run)
@@ -267,7 +264,7 @@ def transform(job: str = JobArgument, checkpoint: Optional[int] = CheckpointOpti
                                                   "with function(key, value) (repeatable)."),
               max_parallelism: Optional[int] = typer.Option(None, "--max-parallelism", min=1,
                                                             help="Re-partition keyed state into this many key groups."),
-              parallelism: Optional[int] = ParallelismOption, backend: Optional[Backend] = BackendOption,
+              parallelism: Optional[int] = ParallelismOption, backend: Optional[StateBackendKind] = BackendOption,
               target: Optional[str] = TargetOption) -> None:
     """Derive a new savepoint from a checkpoint or savepoint: remove or rename stages, remove or
     map keyed states, change the max parallelism. Operations apply in order: the spec's, then
