@@ -114,7 +114,7 @@ def bench(args: argparse.Namespace, stack: contextlib.ExitStack) -> None:
         raise SystemExit("--start-job checks the table's counts: leave out --transform")
     from pyspark.sql import functions as F
 
-    from tidemark.spark.session import LocalSessionOptions, local_session
+    from tidemark.spark.session import SessionOptions, spark_session
     from tidemark.spark.state_bootstrap import bootstrap_dataframe
     from tidemark.state import ValueStateDescriptor
     from tidemark.state_processor import StateReader
@@ -134,7 +134,7 @@ def bench(args: argparse.Namespace, stack: contextlib.ExitStack) -> None:
         root = home / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
     url = root.as_uri()
-    spark = local_session(LocalSessionOptions(cores=args.cores))
+    spark = spark_session(SessionOptions(master=f"local[{args.cores}]"))
     df = spark.range(args.keys).select(F.concat(F.lit("/page/"), F.col("id").cast("string")).alias("url"),
                                        (F.col("id") % 1000).alias("hits"))
     if args.start_job:  # the generator's URLs instead of the first 60 pages

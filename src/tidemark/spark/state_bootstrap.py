@@ -139,10 +139,10 @@ def bootstrap_parquet(path: str, *, spark: Any = None, **options: Any) -> Writte
     """:func:`bootstrap_dataframe` of the Parquet file or directory at ``path`` (local, checked by
     :func:`check_parquet` first), read with ``spark`` (default: a local session, stopped
     afterwards); ``options`` are the function's."""
-    from tidemark.spark.session import local_session
+    from tidemark.spark.session import spark_session
 
     check_parquet(path)
-    session = spark or local_session()
+    session = spark or spark_session()
     try:
         return bootstrap_dataframe(session.read.parquet(path), **options)[0]
     finally:
