@@ -135,7 +135,8 @@ def download(handle: StateHandle, storage: CheckpointStorage, target: Path) -> d
         ref = by_path.get(item["path"])
         if ref is None or ref.sha256 != item["sha256"]:
             raise SnapshotFormatError(f"{item['path']}: listed in metadata but not in the handle")
-        (target / item["name"]).write_bytes(storage.read_verified(ref))
+        with (target / item["name"]).open("wb") as out:  # streamed: an SST file is never in memory whole
+            storage.read_verified_into(ref, out)
     return metadata
 
 
