@@ -38,6 +38,7 @@ from tidemark.protocol.messages import CheckpointMetadata, TaskSnapshot
 from tidemark.state.backend import KeyedSnapshot
 from tidemark.state.backend_registry import BackendContext, create_backend
 from tidemark.state.local_backend import LocalKeyedStateBackend
+from tidemark.state.rocksdb.options import RocksDBOptions, RocksDBSetup
 from tidemark.state.snapshot import Entry
 from tidemark.state.timer_queue import MIN_TIMESTAMP
 from tidemark.state.ttl import ManualClock
@@ -49,6 +50,12 @@ ChangelogReaders = Callable[[TaskSnapshot], ChangelogReader]
 """Gives the changelog reader of a changelog-backed task's ranges (e.g. one over the job's Kafka)."""
 
 BEFORE_EVERY_WRITE = MIN_TIMESTAMP // 2  # a TTL timestamp plus its TTL never reaches back here
+
+SCRATCH_ROCKSDB = RocksDBSetup(RocksDBOptions(block_cache_bytes=16 << 20, write_buffer_bytes=4 << 20,
+                                              write_buffer_total_bytes=8 << 20))
+"""A RocksDB scratch backend's budget: its memtables (what a canonical file's restore writes
+passes through them) and its cache are small and fill up the same way whatever the task's size,
+so a read's memory does not depend on it; the entries are read without filling the cache."""
 
 
 @dataclass(frozen=True)
@@ -74,7 +81,7 @@ def restored_task(metadata: CheckpointMetadata, task: TaskSnapshot, storage: Che
     scratch = Path(tempfile.mkdtemp(prefix="tidemark-state-read-"))
     try:
         context = BackendContext(wanted, metadata.max_parallelism, task.operator_id, scratch / "backend",
-                                 clock=ManualClock(BEFORE_EVERY_WRITE))
+                                 clock=ManualClock(BEFORE_EVERY_WRITE), backend_options=SCRATCH_ROCKSDB)
         backend = create_backend(writer_backend(snapshot.handles, storage), context)
         try:
             if snapshot.ranges:

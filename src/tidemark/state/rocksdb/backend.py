@@ -34,6 +34,7 @@ from tidemark.state.rocksdb.snapshot import (
     iter_column_family,
     open_db,
     read_states,
+    scan_options,
     upload_incremental,
 )
 from tidemark.state.rocksdb.table import (
@@ -309,11 +310,13 @@ class RocksDBStateBackend(LocalKeyedStateBackend):
         return _live_entries(read_states(local, metas, self.key_group_range), now)
 
     def canonical_state(self) -> tuple[list[dict[str, Any]], Iterator[Entry]]:
-        """Read from the open database (its column families, in key order, through its own
-        block cache), as :meth:`snapshot_async`'s canonical snapshot reads its local checkpoint."""
+        """Read from the open database (its column families, in key order, the blocks read
+        not kept in its block cache: :func:`scan_options`), as :meth:`snapshot_async`'s canonical
+        snapshot reads its local checkpoint."""
         self._check_open()
         metas = self._checked_metas()
-        families = ((meta, iter_column_family(self._cf(meta["name"]), meta, self.key_group_range))
+        scan = scan_options()
+        families = ((meta, iter_column_family(self._cf(meta["name"]), meta, self.key_group_range, scan))
                     for meta in metas)
         return metas, _live_entries(families, self.clock.now_ms())
 
