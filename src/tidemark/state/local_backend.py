@@ -417,3 +417,11 @@ class LocalKeyedStateBackend(KeyedStateBackend):
 
     @abstractmethod
     def _close(self) -> None: ...
+
+    @abstractmethod
+    def canonical_state(self) -> tuple[list[dict[str, Any]], Iterator[Entry]]:
+        """Every state's definition and the entries a canonical snapshot taken now would hold
+        (expired TTL values left out), read where the backend keeps them, nothing written: the
+        entries stream from the live tables, so take them all before changing or closing the
+        backend. A RocksDB backend holds no more in memory than its own budget while they are
+        read; a heap backend's state is in memory already."""

@@ -7,6 +7,8 @@ native format registers the reader of its kind (RocksDB: ``KEYED_INCREMENTAL``) 
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
 from typing import Iterator, Sequence
 
 from tidemark.keygroups import KeyGroupRange
@@ -41,8 +43,8 @@ def read_handle(
     """Every part of ``handle`` as canonical entries inside ``key_groups``, by the reader
     registered for its kind.
 
-    Files are read with ``read_verified``: a corrupted file raises ``CorruptStateFile``
-    naming it.
+    Files are read verified (``read_verified``, ``read_verified_into``): a corrupted file raises
+    ``CorruptStateFile`` naming it.
     """
     yield from handle_reader(handle.kind)(handle, storage, key_groups)
 
@@ -50,10 +52,16 @@ def read_handle(
 def read_canonical(
     handle: StateHandle, storage: CheckpointStorage, key_groups: KeyGroupRange
 ) -> Iterator[RestoredPart]:
-    """The parts of a handle whose files are canonical snapshots (one part per file)."""
+    """The parts of a handle whose files are canonical snapshots (one part per file). Each file
+    is streamed, verified, into a local temporary file and its entries read from there a chunk at
+    a time (:meth:`SnapshotReader.open`), so a restore never holds a whole file in memory: take
+    each part's entries before the next part (its temporary file is then deleted)."""
     for ref in handle.files:
-        reader = SnapshotReader.parse(storage.read_verified(ref), ref.path)
-        yield RestoredPart(ref.path, reader.states, reader.entries(key_groups))
+        with tempfile.NamedTemporaryFile(prefix="tidemark-restore-", suffix=".tmks") as local:
+            storage.read_verified_into(ref, local)  # type: ignore[arg-type]
+            local.flush()
+            reader = SnapshotReader.open(Path(local.name), ref.path)
+            yield RestoredPart(ref.path, reader.states, reader.entries(key_groups))
 
 
 register_handle_reader(StateHandleKind.KEYED_FULL, read_canonical)

@@ -21,8 +21,11 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from tidemark.state.descriptors import (
@@ -102,14 +105,61 @@ def write_snapshot(
     return body + hashlib.sha256(body).digest()
 
 
+CHUNK = 1 << 20  # what a snapshot read from a file holds of it at a time (more for a larger entry)
+
+
+def _parse_header(head: bytes, name: str) -> tuple[dict[str, Any], int]:
+    """The header of a snapshot starting with ``head`` (at least up to its entries) and the
+    offset where its entries start."""
+    if not head.startswith(MAGIC) or len(head) < len(MAGIC) + 4:
+        raise SnapshotFormatError(f"{name}: not a canonical keyed-state snapshot")
+    (size,) = _U32.unpack_from(head, len(MAGIC))
+    start = len(MAGIC) + 4
+    if len(head) < start + size:
+        raise SnapshotFormatError(f"{name}: truncated snapshot header")
+    try:
+        header = json.loads(head[start : start + size])
+    except ValueError as exc:
+        raise SnapshotFormatError(f"{name}: unreadable snapshot header: {exc}") from None
+    if header.get("format") != 1:
+        raise SnapshotFormatError(f"{name}: unsupported snapshot format {header.get('format')}")
+    return header, start + size
+
+
+class HeaderSink:
+    """Where a snapshot's content can be streamed (``write``) to keep only its start: then
+    :meth:`header` is its header (the rest is dropped, so memory holds the header only)."""
+
+    def __init__(self) -> None:
+        self._head = b""
+        self._wanted = len(MAGIC) + 4
+
+    def write(self, chunk: bytes) -> int:
+        given = len(chunk)
+        while len(self._head) < self._wanted and chunk:
+            take = self._wanted - len(self._head)
+            self._head += chunk[:take]
+            chunk = chunk[take:]
+            if len(self._head) == len(MAGIC) + 4 and self._head.startswith(MAGIC):
+                self._wanted += _U32.unpack_from(self._head, len(MAGIC))[0]
+        return given
+
+    def header(self, name: str) -> dict[str, Any]:
+        return _parse_header(self._head, name)[0]
+
+
 @dataclass(frozen=True)
 class SnapshotReader:
-    """A parsed canonical snapshot; ``entries(range)`` yields only that range's key groups."""
+    """A canonical snapshot, checked against its checksum; ``entries(range)`` yields only that
+    range's key groups. :meth:`parse` reads one held in memory; :meth:`open` one in a local file,
+    which it reads a chunk at a time (memory bounded by the largest entry, whatever the file's
+    size): a first pass checks the checksum, each ``entries()`` reads the file again."""
 
     header: dict[str, Any]
-    data: bytes
     body_offset: int
     name: str
+    data: bytes | None = None  # the whole snapshot (parse), else
+    path: Path | None = None  # the file it is read from (open)
 
     @classmethod
     def parse(cls, data: bytes, name: str) -> SnapshotReader:
@@ -117,15 +167,30 @@ class SnapshotReader:
             raise SnapshotFormatError(f"{name}: not a canonical keyed-state snapshot")
         if hashlib.sha256(data[:-32]).digest() != data[-32:]:
             raise SnapshotFormatError(f"{name}: snapshot checksum mismatch (corrupted file)")
-        (size,) = _U32.unpack_from(data, len(MAGIC))
-        start = len(MAGIC) + 4
-        try:
-            header = json.loads(data[start : start + size])
-        except ValueError as exc:
-            raise SnapshotFormatError(f"{name}: unreadable snapshot header: {exc}") from None
-        if header.get("format") != 1:
-            raise SnapshotFormatError(f"{name}: unsupported snapshot format {header.get('format')}")
-        return cls(header, data, start + size, name)
+        header, body_offset = _parse_header(data, name)
+        return cls(header, body_offset, name, data=data)
+
+    @classmethod
+    def open(cls, path: Path, name: str) -> SnapshotReader:
+        with path.open("rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size < len(MAGIC) + 4 + 32 or f.read(len(MAGIC)) != MAGIC:
+                raise SnapshotFormatError(f"{name}: not a canonical keyed-state snapshot")
+            f.seek(0)
+            digest, left = hashlib.sha256(), size - 32
+            while left:
+                chunk = f.read(min(CHUNK, left))
+                if not chunk:
+                    raise SnapshotFormatError(f"{name}: truncated snapshot (the file shrank while read)")
+                digest.update(chunk)
+                left -= len(chunk)
+            if digest.digest() != f.read(32):
+                raise SnapshotFormatError(f"{name}: snapshot checksum mismatch (corrupted file)")
+            f.seek(0)
+            head = f.read(len(MAGIC) + 4)
+            head += f.read(_U32.unpack_from(head, len(MAGIC))[0])
+        header, body_offset = _parse_header(head, name)
+        return cls(header, body_offset, name, path=path)
 
     @property
     def states(self) -> list[dict[str, Any]]:
@@ -136,33 +201,49 @@ class SnapshotReader:
         return KeyGroupRange(self.header["key_group_start"], self.header["key_group_end"])
 
     def entries(self, key_groups: KeyGroupRange | None = None) -> Iterator[Entry]:
-        try:
-            yield from self._entries(key_groups)
-        except (struct.error, IndexError) as exc:
-            raise SnapshotFormatError(f"{self.name}: truncated snapshot entry: {exc}") from None
-
-    def _entries(self, key_groups: KeyGroupRange | None) -> Iterator[Entry]:
-        data, pos = self.data, self.body_offset
-        names = [meta["name"] for meta in self.header["states"]]
         lo, hi = (key_groups.start, key_groups.end) if key_groups else (0, 1 << 16)
+        if self.data is not None:
+            yield from self._entries(self.data, self.body_offset, lambda: b"", lo, hi)
+            return
+        assert self.path is not None
+        with self.path.open("rb") as f:
+            f.seek(self.body_offset)
+            yield from self._entries(b"", 0, lambda: f.read(CHUNK), lo, hi)
+
+    def _entries(self, data: bytes, pos: int, read: Callable[[], bytes], lo: int, hi: int) -> Iterator[Entry]:
+        """The entries from ``data[pos:]`` on, ``read()`` giving the bytes that follow ``data``
+        (``b""`` at the end): an entry cut by the end of ``data`` is read again once more is added."""
+        names = [meta["name"] for meta in self.header["states"]]
         unpack_entry, unpack_u32, unpack_i32 = _ENTRY.unpack_from, _U32.unpack_from, _I32.unpack_from
-        while data[pos] == 1:
-            _, state, key_group, key_len = unpack_entry(data, pos)
-            pos += _ENTRY.size
-            key = data[pos : pos + key_len]
-            pos += key_len
-            (ns_len,) = unpack_u32(data, pos)
-            namespace = data[pos + 4 : pos + 4 + ns_len]
-            pos += 4 + ns_len
-            (uk_len,) = unpack_i32(data, pos)
-            pos += 4
-            user_key = None
-            if uk_len >= 0:
-                user_key = data[pos : pos + uk_len]
-                pos += uk_len
-            (value_len,) = unpack_u32(data, pos)
-            value = data[pos + 4 : pos + 4 + value_len]
-            pos += 4 + value_len
+        while True:
+            try:
+                if data[pos] != 1:
+                    break
+                _, state, key_group, key_len = unpack_entry(data, pos)
+                end = pos + _ENTRY.size
+                key = data[end : end + key_len]
+                end += key_len
+                (ns_len,) = unpack_u32(data, end)
+                namespace = data[end + 4 : end + 4 + ns_len]
+                end += 4 + ns_len
+                (uk_len,) = unpack_i32(data, end)
+                end += 4
+                user_key = None
+                if uk_len >= 0:
+                    user_key = data[end : end + uk_len]
+                    end += uk_len
+                (value_len,) = unpack_u32(data, end)
+                value = data[end + 4 : end + 4 + value_len]
+                end += 4 + value_len
+                if end > len(data):
+                    raise IndexError("entry cut")
+            except (struct.error, IndexError) as exc:
+                more = read()
+                if not more:
+                    raise SnapshotFormatError(f"{self.name}: truncated snapshot entry: {exc}") from None
+                data, pos = data[pos:] + more, 0
+                continue
+            pos = end
             if lo <= key_group <= hi:
                 yield Entry(names[state], key_group, key, namespace, user_key, value)
         if data[pos] != 0:

@@ -16,7 +16,7 @@ from typing import Any
 from tidemark.protocol.messages import StateHandle, StateHandleKind
 from tidemark.state.operator import snapshot_header
 from tidemark.state.rocksdb.snapshot import read_metadata as read_incremental_metadata
-from tidemark.state.snapshot import SnapshotReader
+from tidemark.state.snapshot import HeaderSink
 from tidemark.storage.base import CheckpointStorage
 
 HEAP, ROCKSDB = "heap", "rocksdb"
@@ -41,7 +41,9 @@ def read_handle_header(handle: StateHandle, storage: CheckpointStorage) -> Handl
     ref = handle.files[0]
     if handle.kind is StateHandleKind.OPERATOR:
         return HandleHeader(None, tuple(snapshot_header(storage.read_verified(ref), ref.path)["states"]))
-    header = SnapshotReader.parse(storage.read_verified(ref), ref.path).header
+    sink = HeaderSink()  # the file streamed through and verified, only its header kept
+    storage.read_verified_into(ref, sink)  # type: ignore[arg-type]
+    header = sink.header(ref.path)
     return HandleHeader(header.get("backend", HEAP), tuple(header["states"]))
 
 

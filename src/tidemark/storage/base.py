@@ -12,7 +12,7 @@ Writes are atomic: a reader sees either no file or the whole file, never a parti
 from __future__ import annotations
 
 import hashlib
-from typing import BinaryIO, Iterator, Protocol, runtime_checkable
+from typing import BinaryIO, Iterable, Iterator, Protocol, runtime_checkable
 
 from tidemark.protocol.messages import StateFile
 
@@ -43,12 +43,26 @@ class CorruptStateFile(StorageError):
 
 def verified(ref: StateFile, data: bytes) -> bytes:
     """``data`` if it matches ``ref``'s recorded size and SHA-256; else ``CorruptStateFile``."""
-    if len(data) != ref.size_bytes:
-        raise CorruptStateFile(f"{ref.path}: size {len(data)} differs from the recorded {ref.size_bytes}")
-    digest = hashlib.sha256(data).hexdigest()
+    _check(ref, len(data), hashlib.sha256(data).hexdigest())
+    return data
+
+
+def copy_verified(ref: StateFile, chunks: Iterable[bytes], out: BinaryIO) -> None:
+    """Write ``chunks`` (the content of ``ref.path``) into ``out``, then ``CorruptStateFile`` if
+    they do not match ``ref``'s recorded size and SHA-256 (``out`` then holds what was read)."""
+    digest, size = hashlib.sha256(), 0
+    for chunk in chunks:
+        digest.update(chunk)
+        out.write(chunk)
+        size += len(chunk)
+    _check(ref, size, digest.hexdigest())
+
+
+def _check(ref: StateFile, size: int, digest: str) -> None:
+    if size != ref.size_bytes:
+        raise CorruptStateFile(f"{ref.path}: size {size} differs from the recorded {ref.size_bytes}")
     if digest != ref.sha256:
         raise CorruptStateFile(f"{ref.path}: sha256 {digest} differs from the recorded {ref.sha256}")
-    return data
 
 
 @runtime_checkable
@@ -68,6 +82,11 @@ class CheckpointStorage(Protocol):
 
     def read_verified(self, ref: StateFile) -> bytes:
         """Content of ``ref.path``, raising ``CorruptStateFile`` (naming the file) on mismatch."""
+
+    def read_verified_into(self, ref: StateFile, out: BinaryIO) -> None:
+        """Write the content of ``ref.path`` into ``out`` a chunk at a time (memory bounded
+        whatever the file's size), then raise ``CorruptStateFile`` (naming the file) on mismatch:
+        what ``out`` received is then to be discarded."""
 
     def exists(self, path: str) -> bool: ...
 

@@ -19,7 +19,7 @@ from typing import BinaryIO, Iterator
 from urllib.parse import unquote, urlparse
 
 from tidemark.protocol.messages import StateFile
-from tidemark.storage.base import InvalidStoragePath, TargetConflict, taken_by_file, verified
+from tidemark.storage.base import InvalidStoragePath, TargetConflict, copy_verified, taken_by_file, verified
 
 _TMP_PREFIX = ".tmp-"
 _CHUNK = 1 << 20
@@ -146,6 +146,10 @@ class FilesystemCheckpointStorage:
 
     def read_verified(self, ref: StateFile) -> bytes:
         return verified(ref, self.read_bytes(ref.path))
+
+    def read_verified_into(self, ref: StateFile, out: BinaryIO) -> None:
+        with self._resolve(ref.path).open("rb") as f:
+            copy_verified(ref, iter(lambda: f.read(_CHUNK), b""), out)
 
     def exists(self, path: str) -> bool:
         return self._resolve(path).is_file()

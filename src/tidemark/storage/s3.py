@@ -39,7 +39,7 @@ from typing import Any, BinaryIO
 from urllib.parse import unquote, urlparse
 
 from tidemark.protocol.messages import StateFile
-from tidemark.storage.base import InvalidStoragePath, StorageError, taken_by_file, verified
+from tidemark.storage.base import InvalidStoragePath, StorageError, copy_verified, taken_by_file, verified
 
 try:
     import boto3
@@ -56,6 +56,7 @@ MIN_PART_SIZE = 5 << 20  # S3's lower bound for every part but the last
 MAX_PARTS = 10_000
 MAX_KEY_BYTES = 1024
 _MIB = 1 << 20
+_READ_CHUNK = _MIB  # what a streamed read holds at a time
 _MISSING = frozenset({"404", "NoSuchKey", "NotFound"})
 _BUCKET = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _CONTENT_TYPE = "application/octet-stream"
@@ -313,6 +314,12 @@ class S3CheckpointStorage:
 
     def read_verified(self, ref: StateFile) -> bytes:
         return verified(ref, self.read_bytes(ref.path))
+
+    def read_verified_into(self, ref: StateFile, out: BinaryIO) -> None:
+        key = self._key(ref.path)
+        with self._store_errors("read", ref.path):
+            body = self._client.get_object(Bucket=self.bucket, Key=key)["Body"]
+            copy_verified(ref, body.iter_chunks(_READ_CHUNK), out)
 
     def located(self, path: str) -> str:
         return path

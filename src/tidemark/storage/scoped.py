@@ -49,6 +49,9 @@ class SnapshotStorage:
         """``ref`` names a root-relative path, as every returned ``StateFile`` does."""
         return self.root.read_verified(ref)
 
+    def read_verified_into(self, ref: StateFile, out: BinaryIO) -> None:
+        self.root.read_verified_into(ref, out)
+
     def exists(self, path: str) -> bool:
         return self.root.exists(self._map(path))
 

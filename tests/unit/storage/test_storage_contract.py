@@ -79,6 +79,19 @@ def test_read_verified_refuses_mismatches_naming_the_file(storage) -> None:
         storage.read_verified(StateFile(ref.path, ref.size_bytes + 1, ref.sha256))
 
 
+def test_read_verified_into_streams_the_content_and_refuses_mismatches(storage) -> None:
+    data = os.urandom((1 << 20) * 2 + 17)  # more than one chunk
+    ref = storage.write_bytes("d/big.bin", data)
+    out = io.BytesIO()
+    storage.read_verified_into(ref, out)
+    assert out.getvalue() == data
+    for wrong in (StateFile(ref.path, ref.size_bytes, "0" * 64), StateFile(ref.path, ref.size_bytes - 1, ref.sha256)):
+        with pytest.raises(CorruptStateFile, match="d/big.bin"):
+            storage.read_verified_into(wrong, io.BytesIO())
+    with pytest.raises(FileNotFoundError):
+        storage.read_verified_into(StateFile("d/none.bin", 1, "0" * 64), io.BytesIO())
+
+
 def test_missing_file_and_idempotent_delete(storage) -> None:
     with pytest.raises(FileNotFoundError):
         storage.read_bytes("nope")

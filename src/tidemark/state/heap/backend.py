@@ -25,6 +25,7 @@ from tidemark.state.heap.timers import HeapTimerQueue
 from tidemark.state.local_backend import LocalKeyedStateBackend
 from tidemark.state.restore import handle_key_groups, read_handle
 from tidemark.state.schema_evolution import Migration
+from tidemark.state.snapshot import Entry
 from tidemark.state.table import KeyedStateChange
 from tidemark.state.ttl import Clock
 from tidemark.storage.base import CheckpointStorage
@@ -111,6 +112,18 @@ class HashMapStateBackend(LocalKeyedStateBackend):
         capture = HeapCapture.take(self._tables, self._raw, self._heap_timers, self.clock.now_ms())
         return AsyncSnapshot(lambda: self._full_snapshot(checkpoint_id, storage, header, metas, capture.entries()),
                              capture.release)
+
+    def canonical_state(self) -> tuple[list[dict[str, Any]], Iterator[Entry]]:
+        self._check_open()
+        capture = HeapCapture.take(self._tables, self._raw, self._heap_timers, self.clock.now_ms())
+
+        def entries() -> Iterator[Entry]:
+            try:
+                yield from capture.entries()
+            finally:
+                capture.release()
+
+        return self._state_metas(), entries()
 
     def size(self) -> BackendSize:
         """Counted entries, estimated bytes (:mod:`tidemark.state.sizes`)."""

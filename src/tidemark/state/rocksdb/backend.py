@@ -34,6 +34,7 @@ from tidemark.state.rocksdb.snapshot import (
     iter_column_family,
     open_db,
     read_states,
+    scan_options,
     upload_incremental,
 )
 from tidemark.state.rocksdb.table import (
@@ -306,16 +307,18 @@ class RocksDBStateBackend(LocalKeyedStateBackend):
 
     def _full_entries(self, local: Path, metas: list[dict[str, Any]], now: int) -> Iterator[Entry]:
         """The canonical entries of a local checkpoint, expired TTL values left out."""
-        for meta, entries in read_states(local, metas, self.key_group_range):
-            ttl, is_list = meta["ttl_ms"], meta["kind"] == StateKind.LIST.value
-            for entry in entries:
-                if ttl is None:
-                    yield entry
-                    continue
-                value = _live_value(entry.value, ttl, now, is_list)
-                if value is not None:
-                    yield Entry(entry.state_name, entry.key_group, entry.key, entry.namespace,
-                                entry.user_key, value)
+        return _live_entries(read_states(local, metas, self.key_group_range), now)
+
+    def canonical_state(self) -> tuple[list[dict[str, Any]], Iterator[Entry]]:
+        """Read from the open database (its column families, in key order, the blocks read
+        not kept in its block cache: :func:`scan_options`), as :meth:`snapshot_async`'s canonical
+        snapshot reads its local checkpoint."""
+        self._check_open()
+        metas = self._checked_metas()
+        scan = scan_options()
+        families = ((meta, iter_column_family(self._cf(meta["name"]), meta, self.key_group_range, scan))
+                    for meta in metas)
+        return metas, _live_entries(families, self.clock.now_ms())
 
     # ------------------------------------------------------------------ restore
 
@@ -437,6 +440,20 @@ class RocksDBStateBackend(LocalKeyedStateBackend):
         self._rocks_timers.clear()
         shutil.rmtree(self._db_path, ignore_errors=True)
         shutil.rmtree(self.path / "checkpoints", ignore_errors=True)
+
+
+def _live_entries(states: Iterable[tuple[dict[str, Any], Iterator[Entry]]], now: int) -> Iterator[Entry]:
+    """The entries of each ``(state definition, entries)``, expired TTL values left out."""
+    for meta, entries in states:
+        ttl, is_list = meta["ttl_ms"], meta["kind"] == StateKind.LIST.value
+        for entry in entries:
+            if ttl is None:
+                yield entry
+                continue
+            value = _live_value(entry.value, ttl, now, is_list)
+            if value is not None:
+                yield Entry(entry.state_name, entry.key_group, entry.key, entry.namespace,
+                            entry.user_key, value)
 
 
 def _live_value(value: bytes, ttl_ms: int, now_ms: int, is_list: bool) -> bytes | None:

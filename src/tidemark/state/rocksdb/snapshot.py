@@ -135,7 +135,8 @@ def download(handle: StateHandle, storage: CheckpointStorage, target: Path) -> d
         ref = by_path.get(item["path"])
         if ref is None or ref.sha256 != item["sha256"]:
             raise SnapshotFormatError(f"{item['path']}: listed in metadata but not in the handle")
-        (target / item["name"]).write_bytes(storage.read_verified(ref))
+        with (target / item["name"]).open("wb") as out:  # streamed: an SST file is never in memory whole
+            storage.read_verified_into(ref, out)
     return metadata
 
 
@@ -151,15 +152,26 @@ def open_db(path: Path, options: rocksdict.Options,
 
 
 def iter_column_family(
-    cf: rocksdict.Rdict, meta: dict[str, Any], key_groups: KeyGroupRange
+    cf: rocksdict.Rdict, meta: dict[str, Any], key_groups: KeyGroupRange,
+    read_opt: rocksdict.ReadOptions | None = None,
 ) -> Iterator[Entry]:
-    """Canonical entries of one state's column family inside ``key_groups``."""
+    """Canonical entries of one state's column family inside ``key_groups`` (read with
+    ``read_opt``: :func:`scan_options` for a read of everything once)."""
     is_map = meta["kind"] == StateKind.MAP.value
-    for db_key, value in cf.items(from_key=key_group_bytes(key_groups.start)):
+    for db_key, value in cf.items(from_key=key_group_bytes(key_groups.start), read_opt=read_opt):
         key_group, key, namespace, rest = split_db_key(db_key)
         if key_group > key_groups.end:
             break
         yield Entry(meta["name"], key_group, key, namespace, rest if is_map else None, value)
+
+
+def scan_options() -> rocksdict.ReadOptions:
+    """Read options for a scan of a whole database once: the blocks read do not fill the block
+    cache (a scan would fill it, up to its size, with blocks it never reads again: memory would
+    then grow with the state read up to the cache's size)."""
+    options = rocksdict.ReadOptions()
+    options.fill_cache(False)
+    return options
 
 
 def read_states(path: Path, metas: list[dict[str, Any]], key_groups: KeyGroupRange
@@ -179,7 +191,7 @@ def read_states(path: Path, metas: list[dict[str, Any]], key_groups: KeyGroupRan
                 continue
             cf = db.get_column_family(name)
             try:
-                yield meta, iter_column_family(cf, meta, key_groups)
+                yield meta, iter_column_family(cf, meta, key_groups, scan_options())
             finally:
                 del cf
     finally:
