@@ -70,7 +70,7 @@ if str(BENCH) not in sys.path:
     sys.path.insert(0, str(BENCH))  # bench/ is not a package: its shared helpers are imported by file name
 
 from bench_scaling import _cmdline, _hwm_kib, _process_cpu_s  # noqa: E402
-from bench_vs_quix import PARTITIONS, BenchError, Clocks, Run, _rate, problems_of, watch_output  # noqa: E402
+from bench_vs_quix import PARTITIONS, BenchError, Run, _rate, problems_of, watch_output  # noqa: E402
 
 JOB = "tidemark.examples.access_log:url_counts"
 VARIANTS = ("python", "step")
