@@ -11,17 +11,10 @@ import pytest
 
 from tidemark.protocol.messages import SourceOffset, StateHandleKind
 from tidemark.state import ValueStateDescriptor
-from tidemark.state_processor import StateReader, UnknownStage, UnknownState, open_source
+from tidemark.state_processor import (MapState, RemoveStage, RemoveState, RenameStage, SetState, StateReader,
+                                      UnknownStage, UnknownState, open_source, transform_savepoint)
 from tidemark.state_processor.bootstrap import StateData
 from tidemark.state_processor.source import StateSourceError
-from tidemark.state_processor.transform import (
-    MapState,
-    RemoveStage,
-    RemoveState,
-    RenameStage,
-    SetState,
-    transform_savepoint,
-)
 from tidemark.testing.changelog import InMemoryChangelogReader, InMemoryChangelogTopic
 from tidemark.testing import KeyedProcessFunctionHarness as Harness
 from tidemark.testing.harness import HarnessSnapshot

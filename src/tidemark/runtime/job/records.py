@@ -110,13 +110,12 @@ def records_of(table: pa.Table | pa.RecordBatch) -> Iterator[InputRecord]:
     topics = table.column("topic").to_pylist()
     partitions = table.column("partition").to_pylist()
     offsets = table.column("offset").to_pylist()
-    stamps = table.column("timestamp").cast(pa.int64()).to_pylist()  # microseconds since the epoch
+    stamps = epoch_ms(table.column("timestamp"))
     keys = table.column("key").to_pylist()
     values = table.column("value").to_pylist()
     header_column = table.column("headers")
     if not pc.max(pc.list_value_length(header_column)).as_py():  # one C-level map over the columns
-        yield from map(InputRecord, topics, partitions, offsets,
-                       [stamp // 1000 if stamp is not None else 0 for stamp in stamps], keys, values)
+        yield from map(InputRecord, topics, partitions, offsets, stamps, keys, values)
         return
     all_headers = header_column.to_pylist()
     for i in range(n):
@@ -127,11 +126,8 @@ def records_of(table: pa.Table | pa.RecordBatch) -> Iterator[InputRecord]:
                 epoch, task, barrier, watermark, event_time, origin = tidemark_headers(headers)
             except HeaderError as exc:
                 error = str(exc)
-        stamp = stamps[i]
         yield InputRecord(
-            topic=topics[i], partition=partitions[i], offset=offsets[i],
-            timestamp_ms=stamp // 1000 if stamp is not None else 0,
-            key=keys[i], value=values[i], epoch=epoch, task=task, barrier=barrier, watermark=watermark,
+            topic=topics[i], partition=partitions[i], offset=offsets[i], timestamp_ms=stamps[i], key=keys[i], value=values[i], epoch=epoch, task=task, barrier=barrier, watermark=watermark,
             event_time_ms=event_time, origin=origin, header_error=error, headers=headers,
         )
 
@@ -158,15 +154,14 @@ def stepped_records(table: pa.Table, row_columns: tuple[str, ...], rejected_colu
         return table.column(name).to_pylist() if name in names else [None] * n
 
     topics, partitions, offsets = column("topic"), column("partition"), column("offset")
-    stamps = (table.column("timestamp").cast(pa.int64()).to_pylist() if "timestamp" in names else [None] * n)
+    stamps = epoch_ms(table.column("timestamp")) if "timestamp" in names else [0] * n
     keys, values = column("key"), column("value")
     rows: Any = row_dicts(table, row_columns) if row_columns else repeat(None)
     rejected = column(rejected_column) if rejected_column is not None else [None] * n
     with_headers = "headers" in names and pc.max(pc.list_value_length(table.column("headers"))).as_py()
     if not with_headers and originals is None:  # the usual batch: no record needs a look of its own
         marks: Any = [mark or None for mark in rejected] if any(rejected) else repeat(None)
-        yield from map(InputRecord, topics, partitions, offsets,
-                       [stamp // 1000 if stamp is not None else 0 for stamp in stamps], keys, values,
+        yield from map(InputRecord, topics, partitions, offsets, stamps, keys, values,
                        *[repeat(None)] * 8, rows, marks)  # epoch .. headers: none on a job's input
         return
     all_headers = column("headers")
@@ -179,7 +174,7 @@ def stepped_records(table: pa.Table, row_columns: tuple[str, ...], rejected_colu
             original = found[(topics[i], partitions[i], offsets[i])]
             key, value, headers = original["key"], original["value"], original["headers"]
             moment = original["timestamp"]
-            stamp = int(moment.timestamp() * 1_000_000) if moment is not None else None
+            stamp = int(moment.timestamp() * 1_000_000) // 1000 if moment is not None else 0
         error = None
         if headers:
             try:
@@ -187,8 +182,14 @@ def stepped_records(table: pa.Table, row_columns: tuple[str, ...], rejected_colu
             except HeaderError as exc:
                 error = str(exc)
         yield InputRecord(topic=topics[i], partition=partitions[i], offset=offsets[i],
-                          timestamp_ms=stamp // 1000 if stamp is not None else 0, key=key, value=value,
+                          timestamp_ms=stamp, key=key, value=value,
                           header_error=error, headers=headers, row=row, step_rejected=rejected[i] or None)
+
+
+def epoch_ms(column: pa.ChunkedArray | pa.Array) -> list[int]:
+    """A timestamp column (microseconds since the epoch, as Spark gives it) in epoch milliseconds,
+    0 where it is null: converted in Arrow, no ``datetime`` per record."""
+    return [stamp // 1000 if stamp is not None else 0 for stamp in column.cast(pa.int64()).to_pylist()]
 
 
 def row_dicts(table: pa.Table, columns: tuple[str, ...]) -> list[dict[str, Any]]:
