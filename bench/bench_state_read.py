@@ -16,7 +16,9 @@ Each round reads the state in fresh processes, one reader after the other:
   deleted after), one old task at a time;
 * ``spark``: ``spark.read.format("tidemark-state")...load().count()`` in a ``local[--cores]``
   session (one input partition per old task, or per ``--key-groups-per-partition`` key groups;
-  ``--driver-memory``, default 1g as Tidemark's sessions, bounds the JVM's heap).
+  ``--driver-memory``, default 1g as Tidemark's sessions, bounds the JVM's heap; ``--java-options``,
+  default :data:`tidemark.spark.state_source.READ_JAVA_OPTIONS`, ``--java-options=`` for the JVM's
+  own defaults).
 
 A sampler reads ``/proc/<pid>/status`` of the reader's whole process tree every 100 ms and keeps
 each process's peak resident set (VmHWM), by kind: the reader's Python process (``driver``),
@@ -24,7 +26,9 @@ Spark's JVM (``jvm``), Spark's Python workers (``python worker``: ``pyspark.daem
 workers it forks, which restore and read the old tasks). Printed: per size, format, reader and
 process kind, min / median / max over ``--rounds`` (default 2) of the peak RSS, and of the read's
 records/s (rows over the time from the reader's start to its last row, the interpreter's and the
-JVM's start-up left out); then the ratio of the medians of the largest size to the smallest per
+JVM's start-up left out), and of each kind's CPU seconds during the read (user and system, from
+``/proc/<pid>/stat``, start-up left out) and the cores they kept busy (those CPU seconds over the
+read's seconds); then the ratio of the medians of the largest size to the smallest per
 process kind (the acceptance: within 10%, 0.90-1.10).
 
     PYTHONPATH=src .venv/bin/python bench/bench_state_read.py --sizes 100MB 1GB --rounds 2
@@ -111,12 +115,21 @@ def write_state(url: str, size: int, fmt: str, parallelism: int, checkpoint_id: 
 
 # ---------------------------------------------------------------------------- the readers (children)
 
+READING = "reading"
+
+
+def reading() -> float:
+    """Tell the bench the read starts now (it notes each process's CPU time so far); the time."""
+    print(READING, flush=True)
+    return time.monotonic()
+
+
 def read_python(url: str, path: str, work: Path) -> dict[str, Any]:
     from tidemark.state_processor import StateReader
     from tidemark.state_processor.export import export_jsonl
     from tidemark.storage import open_storage
 
-    started = time.monotonic()
+    started = reading()
     output = work / "rows.jsonl"
     try:
         count = export_jsonl(StateReader.open(open_storage(url), JOB, path=path), output, "state", STAGE, STATE)
@@ -126,18 +139,18 @@ def read_python(url: str, path: str, work: Path) -> dict[str, Any]:
 
 
 def read_spark(url: str, path: str, cores: int, key_groups_per_partition: int | None,
-               driver_memory: str) -> dict[str, Any]:
+               driver_memory: str, java_options: str) -> dict[str, Any]:
     from tidemark.spark.session import SessionOptions, spark_session
     from tidemark.spark.state_source import FORMAT, register
 
     spark = spark_session(SessionOptions(master=f"local[{cores}]", app_name="bench-state-read",
-                                         driver_memory=driver_memory))
+                                         driver_memory=driver_memory, java_options=java_options))
     try:
         register(spark)
         options = {"job": JOB, "savepoint": path, "storage": url, "stage": STAGE, "state": STATE}
         if key_groups_per_partition:
             options["key_groups_per_partition"] = str(key_groups_per_partition)
-        started = time.monotonic()
+        started = reading()
         count = spark.read.format(FORMAT).options(**options).load().count()
         return {"rows": count, "seconds": time.monotonic() - started}
     finally:
@@ -156,6 +169,17 @@ def _status_kib(pid: int, field: str) -> int:
     return 0
 
 
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_ticks(pid: int) -> int:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0
+    return int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
+
+
 def kind_of(pid: int, root: int) -> str:
     if pid == root:
         return "driver"
@@ -171,23 +195,37 @@ def kind_of(pid: int, root: int) -> str:
 
 
 class TreePeaks(threading.Thread):
-    """Every ``interval_s``, each process of ``root``'s tree: its peak resident set (VmHWM) so far."""
+    """Every ``interval_s``, each process of ``root``'s tree: its peak resident set (VmHWM) so far
+    and the CPU time it has used (user and system, last seen)."""
 
     def __init__(self, root: int, interval_s: float = 0.1) -> None:
         super().__init__(daemon=True)
         self.root = root
         self.interval_s = interval_s
         self.peaks: dict[int, tuple[str, int]] = {}  # pid -> (kind, peak KiB)
+        self.cpu_ticks: dict[int, int] = {}  # pid -> utime + stime, clock ticks
+        self.cpu_at_mark: dict[int, int] = {}
         self.done = threading.Event()
 
     def run(self) -> None:
+        while not self.done.is_set():
+            self.sample()
+            self.done.wait(self.interval_s)
+
+    def sample(self) -> None:
         from tidemark.processes import tree_pids
 
-        while not self.done.is_set():
-            for pid in tree_pids(self.root):
-                kind, peak = self.peaks.get(pid) or (kind_of(pid, self.root), 0)
-                self.peaks[pid] = (kind, max(peak, _status_kib(pid, "VmHWM:")))
-            self.done.wait(self.interval_s)
+        for pid in tree_pids(self.root):
+            kind, peak = self.peaks.get(pid) or ("other", 0)
+            if kind == "other":  # a process seen as it starts may not show what it runs yet
+                kind = kind_of(pid, self.root)
+            self.peaks[pid] = (kind, max(peak, _status_kib(pid, "VmHWM:")))
+            self.cpu_ticks[pid] = max(self.cpu_ticks.get(pid, 0), _cpu_ticks(pid))
+
+    def mark(self) -> None:
+        """The CPU time used so far (start-up), left out of :meth:`cpu_by_kind`."""
+        self.sample()
+        self.cpu_at_mark = dict(self.cpu_ticks)
 
     def by_kind(self) -> dict[str, float]:
         """The largest peak of each kind of process, MiB."""
@@ -196,23 +234,39 @@ class TreePeaks(threading.Thread):
             result[kind] = max(result.get(kind, 0.0), peak / 1024)
         return result
 
+    def cpu_by_kind(self) -> dict[str, float]:
+        """CPU seconds used by all the processes of each kind since :meth:`mark`."""
+        result: dict[str, float] = {}
+        for pid, (kind, _) in self.peaks.items():
+            used = self.cpu_ticks.get(pid, 0) - self.cpu_at_mark.get(pid, 0)
+            result[kind] = result.get(kind, 0.0) + used / CLOCK_TICKS
+        return result
+
 
 def run_reader(reader: str, args: argparse.Namespace, url: str, path: str, work: Path) -> dict[str, Any]:
     command = [sys.executable, __file__, "--child", reader, "--url", url, "--path", path, "--work", str(work),
-               "--cores", str(args.cores), "--driver-memory", args.driver_memory]
+               "--cores", str(args.cores), "--driver-memory", args.driver_memory,
+               f"--java-options={args.java_options}"]
     if args.key_groups_per_partition:
         command += ["--key-groups-per-partition", str(args.key_groups_per_partition)]
     started = time.monotonic()
     child = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
     peaks = TreePeaks(child.pid)
     peaks.start()
-    out, _ = child.communicate()
+    assert child.stdout is not None
+    lines = []
+    for line in child.stdout:
+        if line.strip() == READING:
+            peaks.mark()
+        lines.append(line)
+    child.wait()
+    out = "".join(lines)
     peaks.done.set()
     peaks.join()
     if child.returncode != 0:
         raise SystemExit(f"bench_state_read: the {reader} reader exited {child.returncode}")
     result = json.loads(out.strip().splitlines()[-1])
-    return {**result, "wall_s": time.monotonic() - started, "peaks": peaks.by_kind()}
+    return {**result, "wall_s": time.monotonic() - started, "peaks": peaks.by_kind(), "cpu": peaks.cpu_by_kind()}
 
 
 # ---------------------------------------------------------------------------- the table
@@ -225,8 +279,8 @@ def spread(values: list[float], fmt: str) -> str:
 
 def print_tables(results: list[dict[str, Any]], sizes: list[int]) -> None:
     print("\n| size | format | reader | records | process | peak RSS MiB min / median / max "
-          "| records/s min / median / max | read s (median) |")
-    print("|---|---|---|---|---|---|---|---|")
+          "| records/s min / median / max | read s (median) | CPU s of the read (median) | cores busy (median) |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     groups: dict[tuple[int, str, str], list[dict[str, Any]]] = {}
     for r in results:
         groups.setdefault((r["size"], r["format"], r["reader"]), []).append(r)
@@ -237,8 +291,11 @@ def print_tables(results: list[dict[str, Any]], sizes: list[int]) -> None:
             peaks = [r["peaks"][kind] for r in runs if kind in r["peaks"]]
             medians[(size, fmt, reader, kind)] = statistics.median(peaks)
             rates = [r["rows"] / r["seconds"] for r in runs]
+            cpu = [r["cpu"].get(kind, 0.0) for r in runs]
+            busy = [r["cpu"].get(kind, 0.0) / r["seconds"] for r in runs]
             print(f"| {size >> 20} MiB | {fmt} | {reader} | {runs[0]['rows']:,} | {kind} | {spread(peaks, '.0f')} "
-                  f"| {spread(rates, ',.0f')} | {statistics.median(r['seconds'] for r in runs):.1f} |")
+                  f"| {spread(rates, ',.0f')} | {statistics.median(r['seconds'] for r in runs):.1f} "
+                  f"| {statistics.median(cpu):.1f} | {statistics.median(busy):.2f} |")
     if len(sizes) < 2:
         return
     small, large = min(sizes), max(sizes)
@@ -262,18 +319,25 @@ def main() -> None:
     parser.add_argument("--cores", type=int, default=2, help="Spark's local[N]")
     parser.add_argument("--key-groups-per-partition", type=int, default=None)
     parser.add_argument("--driver-memory", default="1g", help="Spark's driver memory (the JVM's heap at most)")
+    parser.add_argument("--java-options", default=None,
+                        help="the JVM options of Spark's session (default: tidemark.spark.state_source."
+                             "READ_JAVA_OPTIONS; --java-options= for the JVM's defaults, G1)")
     parser.add_argument("--keep", action="store_true", help="keep the bench's directory (its state)")
     parser.add_argument("--child", choices=["python", "spark"], help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
     parser.add_argument("--path", help=argparse.SUPPRESS)
     parser.add_argument("--work", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.java_options is None:
+        from tidemark.spark.state_source import READ_JAVA_OPTIONS
+
+        args.java_options = READ_JAVA_OPTIONS
     if args.child == "python":
         print(json.dumps(read_python(args.url, args.path, Path(args.work))))
         return
     if args.child == "spark":
         print(json.dumps(read_spark(args.url, args.path, args.cores, args.key_groups_per_partition,
-                                    args.driver_memory)))
+                                    args.driver_memory, args.java_options)))
         return
     sizes = sorted(parse_size(s) for s in args.sizes)
     work = Path(tempfile.mkdtemp(prefix="tidemark-bench-state-read-"))

@@ -53,6 +53,14 @@ SCHEMAS = {
 }
 _KEYED_VIEWS = ("state", "timers")
 
+# The JVM options of a session that reads large state (``SessionOptions(java_options=...)``).
+# Only rows pass through the JVM, each garbage at once; with G1's defaults a longer read touches
+# more of the heap G1 committed at the start (the committed sizes are the same for 100 MB and
+# 1 GB of state), so the JVM's resident set follows the read's length. A serial collector with a
+# fixed 64 MiB young generation reuses the same pages: the resident set stays flat
+# (``bench/bench_state_read.py``).
+READ_JAVA_OPTIONS = "-XX:+UseSerialGC -Xmn64m"
+
 
 @dataclass(frozen=True)
 class StateOptions:
@@ -222,4 +230,4 @@ def register(spark: SparkSession) -> None:
     spark.dataSource.register(TidemarkStateDataSource)
 
 
-__all__ = ["FORMAT", "SCHEMAS", "StateOptions", "TidemarkStateDataSource", "register", "write_parquet"]
+__all__ = ["FORMAT", "READ_JAVA_OPTIONS", "SCHEMAS", "StateOptions", "TidemarkStateDataSource", "register", "write_parquet"]

@@ -65,7 +65,10 @@ from tidemark.storage.base import CheckpointStorage
 from tidemark.types import CheckpointId
 
 _MARKER = ".tidemark-rocksdb"
-_BATCH = 10_000
+# A restore writes its entries in write batches of about this many bytes: a batch is held whole
+# in memory (and its allocation may stay in the process's heap after it), so a batch of a fixed
+# number of entries would grow the restoring process with the size of the values.
+_BATCH_BYTES = 1 << 20
 
 
 class RocksDBStateBackend(LocalKeyedStateBackend):
@@ -400,17 +403,18 @@ class RocksDBStateBackend(LocalKeyedStateBackend):
 
     def _put_all(self, entries: Iterable[Entry]) -> int:
         """Write ``entries`` into their states' column families, in batches; how many."""
-        batch, count = rocksdict.WriteBatch(raw_mode=True), 0
+        batch, count, batched = rocksdict.WriteBatch(raw_mode=True), 0, 0
         for e in entries:
             self._cf(e.state_name)
             handle = self._db.get_column_family_handle(CF_PREFIX + e.state_name)
-            batch.put(key_prefix(e.key_group, e.key) + namespace_part(e.namespace) + (e.user_key or b""), e.value,
-                      handle)
+            key = key_prefix(e.key_group, e.key) + namespace_part(e.namespace) + (e.user_key or b"")
+            batch.put(key, e.value, handle)
             count += 1
-            if count % _BATCH == 0:
+            batched += len(key) + len(e.value)
+            if batched >= _BATCH_BYTES:
                 self._db.write(batch)
-                batch = rocksdict.WriteBatch(raw_mode=True)
-        if count % _BATCH:
+                batch, batched = rocksdict.WriteBatch(raw_mode=True), 0
+        if batched:
             self._db.write(batch)
         return count
 
