@@ -7,7 +7,9 @@ partition of its key: Quix's best case, counted as it is), then runs on it, one 
 
 * Tidemark: ``tidemark.examples.access_log:url_counts`` (exactly-once, RocksDB state,
   ``--parallelism`` tasks in ``--workers`` worker processes, no warm standby) on the local
-  pipeline; the coordinator and checkpoint-store run only during Tidemark's turn;
+  pipeline; the coordinator and checkpoint-store run only during Tidemark's turn; with
+  ``--warm-workers``, ``tidemark jobs warm-workers`` starts the worker processes before the launch
+  (not timed, as the services: a machine's pool of started workers), and the job takes them;
 * Quix Streams (``bench/quix_count_per_url.py``: ``group_by("url")`` on the unkeyed input, none
   on the keyed one, a count in its RocksDB state, ``processing_guarantee="exactly-once"``), run
   with the Python of a benchmark-only
@@ -35,10 +37,13 @@ Uses ``KAFKA_BOOTSTRAP_SERVERS`` when set, else starts the embedded broker for t
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import math
+import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -106,16 +111,17 @@ def quix_version() -> str:
     return pins[0] if pins else "?"
 
 
-def _run_streamed(command: list[str], what: str, show: Callable[[str], bool] = lambda line: True) -> None:
+def _run_streamed(command: list[str], what: str, show: Callable[[str], bool] = lambda line: True,
+                  env: dict[str, str] | None = None, prefix: str = "quix env:") -> None:
     """Run ``command``, printing the lines ``show`` picks as progress; BenchError with the tail of
     its output when it fails."""
     lines: list[str] = []
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     assert process.stdout is not None
     for line in process.stdout:
         lines.append(line.rstrip())
         if show(line):
-            print(f"quix env:   {line.rstrip()}", flush=True)
+            print(f"{prefix}   {line.rstrip()}", flush=True)
     if process.wait() != 0:
         tail = " | ".join(lines[-5:])
         raise BenchError(f"{what} failed (exit {process.returncode}): {tail}")
@@ -230,8 +236,17 @@ def run_tidemark(bootstrap: str, home: Path, input_topic: str, records: int, exp
             "parallelism": options.parallelism, "workers": options.workers, "state_backend": "rocksdb",
             "mode": "EXACTLY_ONCE"}
     print(f"  [{label}] starting the coordinator and checkpoint-store (not timed)", flush=True)
+    env = {"TIDEMARK_CHECKPOINT__INTERVAL_MS": str(options.commit_interval_ms)}
+    idle = home / f"idle-{run_id}"
+    if options.warm_workers:
+        env["TIDEMARK_IDLE_WORKERS__DIR"] = str(idle)
     with LocalPipeline(home / f"tidemark-{run_id}", bootstrap, topic_prefix=f"vsq-{run_id}", standby=False,
-                       env={"TIDEMARK_CHECKPOINT__INTERVAL_MS": str(options.commit_interval_ms)}) as pipe:
+                       env=env) as pipe:
+        if options.warm_workers:
+            print(f"  [{label}] starting {options.workers} worker process(es) (not timed)", flush=True)
+            _run_streamed([sys.executable, "-m", "tidemark.cli", "jobs", "warm-workers", "--count",
+                           str(options.workers), "--keep-s", "600"], "tidemark jobs warm-workers",
+                          env=pipe.command_env(), prefix="   ")
         launched = time.monotonic()
         job = pipe.start_job(JOB, args)
         print(f"  [{label}] launched `tidemark jobs run {JOB}` (parallelism {options.parallelism}, "
@@ -241,7 +256,11 @@ def run_tidemark(bootstrap: str, home: Path, input_topic: str, records: int, exp
                                           lambda: job.process.poll() is None, label, options.timeout_s)
         except BenchError as error:
             raise BenchError(f"{error}; log: {job.log_path}") from None
-        job.stop()
+        finally:
+            job.stop()
+            for registration in idle.glob("*/*.*"):  # the taken workers went idle again at the stop
+                with contextlib.suppress(ValueError, ProcessLookupError):
+                    os.kill(int(registration.stem), signal.SIGKILL)
     return Run("tidemark", records, clocks, problems_of(values, expected))
 
 
@@ -321,6 +340,8 @@ def main() -> int:
     parser.add_argument("--commit-interval-ms", type=int, default=2000,
                         help="Tidemark's checkpoint interval and Quix's commit interval")
     parser.add_argument("--timeout-s", type=float, default=1800, help="per run, from the launch")
+    parser.add_argument("--warm-workers", action="store_true",
+                        help="start Tidemark's worker processes before each launch (tidemark jobs warm-workers)")
     parser.add_argument("--inputs", nargs="+", choices=INPUTS, default=list(INPUTS),
                         help="the input topics: unkeyed (round-robin, Quix re-keys) and/or keyed by URL")
     options = parser.parse_args()
@@ -371,7 +392,8 @@ def main() -> int:
     shutil.rmtree(home, ignore_errors=True)
     print(f"\ncount per URL, {options.records} records on {PARTITIONS} partitions, exactly-once, RocksDB state, "
           f"commit interval {options.commit_interval_ms} ms, {options.rounds} interleaved round(s); Tidemark "
-          f"parallelism {options.parallelism}, workers {options.workers}; Quix Streams "
+          f"parallelism {options.parallelism}, workers {options.workers}"
+          f"{' (pre-started: jobs warm-workers, not timed)' if options.warm_workers else ''}; Quix Streams "
           f"{quix_version()}")
     for line in table(runs):
         print(line)

@@ -3,12 +3,17 @@ stopped with its job, waits idle with its SparkSession started; the next job on 
 it (no new worker process, its log in the new run's directory) and is exactly once, and when that
 job's supervisor is SIGKILLed, the restarted one adopts the process it took; once the code
 it imported changes on disk, an idle worker refuses the next job, which starts a new process; an
-idle worker nobody takes exits after ``keep_s``. Real broker, services, supervisors and Spark."""
+idle worker nobody takes exits after ``keep_s``; workers started before any job
+(``tidemark jobs warm-workers``) take the first job's attempt. Real broker, services, supervisors
+and Spark."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -75,3 +80,27 @@ def test_the_next_job_takes_the_idle_worker_a_stopped_one_left_unless_its_code_c
         wait_for(lambda: list((tmp_path / "idle").glob("*/*.json")), 30, "the third run's worker idle")
         wait_for(lambda: not pid_alive(third), 40, "the idle worker nobody took gone after keep_s")
         assert not list((tmp_path / "idle").glob("*/*.json")), "an expired worker left its registration"
+
+
+def test_workers_started_before_any_job_take_the_first_one(tmp_path, kafka_bootstrap, unique_name):
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "idle_job.py").write_text(JOB_MODULE)
+    idle = tmp_path / "idle"
+    env = {"PYTHONPATH": str(code), "TIDEMARK_IDLE_WORKERS__DIR": str(idle), "TIDEMARK_IDLE_WORKERS__KEEP_S": "20"}
+    with pipeline(tmp_path, kafka_bootstrap, unique_name, env=env) as pipe:
+        command_env = pipe.command_env()
+        warm = subprocess.run([sys.executable, "-m", "tidemark.cli", "jobs", "warm-workers", "--count", "1",
+                               "--keep-s", "120"], env=command_env, capture_output=True, text=True, timeout=300)
+        (registration,) = list(idle.glob("*/*.json"))
+        pre_started = int(registration.stem)
+        try:
+            assert warm.returncode == 0, warm.stderr
+            assert "1 worker process(es) warm" in warm.stdout, warm.stdout
+            pid, events, run_dir = _run(pipe, topics_for(unique_name), 300)
+            assert pid == pre_started, "the first job did not run in the pre-started worker"
+            assert [e for e in events if e.get("event") == "an idle worker of an earlier run takes the attempt"]
+            assert "taking the attempt" in (run_dir / "count_hits.log").read_text(), "its log is not in the run's"
+        finally:
+            if pid_alive(pre_started):
+                os.kill(pre_started, signal.SIGKILL)

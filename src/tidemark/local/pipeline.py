@@ -220,6 +220,13 @@ class LocalPipeline:
         self.cluster.start_one(name, port=port)  # same address: running supervisors keep calling it
         self.cluster.wait_ready(timeout_s=120, names=[name])
 
+    def command_env(self) -> dict[str, str]:
+        """The environment of a ``tidemark`` command run against this pipeline (a job's, a CLI's)."""
+        env = {**os.environ, **self.cluster.services["coordinator"].env, **self.env,
+               "TIDEMARK_COORDINATOR_URL": self.coordinator_url}
+        env.pop("TIDEMARK_HTTP_PORT", None)  # a service's port: the job's processes take free ones
+        return env
+
     def start_job(self, reference: str, job_args: dict[str, Any] | None = None, *,
                   faults: tuple[str, ...] = (), parallelism: int | None = None,
                   from_savepoint: str | None = None, from_checkpoint: int | None = None,
@@ -236,10 +243,7 @@ class LocalPipeline:
         command += StartRequest(from_checkpoint, from_savepoint, fresh, force,
                                 allow_non_restored_state=allow_non_restored_state).command_line()
         command += [] if (self.standby if standby is None else standby) else ["--no-standby"]
-        child_env = {**os.environ, **self.cluster.services["coordinator"].env, **self.env,
-                     "TIDEMARK_COORDINATOR_URL": self.coordinator_url}
-        child_env.pop("TIDEMARK_HTTP_PORT", None)  # a service's port: the job's processes take free ones
-        child_env.update(env or {})
+        child_env = {**self.command_env(), **(env or {})}
         logs = self.home / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         log_path = logs / f"job-{len(self.jobs)}.log"

@@ -190,14 +190,75 @@ def worker(
 def standby(
     stage: str = typer.Option(..., "--stage"),
     control_dir: Optional[Path] = ControlDirOption,
+    idle_order: Optional[str] = typer.Option(None, "--idle-order", help="Go idle once warm, under this order "
+                                             "(JSON; tidemark jobs warm-workers starts these)."),
 ) -> None:
     """Wait, warm, to take over a stage's next attempt (the supervisor starts these)."""
+    from tidemark.runtime.placement.idle_workers import IdleOrder
     from tidemark.runtime.worker.standby import run_standby
 
     settings = _settings("worker")
+    order = None if idle_order is None else IdleOrder.from_text(idle_order)
+    if order is not None and control_dir is None:
+        _usage_error("jobs standby", "--idle-order needs --control-dir")
     with _configuration_errors_in_one_line("jobs standby"):
-        code = run_standby(settings, stage, control_dir)
+        code = run_standby(settings, stage, control_dir, order)
     raise typer.Exit(code)
+
+
+def warm_workers(
+    count: int = typer.Option(1, "--count", min=1, max=64, help="How many worker processes to start."),
+    keep_s: Optional[float] = typer.Option(None, "--keep-s", min=1, max=3600, help="How long each waits for a "
+                                           "job before it exits (default: the setting idle_workers.keep_s)."),
+    wait_s: float = typer.Option(180.0, "--wait-s", min=1, help="How long to wait for them to be warm."),
+) -> None:
+    """Start worker processes whose SparkSession is started and warm, waiting as idle workers for
+    the next jobs on this machine, so that even a job's first start needs no JVM start
+    (needs idle_workers.dir, TIDEMARK_IDLE_WORKERS__DIR; the jobs take them when their workers
+    would start the same session)."""
+    import dataclasses
+    import time
+
+    from tidemark.runtime.placement.idle_workers import IdleWorkers, idle_order, start_warm_workers
+
+    settings = _settings("warm-workers")
+    if settings.idle_workers.dir is None:
+        print("tidemark jobs warm-workers: idle workers are off: set idle_workers.dir "
+              "(TIDEMARK_IDLE_WORKERS__DIR), the same for the jobs that are to take them", file=sys.stderr)
+        raise typer.Exit(EXIT_CONFIG)
+    if count > settings.idle_workers.max:
+        _usage_error("jobs warm-workers", f"--count {count}: at most idle_workers.max "
+                                          f"({settings.idle_workers.max}) idle workers are kept")
+    with _configuration_errors_in_one_line("jobs warm-workers"):  # the fingerprint resolves the Kafka source
+        order = idle_order(settings)
+    assert order is not None
+    if keep_s is not None:
+        order = dataclasses.replace(order, keep_s=keep_s)
+    pool = IdleWorkers(Path(order.dir))
+    before = {w.pid for w in pool.waiting(order.fingerprint)}
+    started = start_warm_workers(order, count)
+    pids = {p.pid for p in started}
+    deadline, last_report = time.monotonic() + wait_s, time.monotonic()
+    while True:
+        warm = pids & {w.pid for w in pool.waiting(order.fingerprint)}
+        dead = [p for p in started if p.poll() is not None]
+        if len(warm) == count:
+            break
+        if dead or time.monotonic() > deadline:
+            for p in started:
+                if p.poll() is None:
+                    p.kill()
+            why = (f"{len(dead)} of them exited (status {dead[0].returncode})" if dead else
+                   f"not all warm within {wait_s:g} s")
+            print(f"tidemark jobs warm-workers: {why}; their output is in {Path(order.dir) / 'logs'}", file=sys.stderr)
+            raise typer.Exit(1)
+        if time.monotonic() - last_report >= 5:
+            print(f"tidemark jobs warm-workers: {len(warm)}/{count} warm", file=sys.stderr, flush=True)
+            last_report = time.monotonic()
+        time.sleep(0.2)
+    waiting = len(before) + count
+    print(f"tidemark jobs warm-workers: {count} worker process(es) warm in {order.dir} (pids "
+          f"{', '.join(str(p) for p in sorted(pids))}; {waiting} idle in all), each waiting {order.keep_s:g} s for a job")
 
 
 def host(
@@ -238,3 +299,4 @@ def install(jobs_app: typer.Typer) -> None:
     jobs_app.command("host")(host)
     jobs_app.command("worker", hidden=True)(worker)
     jobs_app.command("standby", hidden=True)(standby)
+    jobs_app.command("warm-workers")(warm_workers)

@@ -214,6 +214,35 @@ def test_a_standby_that_finds_no_kafka_address_exits_78_in_one_line(monkeypatch,
         f"running under {tmp_path}/broker (start one with `tidemark broker start`)"]
 
 
+def test_warm_workers_without_an_idle_workers_directory_exits_78_in_one_line(monkeypatch) -> None:
+    monkeypatch.delenv("TIDEMARK_IDLE_WORKERS__DIR", raising=False)
+    result = CliRunner().invoke(app, ["jobs", "warm-workers", "--count", "2"])
+    assert result.exit_code == 78, result.output
+    assert result.stderr.splitlines() == [
+        "tidemark jobs warm-workers: idle workers are off: set idle_workers.dir (TIDEMARK_IDLE_WORKERS__DIR), "
+        "the same for the jobs that are to take them"]
+
+
+def test_warm_workers_beyond_the_idle_workers_kept_exits_2_in_one_line(monkeypatch, tmp_path) -> None:
+    monkeypatch.setenv("TIDEMARK_IDLE_WORKERS__DIR", str(tmp_path / "idle"))
+    monkeypatch.setenv("TIDEMARK_IDLE_WORKERS__MAX", "2")
+    result = CliRunner().invoke(app, ["jobs", "warm-workers", "--count", "3"])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.splitlines() == [
+        "tidemark jobs warm-workers: --count 3: at most idle_workers.max (2) idle workers are kept"]
+    assert not (tmp_path / "idle").exists(), "a process was started"
+
+
+def test_warm_workers_that_find_no_kafka_address_exit_78_in_one_line(monkeypatch, tmp_path) -> None:
+    monkeypatch.setenv("TIDEMARK_HOME", str(tmp_path))  # no embedded broker runs there
+    monkeypatch.setenv("TIDEMARK_IDLE_WORKERS__DIR", str(tmp_path / "idle"))
+    result = CliRunner().invoke(app, ["jobs", "warm-workers"])
+    assert result.exit_code == 78, result.output
+    assert result.stderr.splitlines() == [
+        "tidemark jobs warm-workers: invalid configuration: KAFKA_BOOTSTRAP_SERVERS: unset and no embedded broker "
+        f"is running under {tmp_path}/broker (start one with `tidemark broker start`)"]
+
+
 def test_extra_spark_configuration_reaches_the_worker_session_after_tidemark_s_own(monkeypatch) -> None:
     from tidemark.runtime.worker.query import session_options
     from tidemark.spark.stage_source import TidemarkKafkaSource

@@ -19,6 +19,10 @@ killed worker's place). With ``TIDEMARK_IDLE_WORKERS__DIR`` set, they also outli
   (:mod:`tidemark.runtime.worker.loaded_code`) does not accept: it exits, and the claimer starts a
   new process. An expiring process renames its registration to ``<pid>.expired`` first, so a claim
   and an expiry never both win.
+* **Pre-started.** ``tidemark jobs warm-workers`` (:func:`start_warm_workers`) starts worker
+  processes with no run at all: each starts its session, runs the warm-up batch and registers as
+  an idle worker (:func:`tidemark.runtime.worker.standby.run_standby` with an order), so even the
+  first job on the machine starts without a JVM start.
 * **The fingerprint** is what a new worker of the job would start its session with (the session's
   options, the Kafka connector's jars, the class archive, ``JAVA_HOME``), the Python executable and
   Tidemark's version: an idle worker only serves jobs whose own workers would start the same session.
@@ -30,6 +34,7 @@ import contextlib
 import hashlib
 import json
 import os
+import subprocess
 import sys
 import time
 from collections.abc import Mapping
@@ -169,6 +174,23 @@ class IdleWorkers:
                 return False
             time.sleep(0.02)
         return worker.alive()
+
+
+def start_warm_workers(order: IdleOrder, count: int) -> list[subprocess.Popen[bytes]]:
+    """Start ``count`` worker processes that go idle under ``order`` once their session is warm
+    (see the module docstring); they outlive the caller (a session of their own), their output in
+    ``<dir>/logs/``, their control FIFOs in ``<dir>/control/``."""
+    directory = Path(order.dir)
+    (directory / "logs").mkdir(parents=True, exist_ok=True)
+    started = []
+    for index in range(count):
+        log_path = directory / "logs" / f"warm-{os.getpid()}-{index}.log"
+        command = [sys.executable, "-m", "tidemark.cli", "jobs", "standby", "--stage", "warm",
+                   "--control-dir", str(directory / "control"), "--idle-order", json.dumps(asdict(order))]
+        with open(log_path, "ab") as out:
+            started.append(subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                            start_new_session=True))
+    return started
 
 
 def _read(path: Path) -> IdleWorker | None:

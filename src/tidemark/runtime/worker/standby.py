@@ -12,10 +12,16 @@ supervisor is gone) ends the standby.
 
 What it saves is measured by ``bench/bench_recovery.py``: the interpreter start, the imports,
 the JVM and SparkContext start and the first query's cold start, most of a fresh worker's start.
+
+**Pre-started.** ``tidemark jobs warm-workers`` starts standbys with no supervisor at all (``idle``
+given): once warm, each joins the machine's idle workers (:mod:`tidemark.runtime.placement.idle_workers`)
+as a run's processes do at its end, so even a job's first start takes a started session instead of
+starting a JVM.
 """
 
 from __future__ import annotations
 
+import io
 import os
 import threading
 import time
@@ -24,6 +30,7 @@ from typing import Any
 
 from tidemark.config.settings import TidemarkSettings
 from tidemark.kafka.topics import TopicNames
+from tidemark.runtime.placement.idle_workers import IdleOrder
 from tidemark.runtime.worker.query import session_options
 from tidemark.runtime.worker.process import StageProcess, SupervisorLines
 from tidemark.chassis.logs import get_logger
@@ -64,7 +71,21 @@ def warm_up(spark: Any, settings: TidemarkSettings, source: StageSource, interru
     return ran.is_set()
 
 
-def run_standby(settings: TidemarkSettings, stage: str, control_dir: Path | None = None) -> int:
+def run_standby(settings: TidemarkSettings, stage: str, control_dir: Path | None = None,
+                idle: IdleOrder | None = None) -> int:
+    """A supervisor's standby (its lines on standard input), or, with ``idle`` (and a
+    ``control_dir`` for its FIFO), a pre-started one that goes idle once warm."""
+    if idle is not None:
+        assert control_dir is not None
+        source = stage_source(settings)
+        spark = spark_session(session_options(settings, f"tidemark-standby-{stage}", source))
+        warm = warm_up(spark, settings, source, threading.Event())
+        log.info("pre-started worker warm; joining the idle workers", warm_up_batch=warm, pid=os.getpid())
+        # its only line: go idle (no supervisor; the end of input follows)
+        lines = SupervisorLines(io.StringIO(idle.to_line().decode()), control_dir=control_dir,
+                                adoption_window_s=settings.adoption_window_s)
+        lines.start()
+        return StageProcess(settings, lines, spark).run(None)
     lines = SupervisorLines(control_dir=control_dir, adoption_window_s=settings.adoption_window_s)
     lines.start()
     source = stage_source(settings)
