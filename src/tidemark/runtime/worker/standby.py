@@ -73,24 +73,23 @@ def warm_up(spark: Any, settings: TidemarkSettings, source: StageSource, interru
 
 def run_standby(settings: TidemarkSettings, stage: str, control_dir: Path | None = None,
                 idle: IdleOrder | None = None) -> int:
-    """A supervisor's standby (its lines on standard input), or, with ``idle`` (and a
-    ``control_dir`` for its FIFO), a pre-started one that goes idle once warm."""
-    if idle is not None:
-        assert control_dir is not None
-        source = stage_source(settings)
-        spark = spark_session(session_options(settings, f"tidemark-standby-{stage}", source))
-        warm = warm_up(spark, settings, source, threading.Event())
-        log.info("pre-started worker warm; joining the idle workers", warm_up_batch=warm, pid=os.getpid())
-        # its only line: go idle (no supervisor; the end of input follows)
+    """A supervisor's standby, its lines on standard input from the start (an assignment may come
+    while it warms up); or, with ``idle`` (and a ``control_dir`` for its FIFO), a pre-started one,
+    whose only line, once it is warm, is to go idle."""
+    lines = None
+    if idle is None:
+        lines = SupervisorLines(control_dir=control_dir, adoption_window_s=settings.adoption_window_s)
+        lines.start()
+    source = stage_source(settings)
+    spark = spark_session(session_options(settings, f"tidemark-standby-{stage}", source))
+    interrupt = lines.arrived if lines is not None else threading.Event()
+    if not interrupt.is_set():
+        warm = warm_up(spark, settings, source, interrupt)
+        log.info("standby warm; waiting for an attempt", stage=stage, warm_up_batch=warm, pid=os.getpid(),
+                 pre_started=idle is not None)
+    if lines is None:
+        assert idle is not None and control_dir is not None
         lines = SupervisorLines(io.StringIO(idle.to_line().decode()), control_dir=control_dir,
                                 adoption_window_s=settings.adoption_window_s)
         lines.start()
-        return StageProcess(settings, lines, spark).run(None)
-    lines = SupervisorLines(control_dir=control_dir, adoption_window_s=settings.adoption_window_s)
-    lines.start()
-    source = stage_source(settings)
-    spark = spark_session(session_options(settings, f"tidemark-standby-{stage}", source))
-    if not lines.arrived.is_set():
-        warm = warm_up(spark, settings, source, lines.arrived)
-        log.info("standby warm; waiting for an attempt", stage=stage, warm_up_batch=warm, pid=os.getpid())
     return StageProcess(settings, lines, spark).run(None)
