@@ -217,9 +217,8 @@ def warm_workers(
     (needs idle_workers.dir, TIDEMARK_IDLE_WORKERS__DIR; the jobs take them when their workers
     would start the same session)."""
     import dataclasses
-    import time
 
-    from tidemark.runtime.placement.idle_workers import IdleWorkers, idle_order, start_warm_workers
+    from tidemark.runtime.placement.idle_workers import IdleWorkers, WarmWorkersFailed, idle_order, start_warm_workers
 
     settings = _settings("warm-workers")
     if settings.idle_workers.dir is None:
@@ -234,31 +233,15 @@ def warm_workers(
     assert order is not None
     if keep_s is not None:
         order = dataclasses.replace(order, keep_s=keep_s)
-    pool = IdleWorkers(Path(order.dir))
-    before = {w.pid for w in pool.waiting(order.fingerprint)}
-    started = start_warm_workers(order, count)
-    pids = {p.pid for p in started}
-    deadline, last_report = time.monotonic() + wait_s, time.monotonic()
-    while True:
-        warm = pids & {w.pid for w in pool.waiting(order.fingerprint)}
-        dead = [p for p in started if p.poll() is not None]
-        if len(warm) == count:
-            break
-        if dead or time.monotonic() > deadline:
-            for p in started:
-                if p.poll() is None:
-                    p.kill()
-            why = (f"{len(dead)} of them exited (status {dead[0].returncode})" if dead else
-                   f"not all warm within {wait_s:g} s")
-            print(f"tidemark jobs warm-workers: {why}; their output is in {Path(order.dir) / 'logs'}", file=sys.stderr)
-            raise typer.Exit(1)
-        if time.monotonic() - last_report >= 5:
-            print(f"tidemark jobs warm-workers: {len(warm)}/{count} warm", file=sys.stderr, flush=True)
-            last_report = time.monotonic()
-        time.sleep(0.2)
-    waiting = len(before) + count
+    try:
+        pids = start_warm_workers(order, count, wait_s, lambda warm: print(
+            f"tidemark jobs warm-workers: {warm}/{count} warm", file=sys.stderr, flush=True))
+    except WarmWorkersFailed as exc:
+        print(f"tidemark jobs warm-workers: {exc}; their output is in {Path(order.dir) / 'logs'}", file=sys.stderr)
+        raise typer.Exit(1) from None
+    waiting = len(IdleWorkers(Path(order.dir)).waiting(order.fingerprint))
     print(f"tidemark jobs warm-workers: {count} worker process(es) warm in {order.dir} (pids "
-          f"{', '.join(str(p) for p in sorted(pids))}; {waiting} idle in all), each waiting {order.keep_s:g} s for a job")
+          f"{', '.join(map(str, pids))}; {waiting} idle in all), each waiting {order.keep_s:g} s for a job")
 
 
 def host(

@@ -37,7 +37,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -176,21 +176,41 @@ class IdleWorkers:
         return worker.alive()
 
 
-def start_warm_workers(order: IdleOrder, count: int) -> list[subprocess.Popen[bytes]]:
+class WarmWorkersFailed(RuntimeError):
+    """A pre-started worker exited, or they were not all warm in time (the others are killed)."""
+
+
+def start_warm_workers(order: IdleOrder, count: int, wait_s: float,
+                       progress: Callable[[int], None] = lambda warm: None) -> list[int]:
     """Start ``count`` worker processes that go idle under ``order`` once their session is warm
-    (see the module docstring); they outlive the caller (a session of their own), their output in
-    ``<dir>/logs/``, their control FIFOs in ``<dir>/control/``."""
+    (see the module docstring) and wait until all have registered; their pids. They outlive the
+    caller (a session of their own), their output in ``<dir>/logs/``, their control FIFOs in
+    ``<dir>/control/``. ``progress`` gets how many are warm, every 5 s."""
     directory = Path(order.dir)
     (directory / "logs").mkdir(parents=True, exist_ok=True)
-    started = []
+    started: list[subprocess.Popen[bytes]] = []
     for index in range(count):
-        log_path = directory / "logs" / f"warm-{os.getpid()}-{index}.log"
         command = [sys.executable, "-m", "tidemark.cli", "jobs", "standby", "--stage", "warm",
                    "--control-dir", str(directory / "control"), "--idle-order", json.dumps(asdict(order))]
-        with open(log_path, "ab") as out:
+        with open(directory / "logs" / f"warm-{os.getpid()}-{index}.log", "ab") as out:
             started.append(subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                             start_new_session=True))
-    return started
+    pids, pool = {p.pid for p in started}, IdleWorkers(directory)
+    reported = time.monotonic()
+    deadline = reported + wait_s
+    while len(warm := pids & {w.pid for w in pool.waiting(order.fingerprint)}) < count:
+        dead = [p for p in started if p.poll() is not None]
+        if dead or time.monotonic() > deadline:
+            for p in started:
+                if p.poll() is None:
+                    p.kill()
+            raise WarmWorkersFailed(f"{len(dead)} of them exited (status {dead[0].returncode})" if dead else
+                                    f"not all warm within {wait_s:g} s")
+        if time.monotonic() - reported >= 5:
+            progress(len(warm))
+            reported = time.monotonic()
+        time.sleep(0.2)
+    return sorted(pids)
 
 
 def _read(path: Path) -> IdleWorker | None:
