@@ -12,7 +12,10 @@ Prints one table.
   another thread while the processing thread makes the next interval's changes. Reported: the
   synchronous part (the time the processing thread is held) min / p50 / p99 / max, the
   asynchronous part, and, for comparison, the same checkpoint taken entirely on the processing
-  thread (both parts at once, as before snapshots were asynchronous).
+  thread (both parts at once, as before snapshots were asynchronous). Also the longest pause of
+  the processing thread between two updates while the asynchronous part runs (the processing
+  thread keeps changing keys until it ends): what holds the interpreter lock on the other thread
+  holds the processing thread too.
 * **Heap**: the same with ``--heap-keys`` keys of int values (the synchronous part is a
   copy-on-write capture; the asynchronous part serializes and writes the canonical file).
 """
@@ -70,11 +73,33 @@ def change(backend: Any, state: Any, keys: int, count: int, value: Callable[[int
         state.update(value(key + rng.randrange(1 << 20)))
 
 
+def change_paced(backend: Any, state: Any, keys: int, count: int, value: Callable[[int], Any], rng: random.Random,
+                 interval_s: float, until: threading.Thread) -> float:
+    """``count`` changes spread over ``interval_s`` in steps of 10 ms (a worker's micro-batches),
+    going on at that rate while ``until`` is alive; the longest time in ms the processing thread
+    was held: a step's changes taking longer than they take alone, or a pause overrunning."""
+    step, per_step = 0.010, max(1, round(count * 0.010 / interval_s))
+    longest, made, alone = 0.0, 0, float("inf")
+    while made < count or until.is_alive():
+        began = time.perf_counter()
+        change(backend, state, keys, per_step, value, rng)
+        made += per_step
+        took = time.perf_counter() - began
+        alone = min(alone, took)
+        paused = time.perf_counter()
+        time.sleep(max(0.0, step - took))
+        overrun = time.perf_counter() - paused - max(0.0, step - took)
+        longest = max(longest, took - alone, overrun)
+    return longest * 1000
+
+
 def checkpoints(backend: Any, state: Any, storage: FilesystemCheckpointStorage, keys: int, rounds: int,
-                first_id: int, rng: random.Random, value: Callable[[int], Any], changed: float) -> dict[str, list[float]]:
+                first_id: int, rng: random.Random, value: Callable[[int], Any], changed: float,
+                interval_s: float) -> dict[str, list[float]]:
     """``rounds`` asynchronous checkpoints, then ``rounds`` taken at once, ``changed`` percent of
-    the keys changed in each interval; durations in ms."""
-    figures: dict[str, list[float]] = {"sync": [], "async": [], "both at once": []}
+    the keys changed in each interval (spread over ``interval_s``, going on while the
+    asynchronous part runs); durations in ms."""
+    figures: dict[str, list[float]] = {"sync": [], "async": [], "stall": [], "both at once": []}
     count = max(1, int(keys * changed / 100))
     change(backend, state, keys, count, value, rng)
     for n in range(rounds):
@@ -90,7 +115,8 @@ def checkpoints(backend: Any, state: Any, storage: FilesystemCheckpointStorage, 
 
         writer = threading.Thread(target=write)
         writer.start()
-        change(backend, state, keys, count, value, rng)  # meanwhile, the next interval's changes
+        # meanwhile, the next interval's changes
+        figures["stall"].append(change_paced(backend, state, keys, count, value, rng, interval_s, writer))
         writer.join()
         figures["async"].append(done[0])
         backend.notify_checkpoint_complete(CheckpointId(first_id + n))
@@ -114,6 +140,8 @@ def main() -> int:
     parser.add_argument("--checkpoints", type=int, default=50, help="checkpoints of each kind (default 50)")
     parser.add_argument("--changed", type=float, default=1.0,
                         help="percent of the keys changed in each checkpoint interval (default 1)")
+    parser.add_argument("--interval-s", type=float, default=2.0,
+                        help="the checkpoint interval the changes are spread over (default 2)")
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run")
     args = parser.parse_args()
     if args.quick:
@@ -134,13 +162,14 @@ def main() -> int:
         print(f"  rocksdb: {directory_bytes(work / 'storage') / (1 << 30):.2f} GiB in checkpoint storage",
               file=sys.stderr, flush=True)
         rows.append((f"RocksDB, {args.gb:g} GB, incremental", checkpoints(rocks, state, storage, keys, args.checkpoints,
-                                                                         2, rng, value, args.changed)))
+                                                                         2, rng, value, args.changed,
+                                                                         args.interval_s)))
         rocks.close()
         heap = HashMapStateBackend(FULL, MAX_P)
         heap_state = fill(heap, args.heap_keys, lambda k: k, "heap fill")
         rows.append((f"heap, {args.heap_keys:,} keys, full", checkpoints(heap, heap_state, storage, args.heap_keys,
                                                                          args.heap_checkpoints, 1000, rng, lambda k: k,
-                                                                         args.changed)))
+                                                                         args.changed, args.interval_s)))
         heap.close()
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -150,6 +179,7 @@ def main() -> int:
     for label, figures in rows:
         for part, values in figures.items():
             name = {"sync": "synchronous (thread held)", "async": "asynchronous (in background)",
+                    "stall": "longest pause during async",
                     "both at once": "both at once (before)"}[part]
             print(f"{label:<32} {name:<28} {min(values):8.1f} {statistics.median(values):8.1f} "
                   f"{percentile(values, 99):8.1f} {max(values):8.1f}")

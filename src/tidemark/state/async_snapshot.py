@@ -2,7 +2,7 @@
 captures, then an asynchronous one that writes).
 
 A backend's ``snapshot_async`` does the synchronous part on the processing thread (heap: a
-copy-on-write capture of the tables; RocksDB: a checkpoint of the database by hard links;
+copy-on-write capture of the tables; RocksDB: a copy-on-write capture of the database;
 operator state: its items serialized) and returns an :class:`AsyncSnapshot`, whose :meth:`run`
 writes what was captured into checkpoint storage on any thread while records keep flowing. The
 capture is released when ``run`` ends, whatever happens, or by :meth:`release` when it is never

@@ -10,6 +10,7 @@ The lifecycle is :class:`~tidemark.state.backend.KeyedStateBackend`'s.
 
 from __future__ import annotations
 
+import io
 from abc import abstractmethod
 from typing import Any, Iterable, Iterator, Sequence
 
@@ -47,7 +48,7 @@ from tidemark.state.schema_evolution import (
     schema_version,
     with_schema_version,
 )
-from tidemark.state.snapshot import Entry, state_meta, write_snapshot
+from tidemark.state.snapshot import CHUNK, ChunkReader, Entry, snapshot_chunks, state_meta
 from tidemark.state.table import ChangeListener, KeyedStateChange, StateTable
 from tidemark.state.timer_queue import (
     TimerQueue,
@@ -372,9 +373,9 @@ class LocalKeyedStateBackend(KeyedStateBackend):
     def _full_snapshot(self, checkpoint_id: CheckpointId, storage: CheckpointStorage,
                        header: dict[str, Any], metas: list[dict[str, Any]],
                        entries: Iterable[Entry]) -> KeyedSnapshot:
-        """Write a full snapshot in the canonical format (one file)."""
-        data = write_snapshot(header, metas, entries)
-        ref = storage.write_bytes(self._snapshot_path(int(checkpoint_id), ".tmks"), data)
+        """Write a full snapshot in the canonical format (one file), streamed."""
+        with io.BufferedReader(ChunkReader(snapshot_chunks(header, metas, entries)), CHUNK) as data:
+            ref = storage.write_from(self._snapshot_path(int(checkpoint_id), ".tmks"), data)
         return self._keyed_snapshot(StateHandleKind.KEYED_FULL, (ref,), ref.size_bytes, ref.size_bytes)
 
     def _header(self, checkpoint_id: CheckpointId, backend: str) -> dict[str, Any]:

@@ -79,30 +79,69 @@ def state_meta(descriptor: StateDescriptor) -> dict[str, Any]:
     }
 
 
-def write_snapshot(
+def snapshot_chunks(
     header: dict[str, Any], states: list[dict[str, Any]], entries: Iterable[Entry]
-) -> bytes:
-    """Encode a snapshot; ``entries`` may come in any order, for states listed in ``states``."""
+) -> Iterator[bytes]:
+    """Encode a snapshot in pieces of about :data:`CHUNK` bytes (more for a larger entry), so that
+    neither the snapshot nor a copy of it is ever in memory whole; ``entries`` may come in any
+    order, for states listed in ``states``."""
     index = {meta["name"]: i for i, meta in enumerate(states)}
-    out = io.BytesIO()
+    digest = hashlib.sha256()
+    out = bytearray()
     head = json.dumps({**header, "format": 1, "states": states}, sort_keys=True).encode()
-    out.write(MAGIC + _U32.pack(len(head)) + head)
-    write, pack_entry, pack_u32 = out.write, _ENTRY.pack, _U32.pack
+    out += MAGIC + _U32.pack(len(head)) + head
+    pack_entry, pack_u32 = _ENTRY.pack, _U32.pack
     count = 0
     for e in entries:
         user_key = e.user_key
-        write(pack_entry(1, index[e.state_name], e.key_group, len(e.key)))
-        write(e.key)
-        write(pack_u32(len(e.namespace)) + e.namespace)
+        out += pack_entry(1, index[e.state_name], e.key_group, len(e.key))
+        out += e.key
+        out += pack_u32(len(e.namespace))
+        out += e.namespace
         if user_key is None:
-            write(b"\xff\xff\xff\xff")
+            out += b"\xff\xff\xff\xff"
         else:
-            write(pack_u32(len(user_key)) + user_key)
-        write(pack_u32(len(e.value)) + e.value)
+            out += pack_u32(len(user_key))
+            out += user_key
+        out += pack_u32(len(e.value))
+        out += e.value
         count += 1
-    write(_END.pack(0, count))
-    body = out.getvalue()
-    return body + hashlib.sha256(body).digest()
+        if len(out) >= CHUNK:
+            piece = bytes(out)
+            out.clear()
+            digest.update(piece)
+            yield piece
+    out += _END.pack(0, count)
+    digest.update(out)
+    yield bytes(out) + digest.digest()
+
+
+def write_snapshot(header: dict[str, Any], states: list[dict[str, Any]], entries: Iterable[Entry]) -> bytes:
+    """:func:`snapshot_chunks` in one piece (small snapshots, tests)."""
+    return b"".join(snapshot_chunks(header, states, entries))
+
+
+class ChunkReader(io.RawIOBase):
+    """A readable file over pieces of bytes (:func:`snapshot_chunks`), for ``storage.write_from``."""
+
+    def __init__(self, chunks: Iterable[bytes]) -> None:
+        super().__init__()
+        self._chunks = iter(chunks)
+        self._rest = memoryview(b"")
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        while not self._rest:
+            piece = next(self._chunks, None)
+            if piece is None:
+                return 0
+            self._rest = memoryview(piece)
+        size = min(len(buffer), len(self._rest))
+        buffer[:size] = self._rest[:size]
+        self._rest = self._rest[size:]
+        return size
 
 
 CHUNK = 1 << 20  # what a snapshot read from a file holds of it at a time (more for a larger entry)

@@ -8,6 +8,7 @@ reader over the same records); a restore that must rebase writes into the test's
 from __future__ import annotations
 
 import itertools
+import threading
 from pathlib import Path
 from typing import Callable
 
@@ -26,6 +27,7 @@ from tidemark.state import (
 )
 from tidemark.changelog.backend import ChangelogWiring
 from tidemark.materializer.storage import SharedFilesView
+from tidemark.state.rocksdb.capture import Capture
 from tidemark.storage.base import CheckpointStorage
 from tidemark.storage.filesystem import FilesystemCheckpointStorage
 from tidemark.testing.changelog import (
@@ -99,3 +101,14 @@ def new_backend(request: pytest.FixtureRequest, tmp_path: Path, clock: ManualClo
 @pytest.fixture
 def backend(new_backend):
     return new_backend()
+
+
+@pytest.fixture
+def capture_held(monkeypatch: pytest.MonkeyPatch):
+    """RocksDB's capture thread waits until the test lets it go: every change the test makes
+    first lands in the live database before the checkpoint is taken (the capture must undo them
+    in the checkpoint's copy); other backends capture at once and have no such thread."""
+    gate, run = threading.Event(), Capture._run
+    monkeypatch.setattr(Capture, "_run", lambda self: (gate.wait(60), run(self)))
+    yield gate
+    gate.set()

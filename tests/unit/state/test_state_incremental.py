@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from tidemark.protocol.messages import StateHandleKind
 from tidemark.state import KeyGroupRange, ValueStateDescriptor
+from tidemark.state.rocksdb.snapshot import upload_incremental
 from tidemark.state.snapshot import state_meta
 
 
@@ -111,3 +112,55 @@ def test_a_checkpoint_after_a_rescaled_restore_names_every_file_where_the_store_
     files = [f for t in after.metadata.tasks for h in t.state_handles for f in h.files]
     assert any(f.shared for f in files)
     assert [f.path for f in files if not after.storage.exists(f.path)] == []
+
+
+def test_checkpoints_whose_capture_undid_changes_restore_each_to_its_barrier(new_backend, storage,
+                                                                             capture_held) -> None:
+    """Consecutive checkpoints, each with changes made before its capture was taken: each restores
+    to the state at its own barrier, the files the next ones share included."""
+    backend = new_backend(kind="rocksdb")
+    model: dict[int, object] = {}
+    snapshots, expected = [], []
+
+    def write(keys, value) -> None:
+        fill(backend, keys, value)
+        model.update((k, value(k)) for k in keys)
+
+    for round_ in range(6):
+        write(range(round_ * 100, round_ * 100 + 500), lambda k: (round_, k))
+        pending = backend.snapshot_async(round_ + 1, storage)
+        expected.append(dict(model))
+        write(range(0, round_ * 100 + 600, 3), lambda k: f"after {round_}")  # undone in the checkpoint
+        capture_held.set()
+        snapshots.append(pending.run())
+        capture_held.clear()
+        backend.notify_checkpoint_complete(round_ + 1)
+        assert backend.settle()
+    for snapshot, values in zip(snapshots, expected):
+        restored = new_backend(kind="rocksdb")
+        restored.restore([snapshot], storage)
+        state = restored.get_state(ValueStateDescriptor("v"))
+        seen = {}
+        for key in range(1200):
+            restored.set_current_key(key)
+            if (value := state.value()) is not None:
+                seen[key] = value
+        assert seen == values
+
+
+def test_an_sst_file_of_a_checkpoints_own_copy_is_never_taken_for_the_live_databases(storage, tmp_path) -> None:
+    """The pre-images' SST file is numbered as the live database numbers its next files: a later
+    checkpoint's live file of the same name is uploaded, not taken for the copy's."""
+    uploaded: dict = {}
+    refs = []
+    for n, content in enumerate((b"the copy's own pre-images", b"the live database's later file")):
+        local = tmp_path / f"chk-{n}"
+        local.mkdir()
+        (local / "000017.sst").write_bytes(content)
+        (local / "CURRENT").write_bytes(b"MANIFEST-000001\n")
+        files, _ = upload_incremental(local, storage, f"op/chk-{n}", "shared/op", {"states": []}, uploaded,
+                                      own={"000017.sst"} if n == 0 else ())
+        (ref,) = [f for f in files if f.shared]
+        refs.append(ref)
+    assert storage.read_verified(refs[1]) == b"the live database's later file"
+    assert "000017.sst" in uploaded and uploaded["000017.sst"] == refs[1]

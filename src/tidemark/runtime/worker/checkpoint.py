@@ -2,9 +2,9 @@
 
 The synchronous part, on the processing thread, which processes nothing meanwhile: pre-commit
 the output (a channel writes a barrier per task into every partition; the exactly-once sink seals
-its write-ahead buffer), then capture each task's keyed and operator state (heap tables
-copy-on-write, a RocksDB checkpoint by hard links, operator state serialized; in changelog mode
-the changes streamed so far made durable). The asynchronous part, on the stage's snapshot thread
+its write-ahead buffer), then capture each task's keyed and operator state (heap tables and
+RocksDB databases copy-on-write, operator state serialized; in changelog mode the changes
+streamed so far made durable). The asynchronous part, on the stage's snapshot thread
 (:class:`SnapshotThread`) while records keep flowing: write what was captured into checkpoint
 storage (``<job>/chk-<id>/``, savepoints in their own folder and canonical format, RocksDB's
 shared files under ``<job>/shared/``), then ack every task to the coordinator with its handles,

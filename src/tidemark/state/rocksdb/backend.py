@@ -25,6 +25,7 @@ from tidemark.state.descriptors import StateDescriptor, StateKind
 from tidemark.state.local_backend import LocalKeyedStateBackend
 from tidemark.state.restore import handle_key_groups, read_handle
 from tidemark.state.schema_evolution import Migration
+from tidemark.state.rocksdb.capture import Capture, Family
 from tidemark.state.rocksdb.options import OptionsFactory, RocksDBMemory, RocksDBOptions, RocksDBResources
 from tidemark.state.rocksdb.snapshot import (
     CF_PREFIX,
@@ -96,8 +97,9 @@ class RocksDBStateBackend(LocalKeyedStateBackend):
         self._prefix = b""
         self._tables: dict[str, RocksStateTable] = {}
         self._cleanup_at: tuple[int, bytes | None] = (0, None)  # where the incremental TTL cleanup goes on
-        self._cfs: dict[str, rocksdict.Rdict] = {}  # by state name
-        self._timer_cfs: dict[str, rocksdict.Rdict] = {}  # by column-family name
+        self._cfs: dict[str, Family] = {}  # by state name
+        self._timer_cfs: dict[str, Family] = {}  # by column-family name
+        self._capture: Capture | None = None  # the last snapshot's, while open
         self._rocks_timers: dict[str, RocksDBTimerQueue] = {}
         self._uploaded: dict[str, StateFile] = {}
         self.last_snapshot_stats: SnapshotStats | None = None
@@ -120,13 +122,13 @@ class RocksDBStateBackend(LocalKeyedStateBackend):
         db.set_write_options(self._resources.write_options())
         return db
 
-    def _cf(self, state_name: str) -> rocksdict.Rdict:
+    def _cf(self, state_name: str) -> Family:
         cf = self._cfs.get(state_name)
         if cf is None:
             cf = self._cfs[state_name] = self._column_family(CF_PREFIX + state_name)
         return cf
 
-    def _timer_cf(self, name: str) -> rocksdict.Rdict:
+    def _timer_cf(self, name: str) -> Family:
         """A timer column family (time-ordered queue or counts) by its name."""
         cf = self._timer_cfs.get(name)
         if cf is None:
@@ -137,13 +139,26 @@ class RocksDBStateBackend(LocalKeyedStateBackend):
         """A column family's options: a state's get what the job's options factory changes."""
         return self._resources.db_options(name[len(CF_PREFIX):] if name.startswith(CF_PREFIX) else None)
 
-    def _column_family(self, name: str) -> rocksdict.Rdict:
+    def _column_family(self, name: str) -> Family:
         try:
             cf = self._db.get_column_family(name)
         except Exception:
             cf = self._db.create_column_family(name, self._family_options(name))
         cf.set_write_options(self._resources.write_options())
-        return cf
+        family = Family(cf, name)
+        if self._capture is not None:
+            self._capture.add(family)
+        return family
+
+    def _end_capture(self) -> None:
+        """Before the database changes other than by the processing thread's writes (a restore,
+        a migration, the close) or the next snapshot: the open capture's checkpoint taken now."""
+        capture, self._capture = self._capture, None
+        if capture is not None and capture.is_open:
+            try:
+                capture.take()
+            except Exception:  # raised again by its own snapshot's asynchronous part
+                pass
 
     # ------------------------------------------------------------------ key context
 
@@ -276,22 +291,37 @@ class RocksDBStateBackend(LocalKeyedStateBackend):
                        canonical: bool = False) -> AsyncSnapshot[KeyedSnapshot]:
         """Incremental native snapshot (if enabled in options) or, with ``canonical=True`` or
         incremental disabled, a full snapshot in the canonical format (savepoints). Either way
-        the synchronous part is a local RocksDB checkpoint (memtables flushed, files hard-linked);
-        the asynchronous part uploads its new SST files, or reads it into the canonical file.
-        One asynchronous part at a time: the next one's upload starts from this one's."""
+        the synchronous part only opens a copy-on-write capture (:mod:`.capture`) whose local
+        RocksDB checkpoint a thread of its own takes; the asynchronous part waits for it, writes
+        the pre-images back into it, then uploads its new SST files, or reads it into the
+        canonical file. One asynchronous part at a time: the next one's upload starts from this one's."""
         self._check_open()
+        self._end_capture()
         metas = self._checked_metas()
         header = {**self._header(checkpoint_id, "rocksdb"), "states": metas}
         for meta in metas:  # a defined state without data still gets its (empty) column family
             self._cf(meta["name"])
         for queue in self._rocks_timers.values():
             queue.write_counts()
-        local = create_local_checkpoint(self._db, self.path / "checkpoints", int(checkpoint_id))
-        discard = lambda: shutil.rmtree(local, ignore_errors=True)  # noqa: E731 - the local checkpoint, once written
+        db, work_dir = self._db, self.path / "checkpoints"
+        capture = self._capture = Capture(
+            [*self._cfs.values(), *self._timer_cfs.values()],
+            lambda: create_local_checkpoint(db, work_dir, int(checkpoint_id)), f"rocksdb-capture-{checkpoint_id}")
+
+        def taken() -> tuple[Path, set[str]]:
+            """The local checkpoint as of the barrier, and the SST files only it has."""
+            local = capture.take()
+            return local, capture.written_back(local, self._resources.db_options())
+
+        def discard() -> None:
+            capture.abandon()
+            shutil.rmtree(work_dir / f"chk-{checkpoint_id}", ignore_errors=True)
+
         if canonical or not self.options.incremental:
             now = self.clock.now_ms()
 
             def write_full() -> KeyedSnapshot:
+                local, _ = taken()
                 full = self._full_snapshot(checkpoint_id, storage, header, metas, self._full_entries(local, metas, now))
                 (ref,) = full.handles[0].files
                 self.last_snapshot_stats = SnapshotStats((ref.path,), (), ref.size_bytes, ref.size_bytes)
@@ -300,8 +330,9 @@ class RocksDBStateBackend(LocalKeyedStateBackend):
             return AsyncSnapshot(write_full, discard)
 
         def upload() -> KeyedSnapshot:
+            local, own = taken()
             files, stats = upload_incremental(local, storage, self._snapshot_path(int(checkpoint_id), ""),
-                                              f"shared/{self.operator_id}", header, self._uploaded)
+                                              f"shared/{self.operator_id}", header, self._uploaded, own)
             self.last_snapshot_stats = stats
             return self._keyed_snapshot(StateHandleKind.KEYED_INCREMENTAL, files, stats.state_size,
                                         stats.bytes_written)
@@ -329,6 +360,7 @@ class RocksDBStateBackend(LocalKeyedStateBackend):
         """Load our key groups; the incremental handle overlapping most becomes the base
         database (clipped to our range), every other handle is merged entry by entry.
         Changelog ranges are ignored (the changelog backend replays them)."""
+        self._end_capture()
         relevant = self._handles_to_restore(snapshots)
         incremental = [h for h in relevant if h.kind is StateHandleKind.KEYED_INCREMENTAL]
         base = max(incremental, key=self._overlap, default=None)
@@ -403,6 +435,7 @@ class RocksDBStateBackend(LocalKeyedStateBackend):
 
     def _put_all(self, entries: Iterable[Entry]) -> int:
         """Write ``entries`` into their states' column families, in batches; how many."""
+        self._end_capture()  # written past the column families' own methods
         batch, count, batched = rocksdict.WriteBatch(raw_mode=True), 0, 0
         for e in entries:
             self._cf(e.state_name)
@@ -429,6 +462,7 @@ class RocksDBStateBackend(LocalKeyedStateBackend):
     # ------------------------------------------------------------------ close
 
     def _release_db(self) -> None:
+        self._end_capture()
         for table in self._tables.values():
             table._cf = None  # type: ignore[assignment]
         for queue in self._rocks_timers.values():

@@ -1,7 +1,7 @@
 """Incremental RocksDB snapshots: native SST sets whose unchanged files are shared.
 
 A RocksDB checkpoint (hard links of the live files, after a flush of the memtables) is taken
-on the processing thread (:func:`create_local_checkpoint`: a snapshot's synchronous part); then,
+by a snapshot's capture (:func:`create_local_checkpoint`, :mod:`.capture`); then,
 on any thread, every ``*.sst`` file not uploaded before is written once under ``shared/<operator>/<sha256>.sst`` (content-addressed, marked
 ``shared=True`` so the checkpoint-store reference-counts it); the small mutable files (MANIFEST,
 CURRENT, OPTIONS, WAL) are private to the checkpoint. ``INCREMENTAL.json`` maps every file back
@@ -16,7 +16,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any, Iterator
 
 import rocksdict
@@ -87,16 +87,18 @@ def create_local_checkpoint(db: rocksdict.Rdict, work_dir: Path, checkpoint_id: 
 
 def upload_incremental(
     checkpoint_dir: Path, storage: CheckpointStorage, private_dir: str,
-    shared_dir: str, header: dict[str, Any], uploaded: dict[str, StateFile],
+    shared_dir: str, header: dict[str, Any], uploaded: dict[str, StateFile], own: Collection[str] = (),
 ) -> tuple[tuple[StateFile, ...], SnapshotStats]:
     """Upload a local checkpoint (its caller removes it); ``uploaded`` (local SST name -> ref) is
-    updated. One upload at a time per database: consecutive ones share ``uploaded``."""
+    updated with the live database's files, not with ``own`` (SST files written into the
+    checkpoint's copy only: the live database may later name a file of its own alike). One
+    upload at a time per database: consecutive ones share ``uploaded``."""
     files: list[dict[str, Any]] = []
     new: list[StateFile] = []
     reused: list[StateFile] = []
     written = 0
     for local in sorted(checkpoint_dir.iterdir()):
-        ref, fresh = _upload(local, storage, private_dir, shared_dir, uploaded)
+        ref, fresh = _upload(local, storage, private_dir, shared_dir, {} if local.name in own else uploaded)
         files.append({"name": local.name, "path": ref.path, "size": ref.size_bytes,
                       "sha256": ref.sha256, "shared": ref.shared})
         (new if fresh else reused).append(ref)

@@ -160,3 +160,55 @@ def test_a_released_capture_leaves_nothing_behind(new_backend, storage, tmp_path
     assert not [p for p in tmp_path.rglob("chk-1") if "rocks-" in str(p)]  # nor kept locally
     snapshot = source.snapshot(CheckpointId(2), storage)
     assert restored(new_backend, None, snapshot, storage) == after
+
+
+def _late_changes(backend: Any, round_: int) -> None:
+    """What ``write_round`` does not: whole maps cleared, a state defined after the capture."""
+    _, _, _, index, _, _ = _states(backend)
+    late = backend.get_state(ValueStateDescriptor("late"))
+    for n, key in enumerate(KEYS):
+        backend.set_current_key(key)
+        if n % 3 == round_ % 3:
+            index.clear()
+        late.update(round_)
+
+
+@pytest.mark.parametrize("canonical", [False, True], ids=["checkpoint", "savepoint"])
+def test_changes_made_before_the_capture_is_taken_are_not_in_it(new_backend, storage, capture_held,
+                                                                 canonical: bool) -> None:
+    source, mirror = new_backend(), new_backend()
+    for backend in (source, mirror):
+        write_round(backend, 1)
+    pending = source.snapshot_async(CheckpointId(1), storage, canonical=canonical)
+    expected = read_all(source)
+    for round_ in (2, 3):
+        for backend in (source, mirror):
+            write_round(backend, round_)
+            _late_changes(backend, round_)
+    capture_held.set()
+    snapshot = pending.run()
+    assert read_all(source) == read_all(mirror) != expected
+    target = new_backend()
+    target.restore([snapshot], storage)
+    assert read_all(target) == expected
+    late = target.get_state(ValueStateDescriptor("late"))
+    for key in KEYS:
+        target.set_current_key(key)
+        assert late.value() is None
+
+
+def test_a_capture_not_taken_yet_is_taken_by_its_run_or_by_the_next_snapshot(new_backend, storage,
+                                                                             capture_held) -> None:
+    source = new_backend()
+    write_round(source, 1)
+    first = source.snapshot_async(CheckpointId(1), storage)
+    expected_first = read_all(source)
+    write_round(source, 2)
+    second = source.snapshot_async(CheckpointId(2), storage)  # takes the first's checkpoint now
+    expected_second = read_all(source)
+    write_round(source, 3)
+    two = second.run()  # its capture thread still held: taken here
+    write_round(source, 4)
+    one = first.run()
+    assert restored(new_backend, None, one, storage) == expected_first
+    assert restored(new_backend, None, two, storage) == expected_second
