@@ -1,5 +1,6 @@
-"""Exactly-once under failure: the two-stage access-log job (a one-minute event-time window), its
-second stage on three workers, killed with SIGKILL at many points.
+"""Exactly-once under failure: the two-stage access-log job (a one-minute event-time window) on
+RocksDB state (incremental checkpoints, each captured copy-on-write while records keep flowing),
+its second stage on three workers, killed with SIGKILL at many points.
 
 Every attempt of the job is killed once at a different point of the checkpoint protocol or while
 its timers fire (the worker SIGKILLs itself there, see ``tidemark.runtime.job.faults``): the
@@ -47,7 +48,8 @@ def test_two_stage_job_on_four_workers_is_exactly_once_across_sigkills_of_one_wo
     with pipeline(tmp_path, kafka_bootstrap, unique_name, standby=True,  # the killed worker's successor warms
                   env={"TIDEMARK_CHECKPOINT__INTERVAL_MS": "2500"}) as pipe:  # while the attempt before runs
         pipe.create_topic(topics.input, 4)
-        job = pipe.start_job(TOP_URLS, topics.args(parallelism=3, top_urls_workers=3, spark_step=True), faults=KILLS,
+        job = pipe.start_job(TOP_URLS, topics.args(parallelism=3, top_urls_workers=3, spark_step=True,
+                                                     state_backend="rocksdb"), faults=KILLS,
                              max_restarts=len(KILLS) + 2)
         all_killed = lambda: killed_at_every_point(job, KILLS)  # noqa: E731
         feeder = InputFeeder(kafka_bootstrap, topics.input, total=1000, chunk=50, pause_s=1.0, malformed_every=97,
