@@ -17,9 +17,12 @@ record; a channel stage's are its aligned cut.
 from __future__ import annotations
 
 import json
+import sys
+import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from tidemark.checkpoint_store.catalog import check_savepoint_target
@@ -42,6 +45,34 @@ from tidemark.types import CheckpointId, CheckpointType, CheckpointingMode, Epoc
 
 log = get_logger(__name__)
 
+# While an asynchronous part runs, the interpreter lock changes hands this often (Python's default:
+# every 5 ms). The part releases the lock for each file operation and wants it back after: with the
+# default, each time it waited for the processing thread's next 5 ms, so the first checkpoint of a
+# job with a backlog (4 RocksDB tasks, a few files each) took 0.9-1.6 s beside a busy batch, 35 ms
+# alone; at 0.2 ms about 0.1 s (measured with a pure-Python processing loop).
+SNAPSHOT_SWITCH_INTERVAL_S = 0.0002
+_switching = threading.Lock()
+_parts_running = 0
+_default_switch_interval = sys.getswitchinterval()
+
+
+@contextmanager
+def _short_switch_interval() -> Iterator[None]:
+    """:data:`SNAPSHOT_SWITCH_INTERVAL_S` while any stage of this process runs an asynchronous part."""
+    global _parts_running, _default_switch_interval
+    with _switching:
+        if _parts_running == 0:
+            _default_switch_interval = sys.getswitchinterval()
+            sys.setswitchinterval(SNAPSHOT_SWITCH_INTERVAL_S)
+        _parts_running += 1
+    try:
+        yield
+    finally:
+        with _switching:
+            _parts_running -= 1
+            if _parts_running == 0:
+                sys.setswitchinterval(_default_switch_interval)
+
 
 class SnapshotThread:
     """A stage's one thread for the asynchronous parts of its checkpoints, run in the order taken
@@ -59,7 +90,8 @@ class SnapshotThread:
 
     def _run(self, work: Callable[[], None]) -> None:
         try:
-            work()
+            with _short_switch_interval():
+                work()
         except BaseException as exc:  # noqa: BLE001 - handed to the processing thread
             if self._closed:  # no processing thread to raise it on any more
                 log.warning("an asynchronous snapshot part failed as the attempt ended",

@@ -39,12 +39,17 @@ from tidemark.state.serializers import TaggedSerializer
 from tidemark.types import CheckpointId, CheckpointType, Epoch, TopicPartition
 
 
+_CONTROL_EVERY = 4095  # the worker looks at the control plane (when due) after every 4,096 records
+
+
 class Checkpoints(Protocol):
     """What an input asks of the worker when its barriers say so (:class:`StageRunner`)."""
 
     finished: bool
 
     def checkpoint(self, checkpoint_id: CheckpointId, kind: CheckpointType, aligned: Aligned | None) -> None: ...
+
+    def within_batch(self) -> None: ...
 
     def decline(self, checkpoint_id: CheckpointId, reason: str) -> None: ...
 
@@ -225,7 +230,9 @@ class SourceInput:
         never inside one). ``ends``: the batch's end offsets, when a Spark step may have left
         records out of ``records`` (the positions move past them)."""
         positions, handle, failures = self.positions, self.handle, self.failures
-        for record in records:
+        for n, record in enumerate(records, 1):
+            if not n & _CONTROL_EVERY:
+                checkpoints.within_batch()
             # per record: the plain tuple, equal to its TopicPartition (see types.TopicPartition)
             positions[(record.topic, record.partition)] = record.offset + 1  # type: ignore[index]
             if record.header_error is not None:
@@ -259,9 +266,11 @@ class ChannelInput:
     def feed(self, records: Iterable[InputRecord], checkpoints: Checkpoints,
              ends: Mapping[TopicPartition, int] | None = None) -> None:
         """``ends``: never given (a channel has no Spark step)."""
-        for record in records:
+        for n, record in enumerate(records, 1):
             if checkpoints.finished:  # a stop-with-savepoint completed while aligning
                 return
+            if not n & _CONTROL_EVERY:
+                checkpoints.within_batch()
             self._feed(record, checkpoints)
 
     def _feed(self, record: InputRecord, checkpoints: Checkpoints) -> None:

@@ -13,7 +13,9 @@ Checkpoints (:meth:`StageRunner.checkpoint`), at the coordinator's trigger in a 
 at an aligned barrier in a channel stage: each task's ``prepare_snapshot_pre_barrier``, the output
 gets what that emitted, then :class:`~tidemark.runtime.worker.checkpoint.StageCheckpointer`
 pre-commits the output, snapshots the tasks and acks. Completed / aborted notifications commit /
-keep the output and reach every task's operator; a completed stop-with-savepoint finishes the
+keep the output and reach every task's operator, also inside a long batch (:meth:`StageRunner.within_batch`:
+the control plane looked at every ``CONTROL_IN_BATCH_S``, a trigger kept for the batch's end), so
+that results are committed while the next batch is processed; a completed stop-with-savepoint finishes the
 operators and ends the attempt (exit 0); until then, after its snapshot, nothing is processed.
 The runner owns no Kafka client of its own: its parts do (the output, the control plane, the
 record failures, the clock's late records, the consumer lag's metadata consumer).
@@ -57,6 +59,7 @@ from tidemark.types import CheckpointId, CheckpointType, Epoch, JobId, TopicPart
 
 log = get_logger(__name__)
 IDLE_CLEANUP_EVERY_S = 1.0  # ticks without a batch clean TTL state at most this often
+CONTROL_IN_BATCH_S = 0.1  # inside a batch, the control plane is looked at this often
 
 
 @dataclass(eq=False)
@@ -87,6 +90,8 @@ class StageRunner:
     closed: bool = False
     processing: bool = False  # set when the first records a task processed are counted (flush_outputs)
     _cleaned_at: float = 0.0  # the last incremental TTL cleanup (time.monotonic)
+    _controlled_at: float = 0.0  # the last look at the control plane (time.monotonic)
+    _deferred: list[CheckpointTrigger] = field(default_factory=list)  # triggers seen inside a batch
 
     def __post_init__(self) -> None:
         self._batch_seconds = BATCH_DURATION.labels(self.job, self.stage.name)
@@ -172,13 +177,26 @@ class StageRunner:
 
     # ------------------------------------------------------------------ checkpoints
 
-    def handle_control(self) -> None:
+    def within_batch(self) -> None:
+        """Called by the input every few thousand records of a batch: at most every
+        ``CONTROL_IN_BATCH_S``, the control plane (a completed checkpoint's output committed now,
+        not after the batch; a trigger waits for the batch's end, as a source stage checkpoints
+        between batches)."""
+        if time.monotonic() - self._controlled_at >= CONTROL_IN_BATCH_S:
+            self.handle_control(within_batch=True)
+
+    def handle_control(self, within_batch: bool = False) -> None:
         """Act on new notifications of this attempt (called under ``lock``); first, raise what
-        failed in the asynchronous part of a checkpoint (other than a declined write). Live state
-        queries of keys this worker owns are answered after the other notifications, together."""
+        failed in the asynchronous part of a checkpoint (other than a declined write), then, at a
+        batch's end, take the triggers kept inside it. Live state queries of keys this worker owns
+        are answered after the other notifications, together."""
+        self._controlled_at = time.monotonic()
         self.checkpointer.thread.raise_failure()
+        notes = self.control.poll()
+        if not within_batch and self._deferred:
+            notes, self._deferred = [*self._deferred, *notes], []
         answers: list[StateAnswer] = []
-        for note in self.control.poll():
+        for note in notes:
             if isinstance(note, StateQuery):
                 try:
                     reply = answer(note, self.stage.name, self.tasks, self.epoch)
@@ -196,7 +214,9 @@ class StageRunner:
             if note.epoch != self.epoch:
                 continue
             if isinstance(note, CheckpointTrigger):
-                if self.input.takes_triggers and not self.finished and self.stopping is None:
+                if within_batch:
+                    self._deferred.append(note)
+                elif self.input.takes_triggers and not self.finished and self.stopping is None:
                     self.checkpoint(note.checkpoint_id, note.checkpoint_type, None, note.target_location)
             elif isinstance(note, CheckpointCompleted):
                 self._completed(note.checkpoint_id)

@@ -1,0 +1,67 @@
+"""Inside a long micro-batch the worker looks at the control plane every 0.1 s: a completed
+checkpoint's output is committed then (its results visible while the next batch is processed),
+while a trigger waits for the batch's end (a source stage checkpoints between batches), in order."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+from tidemark.protocol.messages import CheckpointCompleted, CheckpointTrigger
+from tidemark.runtime.job.records import InputRecord
+from tidemark.runtime.worker import runner as runner_module
+from tidemark.runtime.worker.inputs import SourceInput
+from tidemark.runtime.worker.runner import StageRunner
+from tidemark.types import CheckpointId, CheckpointingMode, CheckpointType, Epoch, JobId
+
+EPOCH = Epoch(3)
+
+
+def trigger(n: int) -> CheckpointTrigger:
+    return CheckpointTrigger(JobId("j"), CheckpointId(n), CheckpointType.CHECKPOINT, CheckpointingMode.EXACTLY_ONCE,
+                             0, EPOCH)
+
+
+def completed(n: int) -> CheckpointCompleted:
+    return CheckpointCompleted(JobId("j"), CheckpointId(n), CheckpointType.CHECKPOINT, 0, f"chk-{n}", EPOCH)
+
+
+def make_runner(notes: list[list[Any]], events: list[tuple[str, int]]) -> StageRunner:
+    control = SimpleNamespace(poll=lambda: notes.pop(0) if notes else [], answer=lambda answers: None)
+    output = SimpleNamespace(commit=lambda cid: events.append(("commit", int(cid))))
+    runner = StageRunner(
+        job=JobId("j"), stage=SimpleNamespace(name="s"), attempt=SimpleNamespace(epoch=EPOCH), tasks=[],
+        input=SimpleNamespace(takes_triggers=True), output=output, control=control, clock=None,
+        checkpointer=SimpleNamespace(thread=SimpleNamespace(raise_failure=lambda: None)), failures=None,
+        lag=None, positions={}, read_partitions=[], restored_from=None, local_dir=None)
+    runner.checkpoint = lambda cid, kind, aligned, target=None: events.append(("checkpoint", int(cid)))
+    return runner
+
+
+def test_a_completion_inside_a_batch_commits_at_once_and_a_trigger_waits_for_the_batch_end(monkeypatch) -> None:
+    events: list[tuple[str, int]] = []
+    runner = make_runner([[trigger(2), completed(1)], [trigger(3)], [completed(2)]], events)
+    now = [10.0]
+    monkeypatch.setattr(runner_module.time, "monotonic", lambda: now[0])
+    runner.within_batch()  # due (never looked before): the completion is committed, trigger 2 kept
+    now[0] += 0.05
+    runner.within_batch()  # not due: the control plane is not polled
+    assert events == [("commit", 1)]
+    now[0] += 0.05
+    runner.within_batch()  # due: trigger 3 kept behind trigger 2
+    assert events == [("commit", 1)]
+    runner.handle_control()  # the batch's end: the kept triggers in order, then what is new
+    assert events == [("commit", 1), ("checkpoint", 2), ("checkpoint", 3), ("commit", 2)]
+
+
+def test_the_source_input_asks_every_4096_records() -> None:
+    asked: list[int] = []
+    seen: list[int] = []
+    path = SimpleNamespace(clock=SimpleNamespace(end_of_batch=lambda unread: None), failures=None,
+                           process=lambda record: seen.append(record.offset))
+    source = SourceInput(path, {}, lambda: None)
+    records = [InputRecord(topic="in", partition=0, offset=n, key=None, value=b"x", timestamp_ms=0)
+               for n in range(10_000)]
+    checkpoints = SimpleNamespace(finished=False, within_batch=lambda: asked.append(len(seen)))
+    source.feed(records, checkpoints)
+    assert asked == [4095, 8191] and len(seen) == 10_000
