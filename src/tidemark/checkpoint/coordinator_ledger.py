@@ -328,7 +328,10 @@ class CheckpointLedger:
         if current is not None and reg.epoch < current.epoch:
             return
         if current is None or reg.epoch > current.epoch:
-            self.next_periodic_at = reg.registered_at + self.interval_ms
+            # a new attempt's first checkpoint at once: its sources take it after their first
+            # records (runtime.worker.runner), so its first results are committed without waiting
+            # an interval; the next ones an interval after it
+            self.next_periodic_at = reg.registered_at
             self.finishing = False
             self.stopping = None
             self.failures.reset()  # a new attempt starts with its full tolerance

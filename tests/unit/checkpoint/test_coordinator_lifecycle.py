@@ -70,17 +70,22 @@ def test_nothing_is_triggered_before_a_job_registers() -> None:
 
 
 def test_periodic_trigger_goes_to_the_sources_with_the_configured_mode() -> None:
+    """A new attempt's first checkpoint is triggered at its registration (its sources take it after
+    their first records, runtime.worker.runner), the next ones an interval apart."""
     options = CheckpointingOptions(interval_ms=100, mode=CheckpointingMode.AT_LEAST_ONCE)
     coord, reg = started(options)
-    assert coord.tick(99) == []
-    (command,) = coord.tick(100)
+    (command,) = coord.tick(0)
     assert isinstance(command, EmitTrigger)
     assert command.trigger.checkpoint_id == 1
     assert command.trigger.checkpoint_type is CheckpointType.CHECKPOINT
     assert command.trigger.mode is CheckpointingMode.AT_LEAST_ONCE
-    assert command.trigger.triggered_at == 100
+    assert command.trigger.triggered_at == 0
     assert command.source_tasks == reg.source_tasks
     assert coord.pending_checkpoint_ids == (1,)
+    (persist,) = ack_all(coord, reg, 1, 20)
+    coord.apply(persist.metadata, 20)
+    assert coord.tick(99) == []
+    assert triggers(coord.tick(100))[0].checkpoint_id == 2
 
 
 def test_max_concurrent_blocks_the_next_trigger_until_one_finishes() -> None:
@@ -270,8 +275,11 @@ def test_savepoint_is_triggered_at_once_and_shares_the_id_sequence() -> None:
 
 def test_savepoint_failures_never_count() -> None:
     coord, reg = started(CheckpointingOptions(interval_ms=100, tolerable_failures=0, timeout_ms=50))
+    coord.tick(0)  # the attempt's first checkpoint, at its registration, completes
+    (persist,) = ack_all(coord, reg, 1, 5)
+    coord.apply(persist.metadata, 5)
     coord.apply(savepoint_request("r1", 10), 10)
-    commands = coord.apply(decline(1, reg.tasks[0], 20), 20)
+    commands = coord.apply(decline(2, reg.tasks[0], 20), 20)
     assert [type(c) for c in commands] == [EmitAborted]
     coord.apply(savepoint_request("r2", 30), 30)
     assert [type(c) for c in coord.tick(80)] == [EmitAborted]
@@ -307,8 +315,7 @@ def test_a_newer_epoch_supersedes_pending_checkpoints() -> None:
     assert AbortReason.parse(aborted.aborted.reason) is AbortReason.SUPERSEDED
     assert coord.consecutive_failures == 0
     assert coord.apply(registration(epoch=0, at=160), 160) == []  # stale attempt ignored
-    assert coord.tick(200) == []  # the new attempt's schedule starts at its registration
-    trigger = triggers(coord.tick(250))[0]
+    trigger = triggers(coord.tick(160))[0]  # the new attempt's first checkpoint: at its registration
     assert (trigger.checkpoint_id, trigger.epoch) == (2, 1)
 
 

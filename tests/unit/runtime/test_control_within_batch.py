@@ -1,6 +1,9 @@
-"""Inside a long micro-batch the worker looks at the control plane every 0.1 s: a completed
-checkpoint's output is committed then (its results visible while the next batch is processed),
-while a trigger waits for the batch's end (a source stage checkpoints between batches), in order."""
+"""When a source stage worker acts on the control plane. Inside a long micro-batch it looks every
+0.1 s: a completed checkpoint's output is committed then (its results visible while the next batch
+is processed), while a trigger waits for the batch's end (a source stage checkpoints between
+batches), in order. A periodic trigger that comes before the attempt processed its first records
+waits for them (at most 3 s), so that the first checkpoint, triggered at the attempt's
+registration, commits the first batch's results."""
 
 from __future__ import annotations
 
@@ -26,10 +29,10 @@ def completed(n: int) -> CheckpointCompleted:
     return CheckpointCompleted(JobId("j"), CheckpointId(n), CheckpointType.CHECKPOINT, 0, f"chk-{n}", EPOCH)
 
 
-def make_runner(notes: list[list[Any]], events: list[tuple[str, int]]) -> StageRunner:
+def make_runner(notes: list[list[Any]], events: list[tuple[str, int]], processing: bool = True) -> StageRunner:
     control = SimpleNamespace(poll=lambda: notes.pop(0) if notes else [], answer=lambda answers: None)
     output = SimpleNamespace(commit=lambda cid: events.append(("commit", int(cid))))
-    runner = StageRunner(
+    runner = StageRunner(processing=processing,
         job=JobId("j"), stage=SimpleNamespace(name="s"), attempt=SimpleNamespace(epoch=EPOCH), tasks=[],
         input=SimpleNamespace(takes_triggers=True), output=output, control=control, clock=None,
         checkpointer=SimpleNamespace(thread=SimpleNamespace(raise_failure=lambda: None)), failures=None,
@@ -52,6 +55,39 @@ def test_a_completion_inside_a_batch_commits_at_once_and_a_trigger_waits_for_the
     assert events == [("commit", 1)]
     runner.handle_control()  # the batch's end: the kept triggers in order, then what is new
     assert events == [("commit", 1), ("checkpoint", 2), ("checkpoint", 3), ("commit", 2)]
+
+
+def savepoint(n: int) -> CheckpointTrigger:
+    return CheckpointTrigger(JobId("j"), CheckpointId(n), CheckpointType.SAVEPOINT, CheckpointingMode.EXACTLY_ONCE,
+                             0, EPOCH, "target")
+
+
+def test_a_periodic_trigger_before_the_first_records_waits_for_them(monkeypatch) -> None:
+    now = [100.0]
+    monkeypatch.setattr(runner_module.time, "monotonic", lambda: now[0])
+    events: list[tuple[str, int]] = []
+    runner = make_runner([[trigger(1)], [savepoint(2)], []], events, processing=False)
+    runner.handle_control()  # no records yet: kept
+    runner.handle_control()  # a savepoint is not kept
+    assert events == [("checkpoint", 2)]
+    now[0] += 1.0
+    runner.processing = True  # the first batch's records were counted (flush_outputs)
+    runner.handle_control()
+    assert events == [("checkpoint", 2), ("checkpoint", 1)]
+
+
+def test_without_records_a_kept_trigger_is_taken_after_3_s(monkeypatch) -> None:
+    now = [100.0]
+    monkeypatch.setattr(runner_module.time, "monotonic", lambda: now[0])
+    events: list[tuple[str, int]] = []
+    runner = make_runner([[trigger(1)]], events, processing=False)
+    runner.handle_control()
+    now[0] += 2.9
+    runner.handle_control()
+    assert events == []
+    now[0] += 0.2
+    runner.handle_control()
+    assert events == [("checkpoint", 1)]
 
 
 def test_the_source_input_asks_every_4096_records() -> None:

@@ -60,6 +60,11 @@ from tidemark.types import CheckpointId, CheckpointType, Epoch, JobId, TopicPart
 log = get_logger(__name__)
 IDLE_CLEANUP_EVERY_S = 1.0  # ticks without a batch clean TTL state at most this often
 CONTROL_IN_BATCH_S = 0.1  # inside a batch, the control plane is looked at this often
+# A source stage's periodic trigger that comes before the attempt processed its first records waits
+# for them (the end of the first batch), at most this long after the attempt began running: the
+# coordinator triggers a new attempt's first checkpoint at once, so that the first results are
+# committed right after the first batch, not one interval later (a checkpoint of nothing first).
+FIRST_RECORDS_WAIT_S = 3.0
 
 
 @dataclass(eq=False)
@@ -91,10 +96,12 @@ class StageRunner:
     processing: bool = False  # set when the first records a task processed are counted (flush_outputs)
     _cleaned_at: float = 0.0  # the last incremental TTL cleanup (time.monotonic)
     _controlled_at: float = 0.0  # the last look at the control plane (time.monotonic)
-    _deferred: list[CheckpointTrigger] = field(default_factory=list)  # triggers seen inside a batch
+    _deferred: list[CheckpointTrigger] = field(default_factory=list)  # triggers kept for later
+    _began: float = 0.0  # when the attempt began running (time.monotonic)
 
     def __post_init__(self) -> None:
         self._batch_seconds = BATCH_DURATION.labels(self.job, self.stage.name)
+        self._began = time.monotonic()
 
     @property
     def epoch(self) -> Epoch:
@@ -188,7 +195,8 @@ class StageRunner:
     def handle_control(self, within_batch: bool = False) -> None:
         """Act on new notifications of this attempt (called under ``lock``); first, raise what
         failed in the asynchronous part of a checkpoint (other than a declined write), then, at a
-        batch's end, take the triggers kept inside it. Live state queries of keys this worker owns
+        batch's end, take the triggers kept inside it (or before the first records: see
+        ``FIRST_RECORDS_WAIT_S``). Live state queries of keys this worker owns
         are answered after the other notifications, together."""
         self._controlled_at = time.monotonic()
         self.checkpointer.thread.raise_failure()
@@ -214,7 +222,7 @@ class StageRunner:
             if note.epoch != self.epoch:
                 continue
             if isinstance(note, CheckpointTrigger):
-                if within_batch:
+                if within_batch or self._awaits_first_records(note):
                     self._deferred.append(note)
                 elif self.input.takes_triggers and not self.finished and self.stopping is None:
                     self.checkpoint(note.checkpoint_id, note.checkpoint_type, None, note.target_location)
@@ -229,6 +237,10 @@ class StageRunner:
                     self.stopping = None
         if answers:
             self.control.answer(answers)
+
+    def _awaits_first_records(self, trigger: CheckpointTrigger) -> bool:
+        return (trigger.checkpoint_type is CheckpointType.CHECKPOINT and not self.processing
+                and time.monotonic() - self._began < FIRST_RECORDS_WAIT_S)
 
     def _completed(self, checkpoint_id: CheckpointId) -> None:
         self.output.commit(checkpoint_id)
