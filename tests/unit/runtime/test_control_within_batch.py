@@ -66,14 +66,15 @@ def test_a_periodic_trigger_before_the_first_records_waits_for_them(monkeypatch)
     now = [100.0]
     monkeypatch.setattr(runner_module.time, "monotonic", lambda: now[0])
     events: list[tuple[str, int]] = []
-    runner = make_runner([[trigger(1)], [savepoint(2)], []], events, processing=False)
-    runner.handle_control()  # no records yet: kept
+    runner = make_runner([[savepoint(1)], [trigger(2)], [savepoint(3)], []], events, processing=False)
     runner.handle_control()  # a savepoint is not kept
-    assert events == [("checkpoint", 2)]
+    runner.handle_control()  # no records yet: kept
+    runner.handle_control()  # kept behind it: checkpoints are taken in id order
+    assert events == [("checkpoint", 1)]
     now[0] += 1.0
     runner.processing = True  # the first batch's records were counted (flush_outputs)
     runner.handle_control()
-    assert events == [("checkpoint", 2), ("checkpoint", 1)]
+    assert events == [("checkpoint", 1), ("checkpoint", 2), ("checkpoint", 3)]
 
 
 def test_without_records_a_kept_trigger_is_taken_after_3_s(monkeypatch) -> None:

@@ -204,6 +204,7 @@ class StageRunner:
         if not within_batch and self._deferred:
             notes, self._deferred = [*self._deferred, *notes], []
         answers: list[StateAnswer] = []
+        holding = False  # a trigger kept: those after it too (checkpoints are taken in id order)
         for note in notes:
             if isinstance(note, StateQuery):
                 try:
@@ -222,8 +223,9 @@ class StageRunner:
             if note.epoch != self.epoch:
                 continue
             if isinstance(note, CheckpointTrigger):
-                if within_batch or self._awaits_first_records(note):
+                if within_batch or holding or self._awaits_first_records(note):
                     self._deferred.append(note)
+                    holding = True
                 elif self.input.takes_triggers and not self.finished and self.stopping is None:
                     self.checkpoint(note.checkpoint_id, note.checkpoint_type, None, note.target_location)
             elif isinstance(note, CheckpointCompleted):
