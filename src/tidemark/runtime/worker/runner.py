@@ -13,10 +13,11 @@ Checkpoints (:meth:`StageRunner.checkpoint`), at the coordinator's trigger in a 
 at an aligned barrier in a channel stage: each task's ``prepare_snapshot_pre_barrier``, the output
 gets what that emitted, then :class:`~tidemark.runtime.worker.checkpoint.StageCheckpointer`
 pre-commits the output, snapshots the tasks and acks. Completed / aborted notifications commit /
-keep the output and reach every task's operator, also inside a long batch (:meth:`StageRunner.within_batch`:
-the control plane looked at every ``CONTROL_IN_BATCH_S``, a trigger kept for the batch's end), so
-that results are committed while the next batch is processed; a completed stop-with-savepoint finishes the
-operators and ends the attempt (exit 0); until then, after its snapshot, nothing is processed.
+keep the output and reach every task's operator, also inside a long batch
+(:meth:`StageRunner.within_batch`: the control plane looked at every ``CONTROL_IN_BATCH_S``, a
+trigger kept for the batch's end), so that results are committed while the next batch is
+processed; a completed stop-with-savepoint finishes the operators and ends the attempt (exit 0);
+until then, after its snapshot, nothing is processed.
 The runner owns no Kafka client of its own: its parts do (the output, the control plane, the
 record failures, the clock's late records, the consumer lag's metadata consumer).
 """
@@ -196,8 +197,8 @@ class StageRunner:
         """Act on new notifications of this attempt (called under ``lock``); first, raise what
         failed in the asynchronous part of a checkpoint (other than a declined write), then, at a
         batch's end, take the triggers kept inside it (or before the first records: see
-        ``FIRST_RECORDS_WAIT_S``). Live state queries of keys this worker owns
-        are answered after the other notifications, together."""
+        ``FIRST_RECORDS_WAIT_S``). Live state queries of keys this worker owns are answered
+        after the other notifications, together."""
         self._controlled_at = time.monotonic()
         self.checkpointer.thread.raise_failure()
         notes = self.control.poll()

@@ -71,6 +71,10 @@ class Family:
         return getattr(self.raw, name)
 
 
+def _taken() -> Path:
+    raise AssertionError("a capture's checkpoint is taken once")
+
+
 class CaptureAbandoned(RuntimeError):
     """The capture ended before its checkpoint was taken (the snapshot was given up)."""
 
@@ -115,7 +119,7 @@ class Capture:
             if self._open:
                 try:
                     for family in self._families:
-                        family.raw.flush()  # the lock released: records keep flowing meanwhile
+                        family.raw.flush()  # the interpreter lock released: records keep flowing
                     self._checkpoint = self._take_checkpoint()
                 except BaseException as e:
                     self._error = e
@@ -146,6 +150,8 @@ class Capture:
         with self._tracking:
             for family in self._families:
                 family.untrack()
+            self._families = []  # no handle of the database kept past its close
+            self._take_checkpoint = _taken
             self._open = False
 
 
