@@ -40,8 +40,10 @@ def _jobs(service: LocalService) -> dict[str, Any]:
 
 
 def _wait_for_job(service: LocalService, job: JobId) -> dict[str, Any]:
+    """The job once the coordinator folded a registration of it (its supervisor's heartbeats
+    alone already list it, without workers)."""
     deadline = time.monotonic() + 60
-    while (found := _jobs(service).get(job)) is None:
+    while not (found := _jobs(service).get(job) or {}).get("workers"):
         assert time.monotonic() < deadline, f"the coordinator never showed {job}: {service.log_tail()}"
         time.sleep(0.3)
     return found

@@ -5,7 +5,7 @@ A supervisor follows its job's attempt signals with :class:`AttemptSignals` (see
 
 Lifecycle: ``ControlPlane(...)`` positions a consumer at the *end* of the control topic, read at
 construction (so it sees every notification issued after it was made, and none of older
-attempts) and of the state-queries topic ->
+attempts), and of the state-queries topic (at its first fetch) ->
 ``poll()`` repeatedly from the worker's loop (non-blocking; returns this job's triggers,
 completed and aborted notifications in log order, in changelog mode its materializations, and the
 live state queries about the job, :mod:`tidemark.runtime.worker.live_state`) -> ``ack``/``decline``/``answer`` -> ``close()``.
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import OFFSET_END, Consumer, Producer, TopicPartition
 
 from tidemark.clock import now_ms
 from tidemark.kafka.clients import consumer_config, producer_config
@@ -98,16 +98,18 @@ class ControlPlane(ControlPublisher):
                  materializations: bool = False) -> None:
         super().__init__(client, topics, job_id)
         self._consumer = consumer = Consumer(consumer_config(client, None))
-        names = [topics.control, topics.state_queries]
+        # the control topic's end read now, as the supervisor's AttemptSignals reads it, not left
+        # to the first fetch: a trigger sent in between (the coordinator triggers a new attempt's
+        # first checkpoint at its registration) would be skipped, and the checkpoint would wait
+        # for this worker's ack until its timeout. The others may not exist yet (the state queries
+        # topic, before the first query): their end is resolved at the first fetch, as before
+        control = TopicPartition(topics.control, 0)
+        _, end = broker_wait(client).call("control topic end", lambda: consumer.get_watermark_offsets(
+            control, timeout=30.0, cached=False))
+        followed = [TopicPartition(topics.control, 0, end), TopicPartition(topics.state_queries, 0, OFFSET_END)]
         if materializations:  # changelog mode: materializations of this job's tasks
-            names.append(topics.materializations)
-        wait = broker_wait(client)
-        # each end read now, not left to the first fetch: a trigger sent between this and the first
-        # fetch (the coordinator triggers a new attempt's first checkpoint at its registration)
-        # would be skipped, and the checkpoint would wait for this worker's ack until its timeout
-        ends = [wait.call(f"{name} end", lambda name=name: consumer.get_watermark_offsets(
-            TopicPartition(name, 0), timeout=30.0, cached=False))[1] for name in names]
-        consumer.assign([TopicPartition(name, 0, end) for name, end in zip(names, ends)])
+            followed.append(TopicPartition(topics.materializations, 0, OFFSET_END))
+        consumer.assign(followed)
 
     def poll(self, max_records: int = 500) -> list[Notification]:
         return job_messages(self._consumer, self.job_id, _NOTIFICATIONS, max_records)
