@@ -51,7 +51,7 @@ from tidemark.state.rocksdb.table import (
 )
 from tidemark.state.serializers import frame_element, frame_elements, unframe_elements
 from tidemark.state.snapshot import Entry
-from tidemark.state.table import KeyedStateChange
+from tidemark.state.table import ChangeListener, KeyedStateChange
 from tidemark.state.timer_queue import is_timer_state, queue_name_of, timer_state_name
 from tidemark.state.rocksdb.timers import (
     COUNTS_CF,
@@ -150,9 +150,17 @@ class RocksDBStateBackend(LocalKeyedStateBackend):
             self._capture.add(family)
         return family
 
+    def _write_pending(self) -> None:
+        """The value tables' write buffers into the database (:class:`RocksValueTable`): before
+        anything reads it other than through a table's ``get``."""
+        for table in self._tables.values():
+            table.write_pending()
+
     def _end_capture(self) -> None:
         """Before the database changes other than by the processing thread's writes (a restore,
-        a migration, the close) or the next snapshot: the open capture's checkpoint taken now."""
+        a migration, the close) or the next snapshot: the write buffers written (an open
+        capture keeps what they replace), then the open capture's checkpoint taken now."""
+        self._write_pending()
         capture, self._capture = self._capture, None
         if capture is not None and capture.is_open:
             try:
@@ -178,6 +186,12 @@ class RocksDBStateBackend(LocalKeyedStateBackend):
         self._tables[descriptor.name] = table
         return table
 
+    def add_change_listener(self, listener: ChangeListener) -> None:
+        """As the base class; what waits in the write buffers was written before ``listener``,
+        and every write after goes to RocksDB at once (:class:`RocksValueTable`)."""
+        self._write_pending()
+        super().add_change_listener(listener)
+
     def _create_timer_queue(self, name: str) -> RocksDBTimerQueue:
         queue = RocksDBTimerQueue(
             self, self.key_group_range, name, self._timer_cf(time_order_cf_name(name)),
@@ -195,6 +209,7 @@ class RocksDBStateBackend(LocalKeyedStateBackend):
         if queue is not None:
             queue.apply_change(change)
             return
+        self._write_pending()
         cf = self._cf(change.state_name)
         slot = key_prefix(change.key_group, change.key) + namespace_part(change.namespace)
         op = change.op
@@ -215,6 +230,8 @@ class RocksDBStateBackend(LocalKeyedStateBackend):
         now, removed, checked = self.clock.now_ms(), 0, 0
         states = sorted(name for name in self._tables if self._states[name].descriptor.ttl is not None)
         index, start = (0, None) if limit is None else self._cleanup_at
+        if states:
+            self._write_pending()
         while index < len(states) and (limit is None or checked < limit):
             descriptor = self._states[states[index]].descriptor
             assert descriptor.ttl is not None
@@ -250,6 +267,7 @@ class RocksDBStateBackend(LocalKeyedStateBackend):
     def size(self) -> BackendSize:
         """RocksDB's own figures per column family (:mod:`tidemark.state.sizes`)."""
         self._check_open()
+        self._write_pending()
         states = {}
         for name in self._tables:
             family = self._cf(name)
@@ -266,6 +284,7 @@ class RocksDBStateBackend(LocalKeyedStateBackend):
         ``False`` if ``timeout_s`` passed first. A settled database's SST set is stable, so
         the next incremental snapshots share it."""
         self._check_open()
+        self._write_pending()
         families = [self._db, *self._cfs.values(), *self._timer_cfs.values()]
         for family in families:
             family.flush()
@@ -348,6 +367,7 @@ class RocksDBStateBackend(LocalKeyedStateBackend):
         not kept in its block cache: :func:`scan_options`), as :meth:`snapshot_async`'s canonical
         snapshot reads its local checkpoint."""
         self._check_open()
+        self._write_pending()
         metas = self._checked_metas()
         scan = scan_options()
         families = ((meta, iter_column_family(self._cf(meta["name"]), meta, self.key_group_range, scan))

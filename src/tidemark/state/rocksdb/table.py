@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any, Iterator, Protocol
 from tidemark.keygroups import decode_key
 from tidemark.protocol.messages import StateChangeOp
 from tidemark.state.descriptors import StateDescriptor, user_key_serializer_of, value_serializer_of
-from tidemark.state.serializers import Serializer, frame_element, frame_elements, unframe_elements
+from tidemark.state.serializers import (Serializer, TaggedSerializer, frame_element, frame_elements,
+                                        unframe_elements)
 from tidemark.state.table import MISSING, ChangeListener, KeyedStateChange, encode_namespace
 from tidemark.state.ttl import TtlSerializer
 
@@ -28,6 +29,15 @@ if TYPE_CHECKING:
 PUT, ADD, DELETE, CLEAR = StateChangeOp.PUT, StateChangeOp.ADD, StateChangeOp.DELETE, StateChangeOp.CLEAR
 _U32 = struct.Struct(">I")
 _U16 = struct.Struct(">H")
+WRITE_BUFFER_ENTRIES = 20_000  # keys a value table's write buffer holds before it writes them (a few MB)
+_UNCHANGING = frozenset((type(None), bool, int, float, str, bytes))
+
+
+def kept_as_written(value: Any) -> bool:
+    """True for a value that cannot change in place and that the default codec gives back as it
+    was written (type and value): a write buffer may hold it as is."""
+    kind = type(value)
+    return kind in _UNCHANGING or (kind is tuple and all(type(item) in _UNCHANGING for item in value))
 
 
 class CurrentKeySlot(Protocol):
@@ -106,9 +116,13 @@ class RocksStateTable:
         if self._b._listeners:
             self._emit(DELETE, ns, None, None)
 
+    def write_pending(self) -> None:
+        """Write what waits in a write buffer (only value tables have one)."""
+
     def stored_keys(self) -> Iterator[Any]:
         """The column family's keys are sorted, so a key's entries (all its namespaces and user
         keys) are adjacent within its key group."""
+        self.write_pending()
         last: tuple[int, bytes] | None = None
         for db_key in self._cf.keys():
             key_group, stored, _, _ = split_db_key(db_key)
@@ -123,19 +137,65 @@ class RocksStateTable:
 
 
 class RocksValueTable(RocksStateTable):
-    """Value, reducing and aggregating state: one RocksDB value per (key, namespace)."""
+    """Value, reducing and aggregating state: one RocksDB value per (key, namespace).
 
-    __slots__ = ()
+    A write buffer in front of the column family (Kafka Streams' record cache, Quix Streams'
+    transaction cache): a value of the default codec that cannot change in place (``None``, a
+    bool, number, string, bytes, or a tuple of those: :func:`kept_as_written`) is serialized when
+    it is put, so a value the codec refuses fails the record that put it, and waits with its
+    bytes in :attr:`_pending` until :meth:`write_pending`; reads see it first. A key written many
+    times between two writes costs one RocksDB write, and its reads no RocksDB read and no
+    decoding. The backend writes the buffers before anything reads the column family another
+    way and before each snapshot (``RocksDBStateBackend._write_pending``); a buffer of
+    ``WRITE_BUFFER_ENTRIES`` keys writes itself. Other values (mutable ones, which RocksDB gives
+    back as copies; those of another codec, which may give back another type) and every write
+    while the backend has change listeners (the changelog) go to RocksDB at once."""
+
+    __slots__ = ("_pending", "_buffers")
+
+    def __init__(self, backend: CurrentKeySlot, descriptor: StateDescriptor, cf: rocksdict.Rdict) -> None:
+        super().__init__(backend, descriptor, cf)
+        self._pending: dict[bytes, tuple[Any, bytes]] = {}
+        inner = self._ser.inner if isinstance(self._ser, TtlSerializer) else self._ser
+        self._buffers = type(inner) is TaggedSerializer
 
     def get(self, ns: bytes) -> Any:
-        data = self._cf.get(self._b._prefix + ns)
+        key = self._b._prefix + ns
+        held = self._pending.get(key)
+        if held is not None:
+            return held[0]
+        data = self._cf.get(key)
         return MISSING if data is None else self._ser.deserialize(data)
 
     def put(self, ns: bytes, value: Any) -> None:
+        key = self._b._prefix + ns
         data = self._ser.serialize(value)
-        self._cf.put(self._b._prefix + ns, data)
+        pending = self._pending
+        if self._buffers and not self._b._listeners and kept_as_written(value):
+            pending[key] = (value, data)
+            if len(pending) >= WRITE_BUFFER_ENTRIES:
+                self.write_pending()
+            return
+        if pending:
+            pending.pop(key, None)
+        self._cf.put(key, data)
         if self._b._listeners:
             self._emit(PUT, ns, None, data)
+
+    def delete(self, ns: bytes) -> None:
+        if self._pending:
+            self._pending.pop(self._b._prefix + ns, None)
+        super().delete(ns)
+
+    def write_pending(self) -> None:
+        """Write the buffered values into the column family (through its current write methods,
+        so an open snapshot capture keeps what they replace)."""
+        pending = self._pending
+        if pending:
+            put = self._cf.put
+            for key, (_, data) in pending.items():
+                put(key, data)
+            pending.clear()
 
 
 class RocksListTable(RocksStateTable):
