@@ -161,19 +161,20 @@ def produce_waiting(producer: Any, topic: str, **kwargs: Any) -> None:
             producer.poll(0.05)
 
 
-def produce_all(producer: Any, topic: str, records: Iterable[tuple[bytes | None, bytes]],
+def produce_all(producer: Any, topic: str, records: Iterable[tuple[Any, ...]],
                 headers: list[tuple[str, bytes]] | None = None) -> None:
-    """Produce every ``(key, value)`` of ``records`` to ``topic`` (the producer partitions them),
-    with ``headers`` on each, waiting while the local queue is full as :func:`produce_waiting`
-    does; the per-record path of the sinks, so one C call per record and nothing else."""
+    """Produce every ``(key, value, ...)`` of ``records`` to ``topic`` (the producer partitions
+    them; what follows the value is left unread), with ``headers`` on each, waiting while the
+    local queue is full as :func:`produce_waiting` does; the per-record path of the sinks, so one
+    C call per record and nothing else."""
     produce, poll = producer.produce, producer.poll
-    for key, value in records:
+    for record in records:
         while True:
             try:
                 if headers is None:
-                    produce(topic, value, key)
+                    produce(topic, record[1], record[0])
                 else:
-                    produce(topic, value, key, headers=headers)
+                    produce(topic, record[1], record[0], headers=headers)
                 break
             except BufferError:
                 poll(0.05)

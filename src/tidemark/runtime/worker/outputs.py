@@ -86,7 +86,8 @@ RoutedRecord = tuple[bytes | None, bytes, int, int | None, str]
 :data:`EVERY_PARTITION`: a copy into each, a broadcast input's element)."""
 EVERY_PARTITION = -1
 SinkRecord = tuple[bytes | None, bytes]
-"""(key, value) as the job's output topic gets it."""
+"""(key, value) as the job's output topic gets it; an operator's output record (its key and value
+first, :data:`~tidemark.operators.lifecycle.OutputRecord`) is kept and written as one, unsliced."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,8 +114,8 @@ class PendingBuffer:
     def encode(self) -> bytes:
         fields = {"task": self.task, "checkpoint_id": int(self.checkpoint_id), "records": len(self.records)}
         head = json.dumps({**fields, "output": self.output} if self.output else fields).encode()
-        keys = [key for key, _ in self.records]
-        values = [value for _, value in self.records]
+        keys = [record[0] for record in self.records]
+        values = [record[1] for record in self.records]
         lengths = struct.pack(f"<{2 * len(keys)}i", *[-1 if key is None else len(key) for key in keys],
                               *map(len, values))
         return b"".join((self._MAGIC, self._LEN.pack(len(head)), head, lengths,
@@ -252,7 +253,7 @@ class ChannelOutput:
                             _produce(self._producer, self.topic, routed[0], routed[1], record_headers, target)
                     continue
                 if self.partitioner is None and not self.event_time:  # the producer partitions
-                    produce_all(self._producer, self.topic, (r[:2] for r in records), headers)
+                    produce_all(self._producer, self.topic, records, headers)
                     continue
                 for record in records:
                     _produce(self._producer, self.topic, record[0], record[1],
@@ -349,7 +350,7 @@ class TwoPhaseCommitOutput:
     def write(self, batch: Mapping[TaskId, list[OutputRecord]], watermark: WatermarkStatus | None = None) -> None:
         for task, records in batch.items():
             if records:
-                self._open.setdefault(task, []).extend(r[:2] for r in records)
+                self._open.setdefault(task, []).extend(records)  # (key, value, ...): the rest is left unread
 
     def pre_commit(self, barriers: Mapping[TaskId, Barrier]) -> dict[TaskId, list[bytes]]:
         for task, barrier in barriers.items():
@@ -426,7 +427,7 @@ class AtLeastOnceOutput:
 
     def write(self, batch: Mapping[TaskId, list[OutputRecord]], watermark: WatermarkStatus | None = None) -> None:
         for records in batch.values():
-            produce_all(self._producer, self.topic, (r[:2] for r in records))
+            produce_all(self._producer, self.topic, records)
             self.records_out += len(records)
         self._producer.poll(0)
 
