@@ -1,9 +1,10 @@
 """Tidemark against Quix Streams: the same count per URL, broker, input topic and machine.
 
-Each round writes ``--records`` access-log records (``tidemark.examples.generator``, 4
-partitions) to a fresh input topic of each ``--inputs`` kind: ``unkeyed`` (no key, round-robin:
-Quix must re-key by URL through a repartition topic) and ``keyed`` (keyed by URL, each URL in the
-partition of its key: Quix's best case, counted as it is), then runs on it, one after the other:
+For each of the ``--records`` sizes (several in one run: one table each), each round writes that
+many access-log records (``tidemark.examples.generator``, 4 partitions) to a fresh input topic of
+each ``--inputs`` kind: ``unkeyed`` (no key, round-robin: Quix must re-key by URL through a
+repartition topic) and ``keyed`` (keyed by URL, each URL in the partition of its key: Quix's best
+case, counted as it is), then runs on it, one after the other:
 
 * Tidemark: ``tidemark.examples.access_log:url_counts`` (exactly-once, RocksDB state,
   ``--parallelism`` tasks in ``--workers`` worker processes, no warm standby) on the local
@@ -29,7 +30,7 @@ kept, and named, after one that failed. Rounds interleave the systems (Tidemark,
 ...); the table gives min / median / max per input kind, system and clock, the first result's
 time after the launch, and the ratios of the medians per input kind.
 
-    .venv/bin/python bench/bench_vs_quix.py --records 300000 --rounds 3
+    .venv/bin/python bench/bench_vs_quix.py --records 300000 1500000 --rounds 3 --warm-workers
 
 Uses ``KAFKA_BOOTSTRAP_SERVERS`` when set, else starts the embedded broker for the run.
 """
@@ -333,7 +334,8 @@ def table(runs: list[Run], by_inputs: bool = True) -> list[str]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--records", type=int, default=300_000)
+    parser.add_argument("--records", type=int, nargs="+", default=[300_000],
+                        help="input sizes, each run in its own rounds and table (e.g. 300000 1500000)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--workers", type=int, default=1, help="Tidemark worker processes for the stage")
     parser.add_argument("--parallelism", type=int, default=PARTITIONS, help="Tidemark's tasks (key-group ranges)")
@@ -346,7 +348,7 @@ def main() -> int:
                         help="the input topics: unkeyed (round-robin, Quix re-keys) and/or keyed by URL")
     options = parser.parse_args()
     for name in ("records", "rounds", "workers", "parallelism", "commit_interval_ms"):
-        if getattr(options, name) < 1:
+        if min(getattr(options, name) if name == "records" else [getattr(options, name)]) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
     if options.workers > options.parallelism:
         parser.error("--workers must not exceed --parallelism (each worker owns at least one task)")
@@ -357,22 +359,23 @@ def main() -> int:
         with kafka_or_embedded(home / "broker") as (bootstrap, broker):
             print(f"broker: {'external ' + bootstrap if broker is None else 'embedded ' + broker.describe()}",
                   flush=True)
-            data = list(generate(options.records))
-            expected = expected_url_counts(data)
-            for index, kind, system in ((i, k, s) for i in range(options.rounds) for k in options.inputs
-                                        for s in SYSTEMS):
+            for size, index, kind, system in ((n, i, k, s) for n in options.records for i in range(options.rounds)
+                                              for k in options.inputs for s in SYSTEMS):
+                if (index, kind, system) == (0, options.inputs[0], SYSTEMS[0]):
+                    data = list(generate(size))
+                    expected = expected_url_counts(data)
                 if system == SYSTEMS[0]:  # a fresh input topic per round and input kind
                     input_topic = f"vsq-in-{kind}-{uuid.uuid4().hex[:6]}"
-                    print(f"round {index + 1}/{options.rounds}: writing {options.records} records to {input_topic} "
+                    print(f"{size:,} records, round {index + 1}/{options.rounds}: writing them to {input_topic} "
                           f"({PARTITIONS} partitions, {kind})", flush=True)
                     ensure_topics(AdminClient({"bootstrap.servers": bootstrap}), [TopicSpec(input_topic, PARTITIONS)])
                     produce(bootstrap, input_topic, data, PARTITIONS, chunk=10_000,
                             key_of=url_key if kind == "keyed" else None)
-                label = f"{system} {kind} r{index + 1}"
+                label = f"{system} {kind} {size:,} r{index + 1}"
                 if system == "tidemark":
-                    run = run_tidemark(bootstrap, home, input_topic, options.records, expected, options, label)
+                    run = run_tidemark(bootstrap, home, input_topic, size, expected, options, label)
                 else:
-                    run = run_quix(bootstrap, home, python, input_topic, options.records, expected, options,
+                    run = run_quix(bootstrap, home, python, input_topic, size, expected, options,
                                    label, keyed=kind == "keyed")
                 run.inputs = kind
                 runs.append(run)
@@ -390,15 +393,17 @@ def main() -> int:
         print(f"bench_vs_quix: interrupted (working directory kept: {home})", file=sys.stderr)
         return 130
     shutil.rmtree(home, ignore_errors=True)
-    print(f"\ncount per URL, {options.records} records on {PARTITIONS} partitions, exactly-once, RocksDB state, "
-          f"commit interval {options.commit_interval_ms} ms, {options.rounds} interleaved round(s); Tidemark "
-          f"parallelism {options.parallelism}, workers {options.workers}"
-          f"{' (pre-started: jobs warm-workers, not timed)' if options.warm_workers else ''}; Quix Streams "
-          f"{quix_version()}")
-    for line in table(runs):
-        print(line)
-    mismatched = [f"{r.system} {r.inputs} round {i // (len(SYSTEMS) * len(options.inputs)) + 1}"
-                  for i, r in enumerate(runs) if r.problems]
+    for size in options.records:
+        print(f"\ncount per URL, {size:,} records on {PARTITIONS} partitions, exactly-once, RocksDB state, "
+              f"commit interval {options.commit_interval_ms} ms, {options.rounds} interleaved round(s); Tidemark "
+              f"parallelism {options.parallelism}, workers {options.workers}"
+              f"{' (pre-started: jobs warm-workers, not timed)' if options.warm_workers else ''}; Quix Streams "
+              f"{quix_version()}")
+        for line in table([r for r in runs if r.records == size]):
+            print(line)
+    per_size = options.rounds * len(SYSTEMS) * len(options.inputs)
+    mismatched = [f"{r.system} {r.inputs} {r.records:,} records round "
+                  f"{i % per_size // (len(SYSTEMS) * len(options.inputs)) + 1}" for i, r in enumerate(runs) if r.problems]
     if mismatched:
         print(f"\nOUTPUT MISMATCH in {', '.join(mismatched)}: the figures above are not comparable", file=sys.stderr)
         return 1
