@@ -11,12 +11,13 @@ from tidemark.runtime.job.records import (
     INPUT_HEADER,
     TASK_HEADER,
     WATERMARK_HEADER,
+    batch_ends,
     records_of,
     tidemark_headers,
     watermark_headers,
 )
 from tidemark.runtime.worker.watermarks import WatermarkStatus
-from tidemark.types import Epoch, TaskId
+from tidemark.types import Epoch, TaskId, TopicPartition
 
 HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 
@@ -84,3 +85,17 @@ def test_a_forwarded_records_input_topic_is_read_and_checked():
     assert named.origin == "orders" and named.header_error is None
     assert empty.header_error and "not a topic" in empty.header_error
     assert long.header_error and "not a topic" in long.header_error
+
+
+def test_a_batch_ends_after_its_highest_offset_in_each_partition():
+    now = dt.datetime(2026, 11, 24, tzinfo=dt.timezone.utc)
+    table = pa.table({
+        "topic": pa.array(["a", "a", "b", "a"]), "partition": pa.array([0, 1, 0, 0], pa.int32()),
+        "offset": pa.array([7, 3, 40, 9], pa.int64()), "timestamp": pa.array([now] * 4, pa.timestamp("us", tz="UTC")),
+        "key": pa.array([None] * 4, pa.binary()), "value": pa.array([b"v"] * 4, pa.binary()),
+        "headers": pa.array([[]] * 4, HEADERS)})
+    ends = batch_ends(table)
+    assert ends == {("a", 0): 10, ("a", 1): 4, ("b", 0): 41}
+    assert all(isinstance(tp, TopicPartition) for tp in ends)
+    assert batch_ends(table.to_batches()[0]) == ends
+    assert batch_ends(_batch([], [])) == {}

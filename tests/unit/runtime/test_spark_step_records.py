@@ -22,7 +22,8 @@ from tidemark.runtime.job.physical_plan import physical_job
 from tidemark.runtime.worker.bootstrap import read_steps
 from tidemark.runtime.worker.inputs import SourceInput
 from tidemark.runtime.worker.routing import KeyPartitioner
-from tidemark.spark.spark_step import REJECTED
+from tidemark.runtime.worker.query import micro_batch_ends
+from tidemark.spark.spark_step import REJECTED, MicroBatch, SteppedRows
 from tidemark.types import TopicPartition
 
 pytestmark = pytest.mark.unit
@@ -60,7 +61,8 @@ def test_a_steps_rows_reach_the_function_as_dicts_keyed_by_a_column_and_rejected
     assert records[0].row == {"url": "/a", "status": 200} and records[0].step_rejected is None
     positions: dict = {}
     source = SourceInput(path, positions, lambda: None)
-    source.feed(records, SimpleNamespace(finished=False), ends={TopicPartition("in", 0): 12})
+    batch = MicroBatch(stepped=[SteppedRows(table, ("url", "status"))], ends={TopicPartition("in", 0): 12})
+    source.feed(records, SimpleNamespace(finished=False), ends=micro_batch_ends(batch))
     assert [(k, json.loads(v)) for t in tasks for k, v, _ in t.take_output()] == [
         (b"/a", {"url": "/a", "status": 200})]  # the row as it is: the stage's JSON decode never ran
     ((record, error),) = failures.failed

@@ -132,6 +132,19 @@ def records_of(table: pa.Table | pa.RecordBatch) -> Iterator[InputRecord]:
         )
 
 
+def batch_ends(table: pa.Table | pa.RecordBatch) -> dict[TopicPartition, int]:
+    """The position after a source batch's last record in each of its partitions (its highest
+    offset + 1), computed in Arrow."""
+    if table.num_rows == 0:
+        return {}
+    if isinstance(table, pa.RecordBatch):
+        table = pa.Table.from_batches([table])
+    grouped = table.group_by(["topic", "partition"]).aggregate([("offset", "max")])
+    return {TopicPartition(topic, partition): offset + 1 for topic, partition, offset in
+            zip(grouped.column("topic").to_pylist(), grouped.column("partition").to_pylist(),
+                grouped.column("offset_max").to_pylist())}
+
+
 def stepped_records(table: pa.Table, row_columns: tuple[str, ...], rejected_column: str | None = None,
                     originals: pa.Table | None = None) -> Iterator[InputRecord]:
     """The rows of a Spark step's output (:mod:`tidemark.spark.spark_step`) as records: the origin

@@ -227,14 +227,17 @@ class SourceInput:
     def feed(self, records: Iterable[InputRecord], checkpoints: Checkpoints,
              ends: Mapping[TopicPartition, int] | None = None) -> None:
         """A micro-batch; then the watermark moves (a source stage checkpoints between batches,
-        never inside one). ``ends``: the batch's end offsets, when a Spark step may have left
-        records out of ``records`` (the positions move past them)."""
+        never inside one). ``ends``: the batch's end offsets per partition, when known (from its
+        rows, or from the query's offset log when a Spark step may have left records out of
+        ``records``): the positions move to them at the end, and are not kept per record (nothing
+        reads them inside a batch); else per record."""
         positions, handle, failures = self.positions, self.handle, self.failures
+        per_record = ends is None
         for n, record in enumerate(records, 1):
             if not n & _CONTROL_EVERY:
                 checkpoints.within_batch()
-            # per record: the plain tuple, equal to its TopicPartition (see types.TopicPartition)
-            positions[(record.topic, record.partition)] = record.offset + 1  # type: ignore[index]
+            if per_record:  # the plain tuple, equal to its TopicPartition (see types.TopicPartition)
+                positions[(record.topic, record.partition)] = record.offset + 1  # type: ignore[index]
             if record.header_error is not None:
                 failures.record_failed(record, MalformedHeaders(record.header_error))
             elif record.step_rejected is not None:
@@ -265,7 +268,8 @@ class ChannelInput:
 
     def feed(self, records: Iterable[InputRecord], checkpoints: Checkpoints,
              ends: Mapping[TopicPartition, int] | None = None) -> None:
-        """``ends``: never given (a channel has no Spark step)."""
+        """``ends``: not used (a channel's positions move with each record: an alignment may
+        complete, and its checkpoint cut the positions, inside a batch)."""
         for n, record in enumerate(records, 1):
             if checkpoints.finished:  # a stop-with-savepoint completed while aligning
                 return

@@ -33,7 +33,7 @@ from tidemark.kafka.clients import base_config
 from tidemark.kafka.outage import BrokerWatch
 from tidemark.runtime.worker.batch_handoff import BatchHandoff
 from tidemark.runtime.worker.consumer_lag import REPORT_EVERY_S
-from tidemark.runtime.job.records import InputRecord, records_of, stepped_records
+from tidemark.runtime.job.records import InputRecord, batch_ends, records_of, stepped_records
 from tidemark.exit_codes import EXIT_REFUSED
 from tidemark.runtime.job.start_errors import failed_file, not_retryable_reason
 from tidemark.runtime.job.attempt import Attempt
@@ -46,6 +46,7 @@ from tidemark.chassis.logs import get_logger
 from tidemark.spark.session import SessionOptions, spark_session, query_checkpoint_location
 from tidemark.spark.spark_step import REJECTED, MicroBatch, StageSteps
 from tidemark.spark.stage_source import StageSource, stage_source
+from tidemark.types import TopicPartition
 
 log = get_logger(__name__)
 
@@ -148,9 +149,9 @@ def _run_stage(settings: TidemarkSettings, attempt: Attempt, spark: Any, release
         with worker.lock:
             if not worker.closed:
                 if isinstance(batch, MicroBatch):
-                    worker.on_batch(micro_batch_records(batch), batch.ends)
+                    worker.on_batch(micro_batch_records(batch), micro_batch_ends(batch))
                 else:
-                    worker.on_batch(records_of(batch))
+                    worker.on_batch(records_of(batch), batch_ends(batch))
         if not timings.reported and batch_rows(batch):
             timings.mark("first_process")
             timings.report(job=worker.job, stage=worker.stage.name, epoch=attempt.epoch, worker=attempt.worker)
@@ -189,6 +190,18 @@ def micro_batch_records(batch: MicroBatch) -> Iterator[InputRecord]:
     for stepped in batch.stepped:
         rejected = REJECTED if REJECTED in stepped.table.column_names else None
         yield from stepped_records(stepped.table, stepped.row_columns, rejected, stepped.originals)
+
+
+def micro_batch_ends(batch: MicroBatch) -> dict[TopicPartition, int]:
+    """The positions after a micro-batch with Spark steps: past its rows, and past what a step
+    left out (the query's offset log, when it has the batch)."""
+    ends = dict(batch.ends or {})
+    tables = [batch.plain] if batch.plain is not None else []
+    for table in [*tables, *(stepped.table for stepped in batch.stepped)]:
+        for partition, end in batch_ends(table).items():
+            if end > ends.get(partition, -1):
+                ends[partition] = end
+    return ends
 
 
 def _run_query(worker: StageRunner, attempt: Attempt, spark: Any, source: StageSource, steps: StageSteps,

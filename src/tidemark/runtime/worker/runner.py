@@ -113,7 +113,7 @@ class StageRunner:
     def on_batch(self, records: Iterable[InputRecord], ends: Mapping[TopicPartition, int] | None = None) -> None:
         """One micro-batch, then the control plane (called under ``lock``), timed in
         ``tidemark_worker_batch_duration_seconds`` (after any wait for a stop-with-savepoint);
-        ``ends``: its end offsets, when a Spark step may have left records out."""
+        ``ends``: its end offsets per partition, when known (see :meth:`SourceInput.feed`)."""
         if self.finished:
             return
         self.wait_while_stopping()
