@@ -59,7 +59,7 @@ from tidemark.kafka.commit_markers import (
     newest_commits,
 )
 from tidemark.kafka.outage import broker_wait
-from tidemark.kafka.transactions import init_transactions, run_transaction
+from tidemark.kafka.transactions import TransactionsStarting, run_transaction
 from tidemark.operators.lifecycle import split_side_records
 from tidemark.protocol import codec
 from tidemark.protocol.messages import Barrier
@@ -228,10 +228,10 @@ class ChannelOutput:
         self.records_out = 0
         self._producer = Producer(producer_config(client, transactional_id))
         self._wait = broker_wait(client)
-        init_transactions(self._producer, self._wait, _TIMEOUT_S)
+        self._start = TransactionsStarting(self._producer, self._wait, _TIMEOUT_S, f"transactions-{topic}")
 
     def recover(self, items: Sequence[bytes], checkpoint_id: CheckpointId) -> None:
-        """Nothing to do: ``init_transactions`` fenced the previous attempt."""
+        """Nothing to do: ``init_transactions`` fences the previous attempt before the first write."""
 
     def write(self, batch: Mapping[TaskId, list[OutputRecord]], watermark: WatermarkStatus | None = None) -> None:
         if not any(batch.values()) and watermark is None:
@@ -265,6 +265,7 @@ class ChannelOutput:
                     for partition in range(self.partitions):
                         _produce(self._producer, self.topic, None, headers[-1][1], headers, partition)
 
+        self._start.done()
         run_transaction(self._producer, records, self._wait, f"write to {self.topic}", _TIMEOUT_S)
         self.records_out += sum(len(records) for records in batch.values())
         FAULTS.hit("after-channel-write")
@@ -287,6 +288,7 @@ class ChannelOutput:
                 for partition in range(self.partitions):
                     _produce(self._producer, self.topic, None, value, barrier_headers(barrier), partition)
 
+        self._start.done()
         run_transaction(self._producer, records, self._wait, f"write barriers to {self.topic}", _TIMEOUT_S)
         return {}
 
@@ -297,7 +299,8 @@ class ChannelOutput:
         """Nothing to undo: the reading stage's checkpoint is aborted as well."""
 
     def close(self) -> None:
-        self._producer.flush(_TIMEOUT_S)
+        if self._start.succeeded():
+            self._producer.flush(_TIMEOUT_S)
 
 
 class TwoPhaseCommitOutput:
@@ -319,8 +322,7 @@ class TwoPhaseCommitOutput:
         self.commits = 0
         self._open: dict[TaskId, list[SinkRecord]] = {}
         self._sealed: list[PendingBuffer] = []
-        ensure_marker_topic(client, marker_topic)
-        self._marker_partitions = marker_partition_count(client, marker_topic)
+        self._marker_partitions = 0  # known once the transactions are started (_marker_topic_ready)
         # held: nothing leaves the client before commit_transaction() flushes
         linger = {"linger.ms": 1000} if hold_until_commit else {}
         # a commit produces a whole checkpoint interval's results at once (about 170,000 records
@@ -329,7 +331,13 @@ class TwoPhaseCommitOutput:
         self._producer = Producer(producer_config(client, transactional_id, **linger,
                                                   **{"queue.buffering.max.messages": COMMIT_QUEUE_MESSAGES}))
         self._wait = broker_wait(client)
-        init_transactions(self._producer, self._wait, _TIMEOUT_S)  # fences and aborts the previous attempt
+        # fences and aborts the previous attempt, meanwhile the worker starts
+        self._start = TransactionsStarting(self._producer, self._wait, _TIMEOUT_S, f"transactions-{topic}",
+                                           before=self._marker_topic_ready)
+
+    def _marker_topic_ready(self) -> None:
+        ensure_marker_topic(self.client, self.marker_topic)
+        self._marker_partitions = marker_partition_count(self.client, self.marker_topic)
 
     @property
     def pending_records(self) -> int:
@@ -341,6 +349,7 @@ class TwoPhaseCommitOutput:
         buffers = {(b.task, b.checkpoint_id): b for b in map(PendingBuffer.decode, items) if b.output == self.side}
         if not buffers:
             return
+        self._start.done()  # the previous attempt fenced: its commits are all in the markers
         commits = newest_commits(self.client, self.marker_topic, self.query_id,
                                  {subtask_index(task) for task, _ in buffers}, at_most=int(checkpoint_id),
                                  partitions=self._marker_partitions)
@@ -363,6 +372,7 @@ class TwoPhaseCommitOutput:
         due = [b for b in self._sealed if b.checkpoint_id <= checkpoint_id]
         if not due:
             return
+        self._start.done()
         count = sum(len(buffer.records) for buffer in due)
         markers = task_commit_markers(self.query_id, checkpoint_id, due, self.transactional_id, now_ms())
 
@@ -385,7 +395,8 @@ class TwoPhaseCommitOutput:
         """The buffer sealed by ``checkpoint_id`` stays pending for the next completed checkpoint."""
 
     def close(self) -> None:
-        self._producer.flush(_TIMEOUT_S)
+        if self._start.succeeded():
+            self._producer.flush(_TIMEOUT_S)
 
 
 def subtask_index(task: TaskId) -> int:
