@@ -29,12 +29,13 @@ def completed(n: int) -> CheckpointCompleted:
     return CheckpointCompleted(JobId("j"), CheckpointId(n), CheckpointType.CHECKPOINT, 0, f"chk-{n}", EPOCH)
 
 
-def make_runner(notes: list[list[Any]], events: list[tuple[str, int]], processing: bool = True) -> StageRunner:
+def make_runner(notes: list[list[Any]], events: list[tuple[str, int]], processing: bool = True,
+                takes_triggers: bool = True) -> StageRunner:
     control = SimpleNamespace(poll=lambda: notes.pop(0) if notes else [], answer=lambda answers: None)
     output = SimpleNamespace(commit=lambda cid: events.append(("commit", int(cid))))
     runner = StageRunner(processing=processing,
         job=JobId("j"), stage=SimpleNamespace(name="s"), attempt=SimpleNamespace(epoch=EPOCH), tasks=[],
-        input=SimpleNamespace(takes_triggers=True), output=output, control=control, clock=None,
+        input=SimpleNamespace(takes_triggers=takes_triggers), output=output, control=control, clock=None,
         checkpointer=SimpleNamespace(thread=SimpleNamespace(raise_failure=lambda: None)), failures=None,
         lag=None, positions={}, read_partitions=[], restored_from=None, local_dir=None)
     runner.checkpoint = lambda cid, kind, aligned, target=None: events.append(("checkpoint", int(cid)))
@@ -75,6 +76,17 @@ def test_a_periodic_trigger_before_the_first_records_waits_for_them(monkeypatch)
     runner.processing = True  # the first batch's records were counted (flush_outputs)
     runner.handle_control()
     assert events == [("checkpoint", 1), ("checkpoint", 2), ("checkpoint", 3)]
+
+
+def test_a_channel_stage_keeps_no_trigger_before_its_first_records(monkeypatch) -> None:
+    """It takes no triggers (it checkpoints on aligned barriers): a trigger is dropped at once,
+    and one after it is not held behind it."""
+    now = [100.0]
+    monkeypatch.setattr(runner_module.time, "monotonic", lambda: now[0])
+    runner = make_runner([[trigger(1)], [trigger(2)]], [], processing=False, takes_triggers=False)
+    runner.handle_control()
+    runner.handle_control()
+    assert runner._deferred == []
 
 
 def test_without_records_a_kept_trigger_is_taken_after_3_s(monkeypatch) -> None:

@@ -242,8 +242,10 @@ class StageRunner:
             self.control.answer(answers)
 
     def _awaits_first_records(self, trigger: CheckpointTrigger) -> bool:
-        return (trigger.checkpoint_type is CheckpointType.CHECKPOINT and not self.processing
-                and time.monotonic() - self._began < FIRST_RECORDS_WAIT_S)
+        """A source stage's periodic trigger before its first records (a channel stage takes no
+        triggers: it drops them at once)."""
+        return (self.input.takes_triggers and trigger.checkpoint_type is CheckpointType.CHECKPOINT
+                and not self.processing and time.monotonic() - self._began < FIRST_RECORDS_WAIT_S)
 
     def _completed(self, checkpoint_id: CheckpointId) -> None:
         self.output.commit(checkpoint_id)
