@@ -111,6 +111,8 @@ def make_output(request: pytest.FixtureRequest, client: dict[str, Any], new_topi
             else:
                 output = AtLeastOnceOutput(client, topic)
             opened.append(output)
+            if isinstance(output, (ChannelOutput, TwoPhaseCommitOutput)):
+                output.started()  # the attempt before fenced, as by a worker's first use of its output
             return output
 
         return OutputUnderTest(kind, DECLARED[kind], topic, attempt)
@@ -298,10 +300,12 @@ class SinkStage:
     opened: list[TwoPhaseCommitOutput]
 
     def worker(self, index: int) -> TwoPhaseCommitOutput:
-        """An attempt of worker ``index`` (its init_transactions fences the previous one)."""
+        """An attempt of worker ``index``, started (its init_transactions fenced the previous one,
+        as it has by the time a worker's attempt uses its output)."""
         output = TwoPhaseCommitOutput(self.client, self.topic, JOB, OperatorId("sink"), self.txids[index],
                                       self.markers, hold_until_commit=tansu_selected())
         self.opened.append(output)
+        output.started()
         return output
 
     def checkpoint(self, worker: TwoPhaseCommitOutput, index: int, checkpoint_id: int, tag: str) -> tuple[

@@ -66,11 +66,16 @@ def stage_outputs(client: dict[str, Any], new_topic: Callable[[str, int], str],
         txid, markers = unique_name("txn"), unique_name("sink-commits")
 
         def output(side: str, kind: str, epoch: int) -> StageOutput:
+            """Started: the attempt before fenced, as by a worker's first use of its output."""
             if kind == "channel":
-                return ChannelOutput(client, topics[side], 1, txid, Epoch(epoch))
+                channel = ChannelOutput(client, topics[side], 1, txid, Epoch(epoch))
+                channel.started()
+                return channel
             if kind == "two-phase-commit":
-                return TwoPhaseCommitOutput(client, topics[side], JOB, OPERATOR, f"{txid}.side.{side}" if side else txid,
+                sink = TwoPhaseCommitOutput(client, topics[side], JOB, OPERATOR, f"{txid}.side.{side}" if side else txid,
                                             markers, hold_until_commit=tansu_selected(), side=side)
+                sink.started()
+                return sink
             return AtLeastOnceOutput(client, topics[side])
 
         def attempt(epoch: int) -> WithSideOutputs:

@@ -230,6 +230,11 @@ class ChannelOutput:
         self._wait = broker_wait(client)
         self._start = TransactionsStarting(self._producer, self._wait, _TIMEOUT_S, f"transactions-{topic}")
 
+    def started(self) -> None:
+        """Once the output's transactions are initialized (the previous holder of its transactional
+        id fenced, its open transaction aborted); raises what initializing raised."""
+        self._start.done()
+
     def recover(self, items: Sequence[bytes], checkpoint_id: CheckpointId) -> None:
         """Nothing to do: ``init_transactions`` fences the previous attempt before the first write."""
 
@@ -265,7 +270,7 @@ class ChannelOutput:
                     for partition in range(self.partitions):
                         _produce(self._producer, self.topic, None, headers[-1][1], headers, partition)
 
-        self._start.done()
+        self.started()
         run_transaction(self._producer, records, self._wait, f"write to {self.topic}", _TIMEOUT_S)
         self.records_out += sum(len(records) for records in batch.values())
         FAULTS.hit("after-channel-write")
@@ -288,7 +293,7 @@ class ChannelOutput:
                 for partition in range(self.partitions):
                     _produce(self._producer, self.topic, None, value, barrier_headers(barrier), partition)
 
-        self._start.done()
+        self.started()
         run_transaction(self._producer, records, self._wait, f"write barriers to {self.topic}", _TIMEOUT_S)
         return {}
 
@@ -335,6 +340,11 @@ class TwoPhaseCommitOutput:
         self._start = TransactionsStarting(self._producer, self._wait, _TIMEOUT_S, f"transactions-{topic}",
                                            before=self._marker_topic_ready)
 
+    def started(self) -> None:
+        """Once the output's transactions are initialized (the previous holder of its transactional
+        id fenced, its open transaction aborted); raises what initializing raised."""
+        self._start.done()
+
     def _marker_topic_ready(self) -> None:
         ensure_marker_topic(self.client, self.marker_topic)
         self._marker_partitions = marker_partition_count(self.client, self.marker_topic)
@@ -349,7 +359,7 @@ class TwoPhaseCommitOutput:
         buffers = {(b.task, b.checkpoint_id): b for b in map(PendingBuffer.decode, items) if b.output == self.side}
         if not buffers:
             return
-        self._start.done()  # the previous attempt fenced: its commits are all in the markers
+        self.started()  # the previous attempt fenced: its commits are all in the markers
         commits = newest_commits(self.client, self.marker_topic, self.query_id,
                                  {subtask_index(task) for task, _ in buffers}, at_most=int(checkpoint_id),
                                  partitions=self._marker_partitions)
@@ -372,7 +382,7 @@ class TwoPhaseCommitOutput:
         due = [b for b in self._sealed if b.checkpoint_id <= checkpoint_id]
         if not due:
             return
-        self._start.done()
+        self.started()
         count = sum(len(buffer.records) for buffer in due)
         markers = task_commit_markers(self.query_id, checkpoint_id, due, self.transactional_id, now_ms())
 
