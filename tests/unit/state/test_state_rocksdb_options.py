@@ -92,7 +92,7 @@ def test_databases_sharing_a_memory_budget_share_one_cache_and_stay_within_it(tm
             state = backend.get_state(ValueStateDescriptor("v"))
             for key in range(5_000):
                 backend.set_current_key(key)
-                state.update("y" * 200)
+                state.update(["y" * 200])  # a list goes to RocksDB at once (a string waits in the write buffer)
         caches = {backend.size().block_cache for backend in backends}
         assert len(caches) == 1 and alone.size().block_cache not in caches
         assert 0 < memory.usage() <= memory.cache_bytes * 1.05  # the memtables are charged to it
