@@ -12,7 +12,9 @@ broker comes back, and what needs it waits and tries again. Every process kind u
   ``outages`` counts them, so a reader of the broker's answers (the consumer lag) tells when
   one came between two answers, even one that began and ended unseen by it;
 - :meth:`BrokerWait.call` runs an operation, retrying it while the broker is unavailable, for up
-  to ``patience_s`` (then the last error is raised: an outage that long is a failure);
+  to ``patience_s`` (then the last error is raised: an outage that long is a failure); a partition
+  the client does not know yet (a topic created a moment ago, before the client's metadata has
+  it: librdkafka's ``_UNKNOWN_PARTITION``) is waited for too, for up to ``SETTLE_S`` (not an outage);
 - :meth:`BrokerWait.deliver` flushes a producer until every record is delivered;
 - :class:`BrokerWatch` probes the broker every few seconds from a daemon thread, so a process that
   makes no Kafka call during an outage (the supervisor, an idle service) reports it too.
@@ -41,6 +43,13 @@ PATIENCE_S = 300.0  # how long an operation waits for the broker before its erro
 RETRY_S = 1.0
 PROBE_EVERY_S = 2.0
 PROBE_TIMEOUT_S = 4.0
+SETTLE_S = 20.0  # how long an operation waits for a partition its client does not know yet
+
+# a partition or topic the client's metadata does not have yet: one created a moment ago (every
+# operation on a partition runs after the topic was created or listed, so a real absence is rare
+# and still raised, after SETTLE_S)
+_SETTLING_CODES = frozenset({KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC,
+                             KafkaError.UNKNOWN_TOPIC_OR_PART})
 
 _UNAVAILABLE_CODES = frozenset({
     KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._TIMED_OUT, KafkaError._TIMED_OUT_QUEUE,
@@ -55,6 +64,12 @@ _UNAVAILABLE_CODES = frozenset({
 class BrokerUnavailableError(RuntimeError):
     """An operation could not reach the broker (raised by Tidemark's own checks, e.g. a flush that
     delivered nothing); :func:`unavailable` counts it as an outage."""
+
+
+def _settling(error: BaseException | None) -> bool:
+    """True when ``error`` names a partition or topic the client does not know yet (see _SETTLING_CODES)."""
+    return (isinstance(error, KafkaException) and bool(error.args) and isinstance(error.args[0], KafkaError)
+            and error.args[0].code() in _SETTLING_CODES)
 
 
 def unavailable(error: BaseException | KafkaError | None) -> bool:
@@ -118,12 +133,26 @@ class BrokerWait:
 
     def call(self, operation: str, fn: Callable[[], T], *, patience_s: float = PATIENCE_S) -> T:
         """``fn()``, retried every ``RETRY_S`` while it fails with an :func:`unavailable` error,
-        for up to ``patience_s``; other errors, and the last one after that, are raised."""
-        deadline = self._clock() + patience_s
+        for up to ``patience_s``, or with a partition its client does not know yet, for up to
+        ``SETTLE_S``; other errors, and the last one after that, are raised."""
+        started = self._clock()
+        deadline = started + patience_s
+        settled_by = started + min(SETTLE_S, patience_s)
+
+        def retried(error: BaseException) -> bool:
+            return unavailable(error) or (_settling(error) and self._clock() <= settled_by)
+
+        def before_sleep(state: tenacity.RetryCallState) -> None:
+            error = state.outcome and state.outcome.exception()
+            if unavailable(error):
+                self.failed(operation, error)
+            else:
+                log.debug("waiting for a partition the client does not know yet", operation=operation,
+                          error=str(error))
+
         result: T = tenacity.Retrying(
-            retry=tenacity.retry_if_exception(unavailable), wait=tenacity.wait_fixed(RETRY_S),
-            stop=lambda _: self._clock() > deadline, reraise=True,
-            before_sleep=lambda state: self.failed(operation, state.outcome and state.outcome.exception()),
+            retry=tenacity.retry_if_exception(retried), wait=tenacity.wait_fixed(RETRY_S),
+            stop=lambda _: self._clock() > deadline, reraise=True, before_sleep=before_sleep,
         )(fn)
         self.succeeded()
         return result

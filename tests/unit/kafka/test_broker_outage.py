@@ -9,7 +9,8 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 from structlog.testing import capture_logs
 
-from tidemark.kafka.outage import LOG_EVERY_S, BrokerUnavailableError, BrokerWait, unavailable
+from tidemark.kafka import outage
+from tidemark.kafka.outage import LOG_EVERY_S, SETTLE_S, BrokerUnavailableError, BrokerWait, unavailable
 from tidemark.chassis.logs import RepeatLimiter
 
 
@@ -87,6 +88,32 @@ def test_call_retries_while_the_broker_is_unavailable_and_raises_other_errors():
 
     with pytest.raises(KafkaException):
         wait.call("list topics", refused)
+
+
+def test_call_waits_for_a_partition_created_a_moment_ago_for_a_while_and_not_as_an_outage(monkeypatch):
+    monkeypatch.setattr(outage, "RETRY_S", 0.0)
+    clock = Clock()
+    wait = BrokerWait("127.0.0.1:9092", clock)
+    unknown = KafkaException(KafkaError(KafkaError._UNKNOWN_PARTITION, "Failed to get watermark offsets"))
+    outcomes: list[Exception] = [unknown, unknown]
+
+    def watermarks() -> tuple[int, int]:
+        if outcomes:
+            raise outcomes.pop(0)
+        return 0, 7
+
+    with capture_logs() as logs:
+        assert wait.call("read control", watermarks) == (0, 7)
+    assert not [e for e in logs if e["event"] == "waiting for the broker"] and wait.outages == 0
+
+    def never_there() -> None:  # a partition that does not come: raised after SETTLE_S, not PATIENCE_S
+        clock.now += 1.0
+        raise unknown
+
+    started = clock.now
+    with pytest.raises(KafkaException) as raised:
+        wait.call("read control", never_there)
+    assert raised.value is unknown and SETTLE_S <= clock.now - started <= SETTLE_S + 2
 
 
 def test_aiokafka_reconnect_lines_are_limited_per_template():
