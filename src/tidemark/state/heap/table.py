@@ -3,6 +3,8 @@ the bytes of restored states not registered yet."""
 
 from __future__ import annotations
 
+import datetime as dt
+import decimal
 import itertools
 from typing import Any, Iterator
 
@@ -16,7 +18,13 @@ from tidemark.state.descriptors import (
     value_serializer_of,
 )
 from tidemark.keygroups import decode_key, encode_key
-from tidemark.state.serializers import Serializer, frame_element, frame_elements, unframe_elements
+from tidemark.state.serializers import (
+    Serializer,
+    TaggedSerializer,
+    frame_element,
+    frame_elements,
+    unframe_elements,
+)
 from tidemark.state.sizes import StateSize, entry_bytes
 from tidemark.state.snapshot import Entry
 from tidemark.state.table import MISSING, KeyedStateChange, decode_namespace, encode_namespace
@@ -24,6 +32,8 @@ from tidemark.state.ttl import TtlSerializer, is_expired, timestamp_of
 
 SIZE_SAMPLE = 64  # entries serialized to estimate a state's bytes (HeapStateTable.size)
 PUT, ADD, DELETE, CLEAR = StateChangeOp.PUT, StateChangeOp.ADD, StateChangeOp.DELETE, StateChangeOp.CLEAR
+# what the default serializer encodes whatever the value (no need to try it at each write)
+_ALWAYS_ENCODED = frozenset({int, float, str, bytes, bool, type(None), dt.datetime, dt.date, decimal.Decimal})
 
 
 class HeapStateTable:
@@ -31,14 +41,17 @@ class HeapStateTable:
 
     Stored values are the objects the handles pass in (lists for list state, a dict of user
     key -> stored value for map state). Objects are not copied: do not mutate a value after
-    writing it, as with Flink's heap backend. While a snapshot's capture is pending
+    writing it, as with Flink's heap backend. A value (or user key) its serializer cannot encode
+    is refused at the write with the serializer's error, as RocksDB refuses it, not at the next
+    snapshot (which would then fail at every checkpoint): the default serializer's scalars are
+    taken as they are, anything else is encoded once and the bytes dropped. While a snapshot's capture is pending
     (:meth:`capture`), the maps are copy-on-write (:mod:`tidemark.state.heap.copy_on_write`):
     a read of a list, a map or a mutable value gets a copy, so what the capture holds stays as
     it was.
     """
 
     __slots__ = ("_b", "name", "kind", "_cow", "_maps", "_ser", "_uks", "_is_map", "_is_list", "_ttl_ms",
-                 "_last_namespace")
+                 "_last_namespace", "_tagged", "_uks_tagged")
 
     def __init__(self, backend: LocalKeyedStateBackend, descriptor: StateDescriptor) -> None:
         self._b = backend
@@ -53,6 +66,8 @@ class HeapStateTable:
         self._is_list = descriptor.kind is StateKind.LIST
         self._ttl_ms = descriptor.ttl.ttl_ms if descriptor.ttl else None
         self._last_namespace: Any = None
+        self._tagged = isinstance(inner, TaggedSerializer)
+        self._uks_tagged = isinstance(self._uks, TaggedSerializer)
 
     # --------------------------------------------------------------- StateTable port
 
@@ -75,10 +90,16 @@ class HeapStateTable:
         b = self._b
         if self._is_list:
             value = list(value)
+        if b._listeners:  # encoded first: a value it refuses is not stored
+            data = self._encode_list(value) if self._is_list else self._ser.serialize(value)
+        elif self._is_list:
+            for element in value:
+                self._encodable(element)
+        else:
+            self._encodable(value)
         slot = (b._key, ns)
         self._replacing(b._kgi, slot)[slot] = value
         if b._listeners:
-            data = self._encode_list(value) if self._is_list else self._ser.serialize(value)
             self._emit(PUT, ns, None, data)
 
     def delete(self, ns: Any) -> None:
@@ -90,12 +111,16 @@ class HeapStateTable:
 
     def append(self, ns: Any, elements: list[Any]) -> None:
         b = self._b
+        encoded = [self._ser.serialize(element) for element in elements] if b._listeners else None
+        if encoded is None:
+            for element in elements:
+                self._encodable(element)
         slot = (b._key, ns)
         current = self._live(b._kgi, slot).setdefault(slot, [])
         current.extend(elements)
-        if b._listeners:
-            for element in elements:
-                self._emit(ADD, ns, None, self._ser.serialize(element))
+        if encoded is not None:
+            for data in encoded:
+                self._emit(ADD, ns, None, data)
 
     def get_entry(self, ns: Any, user_key: Any) -> Any:
         b = self._b
@@ -107,10 +132,16 @@ class HeapStateTable:
 
     def put_entry(self, ns: Any, user_key: Any, value: Any) -> None:
         b = self._b
+        if b._listeners:
+            key_data, data = self._uks.serialize(user_key), self._ser.serialize(value)
+        else:
+            if not (self._uks_tagged and type(user_key) in _ALWAYS_ENCODED):
+                self._uks.serialize(user_key)
+            self._encodable(value)
         slot = (b._key, ns)
         self._live(b._kgi, slot).setdefault(slot, {})[user_key] = value
         if b._listeners:
-            self._emit(PUT, ns, self._uks.serialize(user_key), self._ser.serialize(value))
+            self._emit(PUT, ns, key_data, data)
 
     def delete_entry(self, ns: Any, user_key: Any) -> None:
         b = self._b
@@ -131,6 +162,12 @@ class HeapStateTable:
         if entries is not None and self._cow.pending:
             entries = self._cow.owned(b._kgi, slot, self._copy)[slot]
         return iter(()) if entries is None else iter(list(entries.items()))
+
+    def _encodable(self, stored: Any) -> None:
+        """Raise the serializer's error now for a value a snapshot could not encode (see the class)."""
+        if self._tagged and type(stored[0] if self._ttl_ms is not None else stored) in _ALWAYS_ENCODED:
+            return
+        self._ser.serialize(stored)
 
     # --------------------------------------------------------------- copy-on-write
 

@@ -168,10 +168,12 @@ class RocksValueTable(RocksStateTable):
         return MISSING if data is None else self._ser.deserialize(data)
 
     def put(self, ns: bytes, value: Any) -> None:
-        key = self._b._prefix + ns
+        b = self._b
+        key = b._prefix + ns
         data = self._ser.serialize(value)
         pending = self._pending
-        if self._buffers and not self._b._listeners and kept_as_written(value):
+        listened = bool(b._listeners)
+        if self._buffers and not listened and kept_as_written(value):
             pending[key] = (value, data)
             if len(pending) >= WRITE_BUFFER_ENTRIES:
                 self.write_pending()
@@ -179,7 +181,7 @@ class RocksValueTable(RocksStateTable):
         if pending:
             pending.pop(key, None)
         self._cf.put(key, data)
-        if self._b._listeners:
+        if listened:
             self._emit(PUT, ns, None, data)
 
     def delete(self, ns: bytes) -> None:
