@@ -30,7 +30,7 @@ from tidemark.kafka.topics import TopicNames
 from tidemark.local.cluster import LocalCluster
 from tidemark.protocol import codec
 from tidemark.protocol.messages import CheckpointMetadata, JobRegistration, TaskSnapshot
-from tidemark.services.coordinator import SETTINGS, build
+from tidemark.services.coordinator.app import SETTINGS, build
 from tidemark.services.coordinator.rest_api import openapi_document
 from tidemark.runtime.supervisor.heartbeat import SupervisorHeartbeats
 from tidemark.examples.access_log import url_counts

@@ -55,7 +55,7 @@ def setting_variables(settings_cls: type[BaseModel]) -> frozenset[str]:
 
 
 def _other_processes() -> Iterable[type[BaseModel]]:
-    """The settings classes of the services (imported only when needed: it costs a second)."""
+    """The settings classes of the services (their packages import nothing else: not the services' framework)."""
     for module in SERVICES.values():
         yield importlib.import_module(module).SETTINGS
 

@@ -1,6 +1,7 @@
-"""The four services, by the name ``tidemark service NAME`` takes, and the module that implements
-each (it exposes ``SETTINGS`` and ``build``). Data only, so the configuration layer can check a
-variable against every process's settings without importing the services package."""
+"""The four services, by the name ``tidemark service NAME`` takes, and the package that implements
+each (it exposes ``SETTINGS``, importing nothing else; its ``app`` module ``build``). Data only, so
+the configuration layer can check a variable against every process's settings without importing
+the services' framework."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""The four services. Each module exposes ``SETTINGS`` (its settings class) and
-``build(settings) -> ServiceApp``; :func:`run_service` is the one way to run any of them."""
+"""The four services. Each package exposes ``SETTINGS`` (its settings class, importing nothing
+else) and its ``app`` module ``build(settings) -> ServiceApp`` (with ``SETTINGS`` again);
+:func:`run_service` is the one way to run any of them."""
 
 from __future__ import annotations
 
@@ -18,10 +19,11 @@ class MissingExtraError(ImportError):
 
 
 def service_module(name: str) -> ModuleType:
+    """The service ``name`` as it runs: its package's ``app`` module (``SETTINGS`` and ``build``)."""
     if name not in SERVICES:
         raise ValueError(f"unknown service {name!r}; expected one of: {', '.join(SERVICES)}")
     try:
-        return importlib.import_module(SERVICES[name])
+        return importlib.import_module(SERVICES[name] + ".app")
     except ModuleNotFoundError as exc:
         missing = (exc.name or "").partition(".")[0]
         if missing not in SERVICES_EXTRA_MODULES:

@@ -12,7 +12,7 @@ import pytest
 from tidemark.config.settings import ConfigurationError, load_settings
 from tidemark.materializer import SharedFilesView, materialization_prefix
 from tidemark.services.changelog.settings import ChangelogServiceSettings
-from tidemark.services.materializer import open_checkpoint_storage
+from tidemark.services.materializer.app import open_checkpoint_storage
 from tidemark.services.materializer.settings import MaterializerSettings
 from tidemark.storage.filesystem import FilesystemCheckpointStorage
 from tidemark.types import JobId, TaskId
