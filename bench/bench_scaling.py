@@ -29,7 +29,9 @@ throughput.
 default; the records spread over the partitions, so with W > 1 the source stage reads through its
 exchange) and ``co-partitioned`` (the same records written by URL into the partitions of their key
 groups, ``generator.by_url``, and the job's input declared co-partitioned: each worker reads its own
-key groups' partitions, W processes, no exchange; docs/concepts/runtime.md).
+key groups' partitions, W processes, no exchange; docs/concepts/runtime.md) and ``fused`` (the
+round-robin records through the exchange, the workers fused, ``jobs run --fused-workers``: each
+exchange reader a lane of its keyed worker's process, W processes).
 
 Uses ``KAFKA_BOOTSTRAP_SERVERS`` when set, else starts the embedded broker for the run.
 """
@@ -166,17 +168,18 @@ def _cpu_jiffies() -> tuple[int, int]:
     return sum(fields) - idle, sum(fields)
 
 
-INPUTS = ("round-robin", "co-partitioned")
+INPUTS = ("round-robin", "fused", "co-partitioned")
 
 
-def processes(workers: int, co_partitioned: bool) -> int:
+def processes(workers: int, variant: str) -> int:
     """The job's worker processes: with W > 1 an exchange reader beside each keyed worker, unless
-    the input is co-partitioned."""
-    return workers if workers == 1 or co_partitioned else 2 * workers
+    the input is co-partitioned or the workers are fused."""
+    return workers if workers == 1 or variant != "round-robin" else 2 * workers
 
 
 def one_round(bootstrap: str, broker_pid: int | None, controller: CpuController, cores: float, root: Path,
-              workers: int, records: int, interval_ms: int, co_partitioned: bool) -> Round:
+              workers: int, records: int, interval_ms: int, variant: str) -> Round:
+    co_partitioned = variant == "co-partitioned"
     run = uuid.uuid4().hex[:6]
     home = root / f"w{workers}-{run}"
     args = {"job_id": f"scale-{run}", "input_topic": f"scale-in-{run}", "output_topic": f"scale-out-{run}",
@@ -186,10 +189,10 @@ def one_round(bootstrap: str, broker_pid: int | None, controller: CpuController,
         pipe.create_topic(args["input_topic"], 4)
         produce(bootstrap, args["input_topic"], generate(records), 4, chunk=10_000,
                 partition_of=by_url(4) if co_partitioned else None)
-        job = pipe.start_job(JOB, args)
+        job = pipe.start_job(JOB, args, fused=variant == "fused")
         quotas = WorkerQuotas(controller, job.process.pid, cores, f"scale-{run}")
         quotas.start()
-        expected = processes(workers, co_partitioned)
+        expected = processes(workers, variant)
         wait_for(lambda: len(list((home / "runs").glob("*/*.epoch-1.ready"))) >= expected, 600,
                  f"{expected} worker processes running", poll_s=0.05)
         started, cpu_before = time.monotonic(), _cpu_jiffies()
@@ -240,7 +243,7 @@ def main() -> None:
                 print(f"round {index + 1}/{options.rounds}, {variant} input, W={workers}", flush=True)
                 rounds[variant, workers].append(one_round(
                     bootstrap, broker_pid, controller, options.cpu_per_worker, Path(tmp), workers, options.records,
-                    options.interval_ms, variant == "co-partitioned"))
+                    options.interval_ms, variant))
     for variant in options.inputs:
         print_table(options, controller, variant, {w: rounds[variant, w] for w in options.workers})
 
@@ -255,7 +258,7 @@ def print_table(options: argparse.Namespace, controller: CpuController, variant:
     for workers in options.workers:
         done = rounds[workers]
         rates = [r.rate for r in done]
-        print(f"{workers:>3} {processes(workers, variant == 'co-partitioned'):>9} "
+        print(f"{workers:>3} {processes(workers, variant):>9} "
               f"{workers * options.cpu_per_worker:>10.1f} "
               f"{min(rates):>10.0f} {statistics.median(rates):>10.0f} {max(rates):>10.0f} "
               f"{statistics.median(rates) / base:>6.2f} "

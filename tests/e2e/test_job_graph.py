@@ -10,9 +10,16 @@ Each kill restores every stage from the newest completed checkpoint, the side ou
 reader included. Spark parses the input (a ``SparkStep`` on both stages that read it): the stage
 read by two gets rows, and the fan-in's exchange reader forwards rows. (``url_hits`` and ``ip_firsts``, stages reading one channel, fail over as the
 stages of ``test_exactly_once.py`` do; a side output's commit recovered after a failure between
-the commits of a stage's outputs is ``tests/integration/contracts/test_side_output_writes.py``'s.)"""
+the commits of a stage's outputs is ``tests/integration/contracts/test_side_output_writes.py``'s.)
+
+The workers are fused (``--fused-workers``): the fan-in's exchange reader runs in the fan-in's
+process, as a lane of its own (its own query on the process's SparkSession), so the reader's
+kill, counted on the reader's own snapshots, takes the fan-in with it. (Unfused readers are
+killed in ``test_rules_and_enrichment.py``.)"""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 
@@ -25,7 +32,7 @@ pytestmark = pytest.mark.timeout(900)
 GRAPH = "tidemark.examples.access_log_graph:hit_graph"
 KILLS = (
     "0@url_totals@during-alignment:2",  # the exchange's barrier in, url_hits' not yet (or the other way round)
-    "1@url_totals.read@after-snapshot:2",
+    "1@url_totals.read@after-snapshot:2",  # the reader lane's second snapshot, in url_totals' process
     "2@parse@after-channel-write:3",  # its records visible to both readers, no checkpoint yet
     "3@ip_hits@after-ack:2",  # the job output's transaction pre-committed, not committed
 )
@@ -39,7 +46,7 @@ def test_a_graph_with_a_fan_out_and_a_fan_in_is_exactly_once_across_a_sigkill_of
             "ip_firsts_topic": firsts, "spark_step": True}  # Spark parses the input: url_totals.read forwards rows
     with pipeline(tmp_path, kafka_bootstrap, unique_name, env={"TIDEMARK_CHECKPOINT__INTERVAL_MS": "2000"}) as pipe:
         pipe.create_topic(source, 4)
-        job = pipe.start_job(GRAPH, args, faults=KILLS, max_restarts=len(KILLS) + 2)
+        job = pipe.start_job(GRAPH, args, faults=KILLS, max_restarts=len(KILLS) + 2, fused=True)
         all_killed = lambda: killed_at_every_point(job, KILLS)  # noqa: E731
         feeder = InputFeeder(kafka_bootstrap, source, total=1600, chunk=200, pause_s=1.0, until=all_killed).start()
         records = feeder.join(timeout_s=600)
@@ -53,8 +60,11 @@ def test_a_graph_with_a_fan_out_and_a_fan_in_is_exactly_once_across_a_sigkill_of
         firsts_verdict = verify_example("hit_graph_new_ips", read_committed(
             kafka_bootstrap, firsts, expect=len(expected_firsts), timeout_s=60), expected_firsts)
         deaths = worker_deaths(job)
+        ready = [json.loads(p.read_text()) for p in (pipe.home / "runs").glob("*/url_totals*.ready")]
         job.stop()
-    assert_deaths(deaths, [k.split("@")[1] for k in KILLS])
+    # the reader's kill is its process's, url_totals; no reader process ever ran
+    assert_deaths(deaths, [k.split("@")[1].removesuffix(".read") for k in KILLS])
+    assert ready and all(r["stages"] == ["url_totals.read", "url_totals"] for r in ready), ready
     assert totals_verdict.exactly_once, totals_verdict
     assert ips_verdict.exactly_once, ips_verdict
     assert firsts_verdict.exactly_once, firsts_verdict  # through ip_hits' side output, a channel

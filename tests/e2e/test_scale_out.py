@@ -33,8 +33,9 @@ pytestmark = pytest.mark.timeout(900)
 def test_savepoints_rescale_between_one_worker_per_stage_and_several(tmp_path, kafka_bootstrap, unique_name):
     """Parallelism 2 on one worker per stage, stopped with a savepoint, restored at parallelism 3 on
     two workers per stage (the source stage reading through an exchange, whose readers run its Spark
-    step and forward the rows), stopped with a savepoint again: the output exactly once record by
-    record. A savepoint target refused at write time fails
+    step and forward the rows; the workers fused: each reader in its stage worker's process, so
+    the savepoints restore across both layouts), stopped with a savepoint again: the output
+    exactly once record by record. A savepoint target refused at write time fails
     that savepoint, not a worker; and the last savepoint restores at parallelism 2 on one worker
     per stage into a job with a stage renamed, only with --allow-non-restored-state."""
     topics = topics_for(unique_name)
@@ -49,7 +50,7 @@ def test_savepoints_rescale_between_one_worker_per_stage_and_several(tmp_path, k
             sent += part
             # Spark parses the input (a SparkStep): through the exchange, its reader forwards the rows
             job = pipe.start_job(TOP_URLS, topics.args(parallelism=2, workers=workers, spark_step=True),
-                                 parallelism=parallelism, from_savepoint=savepoint)
+                                 parallelism=parallelism, from_savepoint=savepoint, fused=workers > 1)
             read_committed(kafka_bootstrap, topics.output, expect=len(expected_top_urls(sent)), timeout_s=240,
                            settle_s=0)
             if savepoint is None:  # the source stage writes the savepoint's first state files
@@ -61,6 +62,13 @@ def test_savepoints_rescale_between_one_worker_per_stage_and_several(tmp_path, k
             [attempt, *_] = job.events("starting attempt")
             assert (attempt["parallelism"], attempt["workers"]["top_urls"]) == (parallelism, workers)
             assert attempt["restore"] == savepoint
+            if workers > 1:  # fused: a process per worker, each reader a lane of its stage worker's process
+                runs = pipe.home / "runs"
+                ready = {p.name.split(".epoch")[0]: json.loads(p.read_text())["stages"]
+                         for p in runs.glob("*/minute_counts.w*.ready")}
+                assert ready == {f"minute_counts.w{w}": ["minute_counts" + READER_SUFFIX, "minute_counts"]
+                                 for w in range(workers)}, ready
+                assert not list(runs.glob(f"*/minute_counts{READER_SUFFIX}*.ready"))  # no reader process
             savepoint = done["metadata_path"]
         verdict = verify_two_stage(kafka_bootstrap, topics, sent, timeout_s=120)
         _a_renamed_stage_is_refused_unless_its_state_may_be_dropped(pipe, topics, done, sent)

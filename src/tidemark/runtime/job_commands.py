@@ -110,6 +110,9 @@ def run(
     worker_hosts: bool = typer.Option(False, "--worker-hosts", help="Run no worker process here: place worker w "
                                       "of each stage on the worker host '<stage>/<w>' (`tidemark jobs host`, e.g. "
                                       "one pod each) and follow them over Kafka."),
+    fused_workers: bool = typer.Option(False, "--fused-workers", help="Run the exchange reader of a stage in "
+                                       "its workers' processes (one process, one SparkSession per worker instead "
+                                       "of two); local workers only."),
     generation: Optional[int] = typer.Option(None, "--generation", min=0, help="The deployment generation of "
                                              "this start (the chart passes its release revision): a job suspended "
                                              "for a newer generation (`savepoint trigger --stop --generation`) is "
@@ -132,6 +135,8 @@ def run(
                                 allow_non_restored_state=allow_non_restored_state)
     except StartRuleError as exc:
         _usage_error("jobs run", str(exc))
+    if fused_workers and worker_hosts:
+        _usage_error("jobs run", "--fused-workers runs local workers only; it cannot be used with --worker-hosts")
     args = _job_args(job_args, "jobs run")
     try:
         load_job(job, args)
@@ -143,7 +148,7 @@ def run(
         _usage_error("jobs run", f"--fault: {exc}")
     settings = _settings("supervisor")
     options = RunOptions(job, args, parallelism, start, max_restarts, faults, standby=standby, workers=workers,
-                         worker_hosts=worker_hosts, generation=generation)
+                         worker_hosts=worker_hosts, fused=fused_workers, generation=generation)
     _require_kafka(settings, "jobs run")
     try:
         supervisor = JobSupervisor(settings, options, CoordinatorClient(url, token))
@@ -170,6 +175,8 @@ def worker(
     job_args: str = ArgsOption,
     workers: str = typer.Option("{}", "--workers", help="Worker processes of each stage, a JSON object."),
     worker_index: int = typer.Option(0, "--worker", min=0, help="Which of its stage's workers this one is."),
+    fused: Optional[str] = typer.Option(None, "--fused", help="A stage the worker runs beside its own (its "
+                                        "exchange reader), as the same worker of it."),
     control_dir: Optional[Path] = ControlDirOption,
 ) -> None:
     """Run one stage of a job, or one worker's share of it, then each attempt the supervisor hands
@@ -179,7 +186,7 @@ def worker(
 
     settings = _settings("worker")
     attempt = Attempt(job, stage, Epoch(epoch), parallelism, run_dir, _job_args(job_args, "jobs worker"), restore,
-                      {str(k): int(v) for k, v in json.loads(workers).items()}, worker_index)
+                      {str(k): int(v) for k, v in json.loads(workers).items()}, worker_index, fused)
     lines = SupervisorLines(control_dir=control_dir, adoption_window_s=settings.adoption_window_s)
     lines.start()
     with _configuration_errors_in_one_line("jobs worker"):

@@ -32,3 +32,52 @@ def test_configure_arms_and_disarms_the_injector():
     assert not faults.armed("after-ack")
     with pytest.raises(ValueError, match="unknown point"):
         faults.configure("nowhere")
+
+
+def test_a_fault_of_a_lane_counts_only_that_lanes_hits_and_several_arm_one_process(monkeypatch):
+    """A process running two stage workers (lanes) dies at the point of the lane a spec names;
+    a spec without a lane counts every thread's hits."""
+    import threading
+
+    from tidemark.runtime.job import faults as faults_module
+
+    kills: list[str | None] = []
+    monkeypatch.setattr(faults_module.os, "kill", lambda pid, sig: kills.append(faults_module.current_lane()))
+    faults = FaultInjector("s.read=after-snapshot:2,s=during-alignment")
+    assert faults.point == "after-snapshot" and faults.remaining == 2
+    assert not faults.armed("after-snapshot")  # this thread is in no lane
+
+    def run(lane: str, point: str, times: int) -> None:
+        faults_module.enter_lane(lane)
+        for _ in range(times):
+            faults.hit(point)
+
+    for lane, point in (("s", "after-snapshot"), ("s.read", "after-snapshot"), ("s.read", "during-alignment")):
+        thread = threading.Thread(target=run, args=(lane, point, 1))
+        thread.start()
+        thread.join()
+    assert kills == []  # the keyed lane's snapshot, the reader's first one, a point not armed for the reader
+    with faults_module.lane("s.read"):
+        assert faults.armed("after-snapshot") and not faults.armed("during-alignment")
+        faults.hit("after-snapshot")
+    assert kills == ["s.read"] and faults_module.current_lane() is None
+    with faults_module.lane("s"):
+        faults.hit("during-alignment")
+    assert kills == ["s.read", "s"]
+    anywhere = FaultInjector("after-ack")
+    with faults_module.lane("x"):
+        anywhere.hit("after-ack")
+    assert kills == ["s.read", "s", "x"]
+    with pytest.raises(ValueError, match="unknown point"):
+        FaultInjector("s=nowhere")
+
+
+def test_a_line_written_before_fused_workers_reads_as_a_process_of_one_lane():
+    """A supervisor or standby of the release before writes no ``fused``: one stage, one lane."""
+    import json
+
+    assignment = Assignment(Attempt("m:j", "s", Epoch(1), 2, Path("r"), workers={"s": 2}, worker=1))
+    doc = json.loads(assignment.to_line())
+    del doc["attempt"]["fused"]
+    read = Assignment.from_line(json.dumps(doc))
+    assert read == assignment and read.attempt.lanes() == [assignment.attempt]

@@ -9,7 +9,7 @@ failover, gets it as one JSON line on its standard input (:meth:`Assignment.to_l
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,16 @@ class Attempt:
     restore_path: str | None = None  # _metadata of the checkpoint or savepoint to restore
     workers: dict[str, int] = field(default_factory=dict)  # worker processes of each stage as it runs
     worker: int = 0  # which of its stage's workers this one is (runtime.job.ownership)
+    # a stage the process runs beside its own, as worker ``worker`` of it: the stage's exchange
+    # reader (runtime.job.physical_plan), whose records it then needs no process of its own for
+    fused: str | None = None
+
+    def lanes(self) -> list[Attempt]:
+        """The stage workers the process runs: the fused one first (its records go to the stage
+        through the exchange), then its own, whose name the process has (:attr:`process`)."""
+        if self.fused is None:
+            return [self]
+        return [replace(self, stage=self.fused, fused=None), replace(self, fused=None)]
 
     @property
     def process(self) -> str:
@@ -87,7 +97,7 @@ class Assignment:
         attempt = doc["attempt"]
         return cls(Attempt(attempt["job_ref"], attempt["stage"], Epoch(attempt["epoch"]), attempt["parallelism"],
                            Path(attempt["run_dir"]), attempt["job_args"], attempt["restore_path"],
-                           attempt.get("workers", {}), attempt.get("worker", 0)),
+                           attempt.get("workers", {}), attempt.get("worker", 0), attempt.get("fused")),
                    doc["fault"], doc["http_port"], doc.get("env"), doc.get("log"))
 
 

@@ -63,6 +63,8 @@ def worker_command(assignment: Assignment) -> list[str]:
                "--workers", json.dumps(attempt.workers), "--worker", str(attempt.worker)]
     if attempt.restore_path:
         command += ["--restore", attempt.restore_path]
+    if attempt.fused:
+        command += ["--fused", attempt.fused]
     return command
 
 

@@ -123,7 +123,12 @@ class RunOptions:
     standby: bool = True  # a warm standby per worker process takes over the next attempt (runtime.worker.standby)
     workers: int | None = None  # worker processes per stage (runtime.job.physical_plan); None: the job's
     worker_hosts: bool = False  # run them on worker hosts (runtime.placement.hosted_workers), not as children
+    fused: bool = False  # an exchange reader's workers run in its stage's processes (runtime.supervisor.launch_plan)
     generation: int | None = None  # the deployment generation starting (runtime.supervisor.suspension)
+
+    def __post_init__(self) -> None:
+        if self.fused and self.worker_hosts:  # a host's assignment does not carry the lane
+            raise ValueError("fused workers run local workers only, not on worker hosts")
 
 
 @dataclass

@@ -89,9 +89,9 @@ from tidemark.runtime.placement.local_workers import LocalWorkers
 from tidemark.runtime.job.metrics import EPOCH, RESTARTS, RUNNING
 from tidemark.runtime.job.ownership import worker_of
 from tidemark.runtime.job.physical_plan import physical_job, reader_workers, workers_per_stage
-from tidemark.runtime.job.attempt import Assignment, Attempt, process_name
 from tidemark.runtime.job.start_errors import missing_topics_reason
 from tidemark.runtime.placement.pool import Launch, WorkerPool
+from tidemark.runtime.supervisor.launch_plan import plan_launches
 from tidemark.chassis.logs import get_logger
 from tidemark.storage import open_storage
 from tidemark.types import Epoch
@@ -320,21 +320,20 @@ class JobSupervisor:
         return outcome
 
     def _launches(self, attempt: AttemptState) -> list[Launch]:
-        """Every worker process of the attempt. With a fixed HTTP port (a deployment) and local
-        workers, process i (in job order) serves its metrics on port + 1 + i."""
-        workers = {s.name: s.workers or 1 for s in self.running_spec.stages}
-        launches: list[Launch] = []
-        for stage in self.running_spec.stages:
-            for worker in range(workers[stage.name]):
-                name = process_name(stage.name, worker, workers[stage.name])
-                fault = next((f.point for f in self.options.faults if f.attempt == attempt.index
-                              and (f.stage == name or (f.stage == stage.name and worker == 0))), None)
-                port = None if self.options.worker_hosts else (
-                    self.settings.http_port + 1 + len(launches) if self.settings.http_port else free_port())
-                worker_attempt = Attempt(self.options.job_ref, stage.name, attempt.epoch, self.planner.parallelism,
-                                         self.run_dir, self.options.job_args, attempt.restore_path, workers, worker)
-                launches.append(Launch(name, Assignment(worker_attempt, fault, port)))
-        return launches
+        """Every worker process of the attempt (:mod:`tidemark.runtime.supervisor.launch_plan`). With a
+        fixed HTTP port (a deployment) and local workers, process i (in job order) serves its
+        metrics on port + 1 + i."""
+        http_port = self.settings.http_port
+
+        def port(index: int) -> int | None:
+            if self.options.worker_hosts:
+                return None
+            return http_port + 1 + index if http_port else free_port()
+
+        return plan_launches(self.running_spec.stages, job_ref=self.options.job_ref, job_args=self.options.job_args,
+                             epoch=attempt.epoch, attempt=attempt.index, parallelism=self.planner.parallelism,
+                             run_dir=self.run_dir, restore_path=attempt.restore_path, faults=self.options.faults,
+                             fused=self.options.fused, port=port)
 
     def _register(self, attempt: AttemptState, *, finished: bool, announce_only: bool = False,
                   outcome: AttemptOutcome | None = None, reason: str = "", patience_s: float = PATIENCE_S) -> None:
@@ -362,6 +361,8 @@ def _identity(options: RunOptions) -> dict[str, Any]:
     """What makes two supervisors' commands the same job run (a successor adopts only its own)."""
     identity = {"job_ref": options.job_ref, "job_args": options.job_args, "parallelism": options.parallelism,
                 "workers": options.workers}
+    if options.fused:  # only then: an unfused run's identity stays what its predecessors recorded
+        identity["fused"] = True
     return json.loads(json.dumps(identity, sort_keys=True, default=str))
 
 

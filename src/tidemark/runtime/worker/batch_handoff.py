@@ -32,9 +32,10 @@ from typing import Any
 class BatchHandoff:
     """Processes handed-over batches with ``process``, one at a time and in order, in its own thread."""
 
-    def __init__(self, process: Callable[[Any], None], name: str = "batch") -> None:
+    def __init__(self, process: Callable[[Any], None], name: str = "batch",
+                 initializer: Callable[[], None] | None = None) -> None:
         self._process = process
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name, initializer=initializer)
         self._pending: Future[None] | None = None
 
     def hand_over(self, batch: Any) -> None:

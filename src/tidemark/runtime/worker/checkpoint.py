@@ -31,7 +31,7 @@ from tidemark.clock import now_ms
 from tidemark.protocol.messages import Barrier, SourceOffset, StateHandle, TaskAck, TaskSnapshot, TaskTimings
 from tidemark.runtime.worker.alignment import Aligned
 from tidemark.runtime.job.control import ControlPlane
-from tidemark.runtime.job.faults import FAULTS
+from tidemark.runtime.job.faults import FAULTS, enter_lane
 from tidemark.runtime.job.metrics import ALIGNMENT, SNAPSHOT_ASYNC, SNAPSHOT_SYNC, record_state_sizes
 from tidemark.runtime.worker.outputs import StageOutput
 from tidemark.runtime.job.operator_states import CUT_STATE, SINK_STATE, WATERMARK_STATE
@@ -81,7 +81,9 @@ class SnapshotThread:
     raised on the processing thread by :meth:`raise_failure`, as it would have been there."""
 
     def __init__(self, name: str) -> None:
-        self._executor = ThreadPoolExecutor(1, thread_name_prefix=f"snapshots-{name}")
+        # its fault points count for the stage's lane (runtime.job.faults: a process may run two)
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix=f"snapshots-{name}", initializer=enter_lane,
+                                            initargs=(name,))
         self._failure: BaseException | None = None
         self._closed = False
 

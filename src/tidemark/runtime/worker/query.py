@@ -14,10 +14,17 @@ finishes (stop-with-savepoint completed: code 0), the supervisor releases the at
 next attempt) or the query or a batch fails (raises). A broker outage neither ends the loop nor
 fails the query: every Kafka call of the stage waits for the broker, and a
 :class:`~tidemark.kafka.outage.BrokerWatch` reports the outage in the log.
+
+A fused worker's attempt (:meth:`~tidemark.runtime.job.attempt.Attempt.lanes`) runs two stage
+workers, *lanes*, in the one session: each restored, with its own streaming query, processing
+thread and runner (a lane that waits blocks only its own threads), its fault points counted for
+it (:mod:`tidemark.runtime.job.faults`); one ready file for the process, whose attempt ends
+when every lane finished, or when any fails.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import os
@@ -36,6 +43,7 @@ from tidemark.runtime.worker.consumer_lag import REPORT_EVERY_S
 from tidemark.runtime.job.records import InputRecord, batch_ends, records_of, stepped_records
 from tidemark.exit_codes import EXIT_REFUSED
 from tidemark.runtime.job.start_errors import failed_file, not_retryable_reason
+from tidemark.runtime.job import faults
 from tidemark.runtime.job.attempt import Attempt
 from tidemark.runtime.worker.bootstrap import bootstrap, read_selection, read_steps
 from tidemark.runtime.worker import loaded_code
@@ -123,6 +131,20 @@ def run_attempt(settings: TidemarkSettings, attempt: Attempt, spark: Any = None,
         return AttemptEnd(EXIT_REFUSED)
 
 
+@dataclass
+class _Lane:
+    """One stage worker of the process (a process may run several: their attempts share the
+    session, each with its own runner, query and processing thread, :meth:`Attempt.lanes`)."""
+
+    attempt: Attempt
+    worker: StageRunner
+    steps: StageSteps
+    batches: BatchHandoff
+    on_batch: Callable[[Any, int], None]
+    spark_checkpoints: str
+    query: Any = None
+
+
 def _run_stage(settings: TidemarkSettings, attempt: Attempt, spark: Any, released: Callable[[], bool]) -> AttemptEnd:
     timings = StartTimings(fresh_process=spark is None)
     starting = None
@@ -131,9 +153,13 @@ def _run_stage(settings: TidemarkSettings, attempt: Attempt, spark: Any, release
         starting = _SessionStart(session_options(settings, f"tidemark-{attempt.stage}", source))
         starting.start()
     watch = BrokerWatch(base_config(settings)).start()
+    workers: list[tuple[Attempt, StageRunner]] = []
     try:
-        worker = bootstrap(settings, attempt)
+        for lane_attempt in attempt.lanes():
+            workers.append((lane_attempt, bootstrap(settings, lane_attempt)))
     except BaseException:
+        for _, worker in workers:
+            worker.close()
         watch.stop()
         raise
     timings.mark("restore")
@@ -141,6 +167,23 @@ def _run_stage(settings: TidemarkSettings, attempt: Attempt, spark: Any, release
     if starting is not None:
         spark = starting.session()
     timings.mark("session")
+    with contextlib.ExitStack() as stack:
+        try:
+            lanes = [_open_lane(lane_attempt, worker, stack.enter_context(query_checkpoint_location(
+                        f"{worker.job}-{lane_attempt.process}")), released, timings)
+                     for lane_attempt, worker in workers]
+        except BaseException:
+            for _, worker in workers:
+                worker.close()
+            watch.stop()
+            raise
+        return _run_query(lanes, attempt, spark, source, watch, released, settings.http_port,
+                          settings.spark.trigger_ms, timings)
+
+
+def _open_lane(attempt: Attempt, worker: StageRunner, spark_checkpoints: str, released: Callable[[], bool],
+               timings: StartTimings) -> _Lane:
+    """The lane of ``worker``: its Spark steps, its processing thread and its ``foreachBatch``."""
     steps = read_steps(worker)
 
     def process(batch: Any) -> None:
@@ -156,24 +199,23 @@ def _run_stage(settings: TidemarkSettings, attempt: Attempt, spark: Any, release
             timings.mark("first_process")
             timings.report(job=worker.job, stage=worker.stage.name, epoch=attempt.epoch, worker=attempt.worker)
 
-    batches = BatchHandoff(process, name=f"batches-{attempt.stage}")
+    batches = BatchHandoff(process, name=f"batches-{attempt.stage}",
+                           initializer=lambda: faults.enter_lane(attempt.stage))
 
-    with query_checkpoint_location(f"{worker.job}-{attempt.process}") as spark_checkpoints:
-        def on_batch(frame: Any, batch_id: int) -> None:
-            if released():
+    def on_batch(frame: Any, batch_id: int) -> None:
+        if released():
+            return
+        try:  # while the batch before is processed
+            batch = steps.collect(frame, batch_id, spark_checkpoints) if steps else frame.toArrow()
+        except Exception:
+            if released():  # stopping the query cancelled the batch's Spark job
                 return
-            try:  # while the batch before is processed
-                batch = steps.collect(frame, batch_id, spark_checkpoints) if steps else frame.toArrow()
-            except Exception:
-                if released():  # stopping the query cancelled the batch's Spark job
-                    return
-                raise
-            if batch_rows(batch):
-                timings.mark("first_fetch")
-            batches.hand_over(batch)
+            raise
+        if batch_rows(batch):
+            timings.mark("first_fetch")
+        batches.hand_over(batch)
 
-        return _run_query(worker, attempt, spark, source, steps, on_batch, batches, spark_checkpoints, watch,
-                          released, settings.http_port, settings.spark.trigger_ms, timings)
+    return _Lane(attempt, worker, steps, batches, on_batch, spark_checkpoints)
 
 
 def batch_rows(batch: Any) -> int:
@@ -204,8 +246,7 @@ def micro_batch_ends(batch: MicroBatch) -> dict[TopicPartition, int]:
     return ends
 
 
-def _run_query(worker: StageRunner, attempt: Attempt, spark: Any, source: StageSource, steps: StageSteps,
-               on_batch: Any, batches: BatchHandoff, spark_checkpoints: str, watch: BrokerWatch,
+def _run_query(lanes: list[_Lane], attempt: Attempt, spark: Any, source: StageSource, watch: BrokerWatch,
                released: Callable[[], bool], metrics_port: int, trigger_ms: int,
                timings: StartTimings) -> AttemptEnd:
     ended = AttemptEnd(0)  # until it ends otherwise (an exception: the session is stopped)
@@ -217,58 +258,78 @@ def _run_query(worker: StageRunner, attempt: Attempt, spark: Any, source: StageS
             # scanned again by the collector while the attempt runs: full collections scan only what
             # the batches leave behind (unfrozen when the attempt ends, so its cycles are collected)
             gc.freeze()
-            ended = _stream(worker, attempt, spark, source, steps, on_batch, batches, spark_checkpoints, released,
-                            metrics_port, trigger_ms, timings)
+            ended = _stream(lanes, attempt, spark, source, released, metrics_port, trigger_ms, timings)
         return ended
     finally:
         gc.unfreeze()
         watch.stop()
-        worker.abandon()  # a batch waiting for a stop-with-savepoint gives up
-        batches.close()  # after a batch still being processed
-        steps.close()
-        with worker.lock:
-            worker.close()
+        for lane in reversed(lanes):
+            lane.worker.abandon()  # a batch waiting for a stop-with-savepoint gives up
+            lane.batches.close()  # after a batch still being processed
+            lane.steps.close()
+            with lane.worker.lock:
+                lane.worker.close()
         if ended.spark is None:
             spark.stop()
 
 
-def _stream(worker: StageRunner, attempt: Attempt, spark: Any, source: StageSource, steps: StageSteps,
-            on_batch: Any, batches: BatchHandoff, spark_checkpoints: str, released: Callable[[], bool],
-            metrics_port: int, trigger_ms: int, timings: StartTimings) -> AttemptEnd:
+def _start_query(lane: _Lane, spark: Any, source: StageSource, trigger_ms: int) -> dict[str, Any]:
+    """Start the lane's streaming query; the source's options it reads with."""
+    worker = lane.worker
     options = source.options(read_selection(worker))
-    source.prepare(spark)
-    steps.prepare(spark)  # before the query: its micro-batches' sessions see the steps' tables
+    lane.steps.prepare(spark)  # before the query: its micro-batches' sessions see the steps' tables
     stream = spark.readStream.format(source.format).options(**options).load()
-    query = (stream.writeStream.foreachBatch(on_batch).option("checkpointLocation", spark_checkpoints)
-             .trigger(processingTime=f"{trigger_ms} milliseconds").queryName(f"{worker.job}.{worker.stage.name}").start())
+    lane.query = (stream.writeStream.foreachBatch(lane.on_batch).option("checkpointLocation", lane.spark_checkpoints)
+                  .trigger(processingTime=f"{trigger_ms} milliseconds")
+                  .queryName(f"{worker.job}.{worker.stage.name}").start())
+    return options
+
+
+def _stream(lanes: list[_Lane], attempt: Attempt, spark: Any, source: StageSource, released: Callable[[], bool],
+            metrics_port: int, trigger_ms: int, timings: StartTimings) -> AttemptEnd:
+    source.prepare(spark)
+    options = [_start_query(lane, spark, source, trigger_ms) for lane in lanes]
     timings.mark("query")
+    process = lanes[-1].worker  # the process's stage: the one it is launched as (Attempt.lanes)
     attempt.ready_file.parent.mkdir(parents=True, exist_ok=True)
     attempt.ready_file.write_text(json.dumps({
-        "stage": worker.stage.name, "worker": attempt.worker, "epoch": attempt.epoch, "pid": os.getpid(), "metrics_port": metrics_port,
-        "restored_from": worker.restored_from.checkpoint_id if worker.restored_from else None}))
-    log.info("stage running", job=worker.job, stage=worker.stage.name, epoch=attempt.epoch,
-             parallelism=attempt.parallelism, worker=attempt.worker, workers=worker.stage.workers or 1,
-             tasks=[t.task_id for t in worker.tasks], source=source.format,
-             starting_offsets=options["startingOffsets"])
-    resources = WorkerResources(worker.job, worker.stage.name, spark.sparkContext._jvm)
+        "stage": process.stage.name, "worker": attempt.worker, "epoch": attempt.epoch, "pid": os.getpid(),
+        "metrics_port": metrics_port, "stages": [lane.worker.stage.name for lane in lanes],
+        "restored_from": process.restored_from.checkpoint_id if process.restored_from else None}))
+    for lane, read in zip(lanes, options):
+        log.info("stage running", job=lane.worker.job, stage=lane.worker.stage.name, epoch=lane.attempt.epoch,
+                 parallelism=lane.attempt.parallelism, worker=lane.attempt.worker,
+                 workers=lane.worker.stage.workers or 1, tasks=[t.task_id for t in lane.worker.tasks],
+                 source=source.format, starting_offsets=read["startingOffsets"])
+    resources = WorkerResources(process.job, process.stage.name, spark.sparkContext._jvm)  # the process's, once
     resources.report()
     last_lag = 0.0
-    while not worker.finished:
+    running = list(lanes)
+    while True:
+        for lane in [lane for lane in running if lane.worker.finished]:
+            lane.query.stop()
+            log.info("stage finished", job=lane.worker.job, stage=lane.worker.stage.name, epoch=attempt.epoch)
+            running.remove(lane)
+        if not running:
+            return AttemptEnd(0)
         if released():
-            worker.abandon()  # a batch waiting for a stop-with-savepoint gives up
-            query.stop()  # returns once the running batch has
-            log.info("attempt released: query stopped", job=worker.job, stage=worker.stage.name, epoch=attempt.epoch)
+            for lane in lanes:
+                lane.worker.abandon()  # a batch waiting for a stop-with-savepoint gives up
+            for lane in lanes:
+                lane.query.stop()  # returns once the running batch has
+            log.info("attempt released: query stopped", job=process.job, stage=process.stage.name,
+                     epoch=attempt.epoch)
             return AttemptEnd(0, spark)
-        batches.check()  # a batch that raised ends the attempt, also when no batch follows
-        if not query.isActive:
-            raise QueryFailed(f"stage {worker.stage.name} query stopped: {query.exception()}")
+        for lane in running:
+            lane.batches.check()  # a batch that raised ends the attempt, also when no batch follows
+            if not lane.query.isActive:
+                raise QueryFailed(f"stage {lane.worker.stage.name} query stopped: {lane.query.exception()}")
         time.sleep(0.1)
-        with worker.lock:
-            worker.on_tick()  # processing-time timers, idle partitions, the control plane
+        for lane in running:
+            with lane.worker.lock, faults.lane(lane.attempt.stage):
+                lane.worker.on_tick()  # processing-time timers, idle partitions, the control plane
         if time.monotonic() - last_lag > REPORT_EVERY_S:
-            worker.report_lag()
+            for lane in running:
+                lane.worker.report_lag()
             resources.report()
             last_lag = time.monotonic()
-    query.stop()
-    log.info("stage finished", job=worker.job, stage=worker.stage.name, epoch=attempt.epoch)
-    return AttemptEnd(0)
