@@ -189,7 +189,7 @@ def one_round(bootstrap: str, broker_pid: int | None, controller: CpuController,
         pipe.create_topic(args["input_topic"], 4)
         produce(bootstrap, args["input_topic"], generate(records), 4, chunk=10_000,
                 partition_of=by_url(4) if co_partitioned else None)
-        job = pipe.start_job(JOB, args, fused=variant == "fused")
+        job = pipe.start_job(JOB, args, fused=variant == "fused" if workers > 1 else None)
         quotas = WorkerQuotas(controller, job.process.pid, cores, f"scale-{run}")
         quotas.start()
         expected = processes(workers, variant)

@@ -102,6 +102,16 @@ def _worker(home: Path, stage: str) -> dict | None:
     return json.loads(ready[-1].read_text()) if ready else None
 
 
+def _layout(processes: dict[str, list[str]]) -> str:
+    """What the worker processes run: each stage's count, and the exchange reader beside it
+    where its workers are fused (the supervisor's ``starting attempt``: process -> its stages)."""
+    counts: dict[tuple[str, ...], int] = {}
+    for lanes in processes.values():
+        counts[tuple(lanes)] = counts.get(tuple(lanes), 0) + 1
+    return ", ".join(f"{lanes[-1]} x{count}" + (f" (each with {', '.join(lanes[:-1])})" if len(lanes) > 1 else "")
+                     for lanes, count in counts.items())
+
+
 def _stage_events(home: Path, event: str) -> list[dict]:
     """``event`` in every worker process's log (a standby's included)."""
     return [e for log in home.glob("runs/*/*.log") for e in json_events(log.read_text(errors="replace"))
@@ -164,11 +174,11 @@ def _run(home: Path, bootstrap: str, status: BrokerStatus | None, progress: _Pro
                       f"-> {names['output_topic']} (parallelism 2, {WORKERS} worker processes per stage, "
                       "checkpoints every 2 s)")
         started = wait_for(lambda: job.events("starting attempt"), 120, "the supervisor starting")[0]
-        layout = ", ".join(f"{stage} x{count}" for stage, count in started["workers"].items())
-        progress.step(f"starting {sum(started['workers'].values())} PySpark worker processes ({layout}; "
+        processes = started["processes"]
+        progress.step(f"starting {len(processes)} PySpark worker processes ({_layout(processes)}; "
                       "a JVM and a SparkSession each: 15-60 s)")
         registered = wait_for(lambda: job.events("attempt registered"), 300, "the workers starting")[0]
-        progress.step(f"both stages running on {sum(started['workers'].values())} worker processes, "
+        progress.step(f"both stages running on {len(processes)} worker processes, "
                       f"{registered['tasks']} tasks (Spark local mode); the coordinator is checkpointing")
         killed = threading.Event()
         feeder = InputFeeder(bootstrap, names["input_topic"], total=RECORDS, chunk=200, pause_s=1.0,
@@ -176,7 +186,7 @@ def _run(home: Path, bootstrap: str, status: BrokerStatus | None, progress: _Pro
         progress.step(f"generator writing access-log records to {names['input_topic']} (200/s, until the kill)")
         status_line = _LiveStatus(progress, bootstrap, names["output_topic"], lambda: len(feeder.records),
                                   lambda: pipe.completed_checkpoints(names["job_id"]))
-        stages = len(started["workers"])
+        stages = len({lanes[-1] for lanes in processes.values()})  # a standby per stage launched
         with status_line:
             wait_for(lambda: pipe.completed_checkpoints(names["job_id"]) >= 3, 180, "3 completed checkpoints")
             try:
@@ -229,8 +239,7 @@ def _run(home: Path, bootstrap: str, status: BrokerStatus | None, progress: _Pro
           "top URLs are checked)")
     print("  minutes closed           ", f"{verdict.expected_records} by the watermark (event time), each emitted once "
           "by an event-time timer")
-    print("  worker processes         ", f"{sum(started['workers'].values())} "
-          f"({', '.join(f'{stage} x{count}' for stage, count in started['workers'].items())})")
+    print("  worker processes         ", f"{len(started['processes'])} ({_layout(started['processes'])})")
     print("  checkpoints completed    ", checkpoints)
     print("  restore time             ", f"{restore_s:.1f}s (kill -> every stage restored and running), "
           f"{processing_s:.1f}s (kill -> every stage processing records)"

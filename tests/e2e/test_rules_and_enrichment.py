@@ -5,8 +5,8 @@ its input topics imply (computed without the jobs' code), each record once.
 * :mod:`tidemark.examples.fraud_rules`: a rules topic broadcast to a stage keyed by account, on two
   workers of two tasks each (so both topics come through its exchange reader), rules changing
   while transactions flow. Killed: the keyed stage while a broadcast element is half applied (its
-  first task has it, its other not) and while timers fire; the exchange reader after writing a
-  broadcast element's copies. Its side output of cleared transactions (the ones that broke no
+  first task has it, its other not) and while timers fire; the exchange reader (a process of its
+  own here, ``--no-fused-workers``) after writing a broadcast element's copies. Its side output of cleared transactions (the ones that broke no
   rule) must be exact too: a side output is committed with the stage's guarantee.
 * :mod:`tidemark.examples.url_owners`: the access log joined with a compacted topic of URL
   owners, owners changing and leaving while records flow. Killed: the join while it fires (events
@@ -66,7 +66,8 @@ def test_rules_and_an_enrichment_change_while_running_and_both_outputs_are_exact
         ensure_topics(AdminClient({"bootstrap.servers": kafka_bootstrap}), [TopicSpec(owners, 1, url_owners.COMPACTED)])
         fraud = pipe.start_job("tidemark.examples.fraud_rules:fraud_rules", {
             "job_id": fraud_id, "transactions_topic": txns, "rules_topic": rules, "output_topic": alerts,
-            "cleared_topic": cleared, "parallelism": 4, "workers": 2}, faults=FRAUD_KILLS, max_restarts=len(FRAUD_KILLS) + 2)
+            "cleared_topic": cleared, "parallelism": 4, "workers": 2}, faults=FRAUD_KILLS, max_restarts=len(FRAUD_KILLS) + 2,
+            fused=False)  # its exchange readers as processes of their own (fused ones: test_job_graph.py)
         enrich = pipe.start_job("tidemark.examples.url_owners:url_owners", {
             "job_id": enrich_id, "input_topic": log, "owners_topic": owners, "output_topic": enriched},
             faults=ENRICH_KILLS, max_restarts=len(ENRICH_KILLS) + 2)

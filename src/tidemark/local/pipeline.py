@@ -232,8 +232,9 @@ class LocalPipeline:
                   from_savepoint: str | None = None, from_checkpoint: int | None = None,
                   fresh: bool = False, force: bool = False, allow_non_restored_state: bool = False,
                   standby: bool | None = None, max_restarts: int = 10, env: dict[str, str] | None = None,
-                  fused: bool = False) -> JobRun:
-        """Start ``tidemark jobs run``; ``env`` is applied last (e.g. ``TIDEMARK_HTTP_PORT`` to serve the
+                  fused: bool | None = None) -> JobRun:
+        """Start ``tidemark jobs run`` (``fused``: ``--fused-workers`` or ``--no-fused-workers``, None: the
+        command's default); ``env`` is applied last (e.g. ``TIDEMARK_HTTP_PORT`` to serve the
         supervisor's and the stages' metrics on fixed ports, which the job does not get otherwise)."""
         command = [sys.executable, "-m", "tidemark.cli", "jobs", "run", reference,
                    "--job-args", json.dumps(job_args or {}), "--max-restarts", str(max_restarts)]
@@ -244,7 +245,7 @@ class LocalPipeline:
         command += StartRequest(from_checkpoint, from_savepoint, fresh, force,
                                 allow_non_restored_state=allow_non_restored_state).command_line()
         command += [] if (self.standby if standby is None else standby) else ["--no-standby"]
-        command += ["--fused-workers"] if fused else []
+        command += [] if fused is None else ["--fused-workers" if fused else "--no-fused-workers"]
         child_env = {**self.command_env(), **(env or {})}
         logs = self.home / "logs"
         logs.mkdir(parents=True, exist_ok=True)

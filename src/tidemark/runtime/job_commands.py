@@ -110,9 +110,10 @@ def run(
     worker_hosts: bool = typer.Option(False, "--worker-hosts", help="Run no worker process here: place worker w "
                                       "of each stage on the worker host '<stage>/<w>' (`tidemark jobs host`, e.g. "
                                       "one pod each) and follow them over Kafka."),
-    fused_workers: bool = typer.Option(False, "--fused-workers", help="Run the exchange reader of a stage in "
-                                       "its workers' processes (one process, one SparkSession per worker instead "
-                                       "of two); local workers only."),
+    fused_workers: Optional[bool] = typer.Option(
+        None, "--fused-workers/--no-fused-workers", show_default=False, help="Run the exchange reader of a stage "
+        "in its workers' processes (one process and SparkSession per worker instead of two). Default: on with "
+        "local workers; worker hosts run them apart."),
     generation: Optional[int] = typer.Option(None, "--generation", min=0, help="The deployment generation of "
                                              "this start (the chart passes its release revision): a job suspended "
                                              "for a newer generation (`savepoint trigger --stop --generation`) is "
@@ -137,6 +138,7 @@ def run(
         _usage_error("jobs run", str(exc))
     if fused_workers and worker_hosts:
         _usage_error("jobs run", "--fused-workers runs local workers only; it cannot be used with --worker-hosts")
+    fused = not worker_hosts if fused_workers is None else fused_workers
     args = _job_args(job_args, "jobs run")
     try:
         load_job(job, args)
@@ -148,7 +150,7 @@ def run(
         _usage_error("jobs run", f"--fault: {exc}")
     settings = _settings("supervisor")
     options = RunOptions(job, args, parallelism, start, max_restarts, faults, standby=standby, workers=workers,
-                         worker_hosts=worker_hosts, fused=fused_workers, generation=generation)
+                         worker_hosts=worker_hosts, fused=fused, generation=generation)
     _require_kafka(settings, "jobs run")
     try:
         supervisor = JobSupervisor(settings, options, CoordinatorClient(url, token))

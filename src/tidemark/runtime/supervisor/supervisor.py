@@ -297,13 +297,16 @@ class JobSupervisor:
         if adopted:  # launched, ready and registered by the predecessor
             outcome = None
         else:
+            launches = self._launches(attempt)
             log.info("starting attempt", job=self.spec.job_id, attempt=attempt.index, epoch=attempt.epoch,
                      restore=attempt.restore_path, parallelism=self.planner.parallelism,
-                     workers={s.name: s.workers for s in running.stages})
+                     workers={s.name: s.workers for s in running.stages},
+                     processes={launch.name: [lane.stage for lane in launch.assignment.attempt.lanes()]
+                                for launch in launches})
             if self.spec.changelog:  # announce first: the changelog service creates the changelog topics
                 self._register(attempt, finished=False, announce_only=True)
             self._registered_at_ms = 0
-            self.pool.launch(self._launches(attempt), standby=self.options.standby)
+            self.pool.launch(launches, standby=self.options.standby)
             self._write_record(attempt)
             outcome = self._watching.wait_ready(attempt.epoch)  # type: ignore[union-attr]
             if outcome is None:
