@@ -42,13 +42,10 @@ def plan_launches(stages: Sequence[Stage], *, job_ref: str, job_args: dict[str, 
         for worker in range(workers[stage.name]):
             lane = reader if reader is not None and worker < workers[reader] else None
             name = process_name(stage.name, worker, workers[stage.name])
-            own = _fault(faults, attempt, stage.name, worker, workers)
-            if lane is None:
-                fault = own
-            else:
-                scoped = [f"{lane}={point}" for point in [_fault(faults, attempt, lane, worker, workers)] if point]
-                scoped += [f"{stage.name}={own}"] if own else []
-                fault = ",".join(scoped) or None
+            fault = _fault(faults, attempt, stage.name, worker, workers)
+            if lane is not None:  # each lane's point scoped to it
+                points = ((lane, _fault(faults, attempt, lane, worker, workers)), (stage.name, fault))
+                fault = ",".join(f"{name}={point}" for name, point in points if point) or None
             worker_attempt = Attempt(job_ref, stage.name, epoch, parallelism, run_dir, job_args, restore_path,
                                      workers, worker, lane)
             launches.append(Launch(name, Assignment(worker_attempt, fault, port(len(launches)))))
