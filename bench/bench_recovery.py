@@ -17,6 +17,7 @@ worker ends its attempt and restores in place (``tidemark.runtime.worker.process
 gives min / median / max per part and the ratio of the medians.
 
     .venv/bin/python bench/bench_recovery.py --rounds 3
+    .venv/bin/python bench/bench_recovery.py --rounds 3 --standby-only --workers 2   # the demo's layout
 """
 
 from __future__ import annotations
@@ -48,9 +49,10 @@ def _at(event: dict[str, Any]) -> float:
 
 def _all_events(home: Path, stage: str) -> list[dict[str, Any]]:
     events: list[dict[str, Any]] = []
-    for pattern in (f"*/{stage}.log", f"*/{stage}.standby.log"):  # a standby keeps its own log
+    for pattern in (f"*/{stage}.log", f"*/{stage}.w*.log", f"*/{stage}.standby.log"):  # a standby keeps its own log
         for log in (home / "runs").glob(pattern):
-            events += list(json_events(log.read_text(errors="replace")))
+            # a fused worker's log holds its exchange reader lane's events too
+            events += [e for e in json_events(log.read_text(errors="replace")) if e.get("stage", stage) == stage]
     return events
 
 
@@ -65,24 +67,26 @@ def _first(job: JobRun, name: str, **match: Any) -> float | None:
     return None
 
 
-def one_round(bootstrap: str, root: Path, standby: bool, kill_stage: str, interval_ms: int) -> dict[str, float]:
+def one_round(bootstrap: str, root: Path, standby: bool, kill_stage: str, interval_ms: int,
+              workers: int = 1, fused: bool | None = None) -> dict[str, float]:
     run = uuid.uuid4().hex[:6]
     name = "standby" if standby else "cold"
     home = root / f"{name}-{run}"
     args = {"job_id": f"rec-{run}", "input_topic": f"rec-in-{run}", "channel_topic": f"rec-ch-{run}",
-            "output_topic": f"rec-out-{run}"}
+            "output_topic": f"rec-out-{run}", "workers": workers}
     with LocalPipeline(home, bootstrap, topic_prefix=f"rec-{run}",
                        env={"TIDEMARK_CHECKPOINT__INTERVAL_MS": str(interval_ms)}) as pipe:
         pipe.create_topic(args["input_topic"], 4)
         done = False
         feeder = InputFeeder(bootstrap, args["input_topic"], total=0, chunk=50, pause_s=0.2,
                              until=lambda: done).start()
-        job = pipe.start_job(JOB, args, standby=standby)
+        job = pipe.start_job(JOB, args, standby=standby, fused=fused)
         wait_for(lambda: pipe.completed_checkpoints(args["job_id"]) >= 2, 300, "two checkpoints")
         if standby:
             wait_for(lambda: all(_stage_events(home, s, "standby warm; waiting for an attempt") for s in STAGES),
                      300, "warm standbys")
-        pids = {stage: int(json.loads(next((home / "runs").glob(f"*/{stage}.epoch-1.ready")).read_text())["pid"])
+        last = "" if workers == 1 else f".w{workers - 1}"  # the stage's last worker (the demo kills it)
+        pids = {stage: int(json.loads(next((home / "runs").glob(f"*/{stage}{last}.epoch-1.ready")).read_text())["pid"])
                 for stage in STAGES}
         memory = {stage: memory_mib(pid) for stage, pid in pids.items()}
         if standby:
@@ -158,6 +162,10 @@ def main() -> None:
     parser.add_argument("--interval-ms", type=int, default=1000)
     parser.add_argument("--standby-only", action="store_true", help="skip the rounds without standbys")
     parser.add_argument("--work-dir", type=Path, help="keep the runs' files here (default: a temporary folder)")
+    parser.add_argument("--workers", type=int, default=1, help="worker processes per stage (the demo runs 2: its "
+                        "first stage's exchange readers in them); the last worker of --kill-stage is killed")
+    parser.add_argument("--readers-apart", action="store_true", help="the exchange readers as processes of their "
+                        "own (jobs run --no-fused-workers), not in the stage's workers")
     options = parser.parse_args()
     results: dict[bool, list[dict[str, float]]] = {True: [], False: []}
     modes = (True,) if options.standby_only else (True, False)
@@ -168,11 +176,12 @@ def main() -> None:
             for standby in modes:
                 label = "warm standby" if standby else "new processes"
                 print(f"round {index + 1}/{options.rounds}, {label}: killing {options.kill_stage} ...", flush=True)
-                timeline = one_round(bootstrap, root, standby, options.kill_stage, options.interval_ms)
+                timeline = one_round(bootstrap, root, standby, options.kill_stage, options.interval_ms,
+                                     options.workers, False if options.readers_apart else None)
                 results[standby].append(timeline)
                 print("   " + ", ".join(f"{p} {timeline[p]:.1f}s" for p in PARTS), flush=True)
-    print(f"\nRecovery of the demo job after a SIGKILL of {options.kill_stage} (seconds after the kill; "
-          f"{options.rounds} rounds each, min / median / max)\n")
+    print(f"\nRecovery of the demo job ({options.workers} worker(s) per stage) after a SIGKILL of "
+          f"{options.kill_stage} (seconds after the kill; {options.rounds} rounds each, min / median / max)\n")
     print(f"{'part':<26} {'warm standby':>20}   {'new processes':>20}   {'ratio of medians':>16}")
     for part in PARTS:
         warm = [r[part] for r in results[True]]
