@@ -154,21 +154,15 @@ def _run_stage(settings: TidemarkSettings, attempt: Attempt, spark: Any, release
         starting.start()
     watch = BrokerWatch(base_config(settings)).start()
     workers: list[tuple[Attempt, StageRunner]] = []
-    try:
-        for lane_attempt in attempt.lanes():
-            workers.append((lane_attempt, bootstrap(settings, lane_attempt)))
-    except BaseException:
-        for _, worker in workers:
-            worker.close()
-        watch.stop()
-        raise
-    timings.mark("restore")
-    loaded_code.note()  # the job's modules, just imported (runtime.placement.idle_workers)
-    if starting is not None:
-        spark = starting.session()
-    timings.mark("session")
     with contextlib.ExitStack() as stack:
-        try:
+        try:  # restored, the session started, each lane opened; else what was restored is closed
+            for lane_attempt in attempt.lanes():
+                workers.append((lane_attempt, bootstrap(settings, lane_attempt)))
+            timings.mark("restore")
+            loaded_code.note()  # the job's modules, just imported (runtime.placement.idle_workers)
+            if starting is not None:
+                spark = starting.session()
+            timings.mark("session")
             lanes = [_open_lane(lane_attempt, worker, stack.enter_context(query_checkpoint_location(
                         f"{worker.job}-{lane_attempt.process}")), released, timings)
                      for lane_attempt, worker in workers]
