@@ -15,11 +15,14 @@ services, the supervisor's workers and the coordinator's job launcher.
 - :func:`process_tree` / :func:`tree_pids`: a process and its descendants as ``/proc`` shows them
   (parent, CPU time, resident memory), parents first;
 - :func:`stop_processes` / :func:`stop_process` / :func:`stop_pid`: SIGTERM, a bounded wait, then
-  SIGKILL (several processes are signalled together and wait out their shutdowns side by side).
+  SIGKILL (several processes are signalled together and wait out their shutdowns side by side);
+- :func:`paused`: a process stopped (SIGSTOP) for a block, and only once every thread of it is,
+  continued after it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import random
@@ -29,7 +32,7 @@ import subprocess
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -119,6 +122,41 @@ def process_start_time(pid: int) -> int | None:
     except OSError:
         return None
     return None if fields[0] in ("Z", "X") else int(fields[19])
+
+
+@contextlib.contextmanager
+def paused(pid: int, timeout_s: float = 5.0, proc: Path = PROC) -> Iterator[None]:
+    """``pid`` stopped with SIGSTOP for the block and continued (SIGCONT) after it, also on an
+    error. The block starts only when ``/proc`` shows every thread of it stopped: the signal is
+    delivered asynchronously, and a thread on a CPU (a broker's network thread) can still answer a
+    request sent right after ``kill`` returned. A process that dies meanwhile is passed over."""
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        deadline = time.monotonic() + timeout_s
+        while not _all_threads_stopped(pid, proc):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"pid {pid} not stopped {timeout_s:.0f}s after SIGSTOP")
+            time.sleep(0.005)
+        yield
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+
+
+def _all_threads_stopped(pid: int, proc: Path) -> bool:
+    """Whether every thread of ``pid`` is stopped (state ``T``), or the process is gone."""
+    try:
+        tasks = list((proc / str(pid) / "task").iterdir())
+    except OSError:
+        return True
+    for task in tasks:
+        try:
+            state = (task / "stat").read_text(encoding="ascii").rsplit(")", 1)[-1].split()[0]
+        except OSError:
+            continue  # a thread that ended meanwhile
+        if state not in ("T", "t", "Z", "X"):
+            return False
+    return True
 
 
 def stop_processes(processes: Sequence[subprocess.Popen[bytes]], sig: int = signal.SIGTERM,

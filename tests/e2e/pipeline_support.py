@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from tidemark.examples.generator import expected_top_urls, expected_url_counts
 from tidemark.examples.verify import Verdict, read_committed, verify_top_urls, verify_url_counts
 from tidemark.kafka.clients import consumer_config
 from tidemark.local.pipeline import JobRun, LocalPipeline, wait_for
+from tidemark.processes import paused
 from tidemark.protocol import codec
 from tidemark.protocol.dead_letters import DeadLetter
 
@@ -66,14 +66,10 @@ def stage_pids(home: Path, process: str = "*") -> dict[str, int]:
 def stopped(*pids: int) -> Iterator[None]:
     """The processes ``pids`` stopped (SIGSTOP) for the block and continued after it; one that
     died meanwhile (a failover killed it) is passed over."""
-    for pid in pids:
-        os.kill(pid, signal.SIGSTOP)
-    try:
-        yield
-    finally:
+    with contextlib.ExitStack() as stack:
         for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGCONT)
+            stack.enter_context(paused(pid))
+        yield
 
 
 def killed_at_every_point(job: JobRun, kills: tuple[str, ...]) -> bool:

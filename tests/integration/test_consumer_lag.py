@@ -6,7 +6,6 @@ again, so an outage never makes a backlog look read nor its silence look like id
 from __future__ import annotations
 
 import os
-import signal
 import threading
 import time
 
@@ -20,6 +19,7 @@ from tidemark.kafka.metadata import metadata_consumer, watermarks
 from tidemark.kafka.outage import broker_wait
 from tidemark.kafka.topics import TopicSpec
 from tidemark.local.pipeline import wait_for
+from tidemark.processes import paused
 from tidemark.api import EventTime
 from tidemark.runtime.worker.consumer_lag import REPORT_EVERY_S, STALE_AFTER_S, ConsumerLag, unread_partitions
 from tidemark.runtime.job.metrics import CONSUMER_LAG
@@ -117,14 +117,11 @@ def test_a_report_held_by_a_paused_broker_answers_late_and_its_silence_makes_no_
             watermarks.observe(partition, 10_000, time.monotonic() * 1000)
         assert watermarks.update(time.monotonic() * 1000, before).watermark == 9_999
 
-        os.kill(status.pid, signal.SIGSTOP)
-        try:
+        with paused(status.pid):  # every broker thread stopped before the report asks
             held = threading.Thread(target=lag.report, args=({}, reads))
             held.start()
             time.sleep(REPORT_EVERY_S + 1.0)
-            assert held.is_alive()  # neither answered nor refused
-        finally:
-            os.kill(status.pid, signal.SIGCONT)
+            assert held.is_alive(), lag.unread({})  # neither answered nor refused
         resumed_ms = time.monotonic() * 1000
         held.join(30)
         after = lag.unread({})

@@ -45,7 +45,7 @@ from tidemark.clock import now_ms
 from tidemark.examples.generator import expected_top_urls
 from tidemark.examples.verify import read_committed, verify_top_urls
 from tidemark.local.pipeline import InputFeeder, JobRun, LocalPipeline, wait_for
-from tidemark.processes import pid_alive
+from tidemark.processes import paused, pid_alive
 from tidemark.verification.comparison import Verdict
 
 TOP_URLS = "tidemark.examples.access_log:top_urls"
@@ -320,11 +320,8 @@ class FaultCampaign:
     def _pause_broker(self, pause_s: float) -> tuple[int, str]:
         status = self.broker.status()
         assert status.running and status.pid is not None
-        os.kill(status.pid, signal.SIGSTOP)
-        try:
+        with paused(status.pid):
             time.sleep(pause_s)
-        finally:
-            os.kill(status.pid, signal.SIGCONT)
         return now_ms(), f"pid {status.pid} stopped for {pause_s:.0f}s"
 
     @staticmethod
