@@ -69,3 +69,21 @@ def test_an_idle_worker_is_taken_only_by_a_job_on_the_same_master() -> None:
     assert fingerprint() == fingerprint(master="local[2]")
     assert len({fingerprint(), fingerprint(master="spark://m:7077"), fingerprint(master="spark://n:7077"),
                 fingerprint(master="spark://m:7077", driver_host="10.0.0.1")}) == 4
+
+
+def test_an_idle_worker_is_taken_only_by_a_job_importing_from_the_same_path(monkeypatch, tmp_path) -> None:
+    """A job started with its module on another PYTHONPATH (an upgrade's new code) cannot be run
+    by an idle worker of a job without it: that worker could not import the module."""
+    from tidemark.config.settings import SparkSettings
+    from tidemark.runtime.placement.idle_workers import session_fingerprint
+
+    def fingerprint() -> str:
+        return session_fingerprint(TidemarkSettings(bootstrap_servers="b:9092",
+                                                    spark=SparkSettings(source="tidemark-kafka")))
+
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    plain = fingerprint()
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    upgraded = fingerprint()
+    monkeypatch.chdir(tmp_path)
+    assert len({plain, upgraded, fingerprint()}) == 3

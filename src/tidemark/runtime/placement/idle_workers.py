@@ -24,8 +24,11 @@ killed worker's place). With ``TIDEMARK_IDLE_WORKERS__DIR`` set, they also outli
   an idle worker (:func:`tidemark.runtime.worker.standby.run_standby` with an order), so even the
   first job on the machine starts without a JVM start.
 * **The fingerprint** is what a new worker of the job would start its session with (the session's
-  options, the Kafka connector's jars, the class archive, ``JAVA_HOME``), the Python executable and
-  Tidemark's version: an idle worker only serves jobs whose own workers would start the same session.
+  options, the Kafka connector's jars, the class archive, ``JAVA_HOME``), the Python executable,
+  where it would import the job's code from (``PYTHONPATH`` and the working directory, which a
+  worker inherits from its supervisor) and Tidemark's version: an idle worker only serves jobs whose
+  own workers would start the same session and import the same modules (an idle worker of a job
+  found on another ``PYTHONPATH`` could not import an upgraded job's module).
 """
 
 from __future__ import annotations
@@ -94,7 +97,7 @@ def session_fingerprint(settings: TidemarkSettings) -> str:
     options = asdict(session_options(settings, "", source))
     options.pop("app_name")
     doc = {"session": options, "format": source.format, "python": sys.executable, "tidemark": __version__,
-           "java_home": find_java_home()}
+           "java_home": find_java_home(), "import_path": [os.environ.get("PYTHONPATH", ""), os.getcwd()]}
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
 
 
