@@ -54,6 +54,7 @@ from tidemark.runtime.worker.routing import ChannelPartitioner, KeyGroupRouter, 
 from tidemark.runtime.job.attempt import Attempt
 from tidemark.runtime.worker.checkpoint import SnapshotThread, StageCheckpointer
 from tidemark.runtime.worker.inputs import ChannelInput, RecordPath, SourceInput
+from tidemark.runtime.worker.local_channel import LocalChannel, LocalSplitOutput
 from tidemark.runtime.worker.restore import RestoredStage, restore_stage
 from tidemark.runtime.worker.runner import StageRunner
 from tidemark.runtime.worker.tasks import ChangelogTarget, build_stage_tasks, worker_rocksdb_memory
@@ -71,9 +72,13 @@ from tidemark.types import Channel, CheckpointId, CheckpointingMode, TopicPartit
 log = get_logger(__name__)
 
 
-def bootstrap(settings: TidemarkSettings, attempt: Attempt) -> StageRunner:
-    """The attempt wired and restored (see the module); what it opened is closed if it fails."""
-    wiring = _Wiring(settings, attempt)
+def bootstrap(settings: TidemarkSettings, attempt: Attempt, local: LocalChannel | None = None) -> StageRunner:
+    """The attempt wired and restored (see the module); what it opened is closed if it fails.
+    ``local``: a fused worker's local channel (:mod:`tidemark.runtime.worker.local_channel`), given
+    to both lanes, the exchange reader's first: the reader's records of the worker's own key groups
+    go into it, and the keyed stage reads it as one more channel per reader task, when the keyed
+    stage has no broadcast input (its elements keep the exchange)."""
+    wiring = _Wiring(settings, attempt, local)
     try:
         return wiring.runner()
     except BaseException:
@@ -105,7 +110,7 @@ def read_steps(runner: StageRunner) -> StageSteps:
 class _Wiring:
     """The parts of one attempt, as :func:`bootstrap` puts them together."""
 
-    def __init__(self, settings: TidemarkSettings, attempt: Attempt) -> None:
+    def __init__(self, settings: TidemarkSettings, attempt: Attempt, local: LocalChannel | None = None) -> None:
         self.settings = settings
         self.attempt = attempt
         self.topics = topics = TopicNames(settings.topic_prefix)
@@ -116,6 +121,9 @@ class _Wiring:
         self.job = self.spec.job_id
         self.workers = self.stage.workers or 1
         self.subtasks = subtasks_of(attempt.worker, attempt.parallelism, self.workers)
+        # the reader lane takes the local channel when its stage can use it; the stage lane when the reader did
+        used = local is not None and (bool(local.tasks) if self.upstreams else self._forwards_locally())
+        self.local_channel = local if used else None
         self.client = base_config(settings)
         self.storage = open_storage(settings.resolved_storage_url)
         self.metadata = metadata_consumer(self.client)  # topic metadata and watermarks, for the attempt's life
@@ -141,6 +149,8 @@ class _Wiring:
         tasks = build_stage_tasks(spec, stage, attempt.parallelism, self.local, self._changelog(), self.subtasks,
                                   time_, self._timer_failed, worker_rocksdb_memory(self.settings.rocksdb))
         self.opened.extend(task.close for task in tasks)
+        if self.local_channel is not None and not self.upstreams:  # the reader: the keyed lane reads its tasks
+            self.local_channel.tasks = tuple(task.task_id for task in tasks)
         clock = StageClock(self.job, stage, attempt.worker, spec.event_time_of(stage), tasks, time_, self.client,
                            reads=reads, channels=self._channels(reads) if self.upstreams else None)
         self.opened.append(clock.close)
@@ -161,7 +171,8 @@ class _Wiring:
         input_: SourceInput | ChannelInput
         if not self.upstreams:
             input_ = SourceInput(path, positions, lambda: lag.unread(positions), stage.forwards_to is not None,
-                                 self._partitioner(stage.output) if stage.forwards_to else None)
+                                 self._partitioner(stage.output) if stage.forwards_to else None,
+                                 self._local_route() if self.local_channel is not None else None)
         else:
             aligner = BarrierAligner(spec.mode, attempt.epoch, self._channels(reads), restored.cut if restored else {})
             input_ = ChannelInput(path, positions, aligner, attempt.epoch)
@@ -240,6 +251,8 @@ class _Wiring:
         """The stage's output, with its side outputs when it has any."""
         self._fence_orphans()
         main = self._main_output(tasks, clock)
+        if self.local_channel is not None and not self.upstreams:
+            main = LocalSplitOutput(main, self.local_channel)
         if not self.stage.side_outputs:
             return main
         txids = self._side_transactional_ids(self.attempt.worker)
@@ -384,4 +397,20 @@ class _Wiring:
         tasks = {topic: [a.task_id for a in plan_assignments((writers[topic],), self.attempt.parallelism,
                                                              self.spec.max_parallelism)]
                  for topic in {topic for topic, _ in reads}}
-        return {Channel(topic, partition, task) for topic, partition in reads for task in tasks[topic]}
+        channels = {Channel(topic, partition, task) for topic, partition in reads for task in tasks[topic]}
+        return channels | (self.local_channel.channels if self.local_channel is not None else set())
+
+    # ------------------------------------------------------------------ a fused worker's local channel
+
+    def _forwards_locally(self) -> bool:
+        """Whether this exchange reader hands the records of its worker's own key groups to the
+        keyed stage in the process: a keyed stage without broadcast inputs (module docstring)."""
+        keyed = self.spec.stage(self.stage.forwards_to) if self.stage.forwards_to else None
+        return keyed is not None and keyed.keyed and not keyed.broadcast_topics
+
+    def _local_route(self) -> KeyGroupRouter:
+        """The key groups of the fused keyed worker (the reader's worker index is its)."""
+        keyed = self.spec.stage(cast(str, self.stage.forwards_to))
+        owned = owned_key_groups(self.attempt.worker, self.attempt.parallelism, keyed.workers or 1,
+                                 self.spec.max_parallelism)
+        return KeyGroupRouter(self.spec.max_parallelism, [owned], complete=False)

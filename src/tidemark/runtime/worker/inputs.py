@@ -18,6 +18,7 @@ partition of its key group instead.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
@@ -26,7 +27,8 @@ from tidemark.checkpoint.outcomes import DECLINED_SUBSUMED
 from tidemark.runtime.worker.alignment import Aligned, BarrierAligner, Cancelled, Process
 from tidemark.api import Input, Stage
 from tidemark.runtime.job.faults import FAULTS
-from tidemark.runtime.worker.outputs import EVERY_PARTITION
+from tidemark.runtime.worker.local_channel import LOCAL_TOPIC
+from tidemark.runtime.worker.outputs import EVERY_PARTITION, LOCAL_PARTITION
 from tidemark.runtime.worker.routing import KeyGroupRouter, KeyPartitioner
 from tidemark.keygroups import assign_to_key_group
 from tidemark.runtime.worker.record_errors import (FunctionFailed, MalformedHeaders, MalformedInput, NotCoPartitioned,
@@ -174,14 +176,19 @@ class RecordPath:
         if taken is False:
             clock.too_late(record, stamp)
 
-    def forwarder(self, partitioner: KeyPartitioner | None) -> Callable[[InputRecord], None]:
+    def forwarder(self, partitioner: KeyPartitioner | None,
+                  local: KeyGroupRouter | None = None) -> Callable[[InputRecord], None]:
         """An exchange reader's record path: each record checked to decode and key as its stage
         will (its inputs here are its stage's), then forwarded unchanged with its event time and
         input topic into the partition of its key group (``partitioner``; None: its stage has one
         worker or no key, any partition will do); a broadcast input's element into every partition. The watermarks are the reader's: it reads the
         partitions. A Spark step's row is forwarded in its place, encoded by the tagged codec
-        (:func:`decode_forwarded_row` reads it)."""
+        (:func:`decode_forwarded_row` reads it). ``local``: in a fused worker, the router of its
+        own key groups; a record whose key group it owns goes to
+        :data:`~tidemark.runtime.worker.outputs.LOCAL_PARTITION` with its decoded value, not
+        encoded (:mod:`tidemark.runtime.worker.local_channel`)."""
         clock, tasks, failures, way_of = self.clock, self.tasks, self.failures, self.way
+        owned = local.task_index if local is not None else None
 
         def forward(record: InputRecord) -> None:
             try:
@@ -197,6 +204,9 @@ class RecordPath:
             clock.observe(record, stamp)
             task = tasks[record.partition % len(tasks)]
             task.records_in += 1
+            if owned is not None and partition != EVERY_PARTITION and owned(key) == 0:
+                task.output.append((record.key, record.value, stamp, LOCAL_PARTITION, record.topic, value))  # type: ignore[arg-type]
+                return
             forwarded = record.value if record.row is None else ROW_CODEC.serialize(record.row)
             task.output.append((record.key, forwarded, stamp, partition, record.topic))  # type: ignore[arg-type]
 
@@ -219,10 +229,11 @@ class SourceInput:
     takes_triggers = True
 
     def __init__(self, path: RecordPath, positions: dict[TopicPartition, int], unread: Callable[[], Unread | None],
-                 forwards: bool = False, partitioner: KeyPartitioner | None = None) -> None:
-        """``forwards``: an exchange reader's (``partitioner``: see :meth:`RecordPath.forwarder`)."""
+                 forwards: bool = False, partitioner: KeyPartitioner | None = None,
+                 local: KeyGroupRouter | None = None) -> None:
+        """``forwards``: an exchange reader's (``partitioner``, ``local``: see :meth:`RecordPath.forwarder`)."""
         self.positions, self.unread, self.clock, self.failures = positions, unread, path.clock, path.failures
-        self.handle = path.forwarder(partitioner) if forwards else path.process
+        self.handle = path.forwarder(partitioner, local) if forwards else path.process
 
     def feed(self, records: Iterable[InputRecord], checkpoints: Checkpoints,
              ends: Mapping[TopicPartition, int] | None = None) -> None:
@@ -255,6 +266,15 @@ class SourceInput:
         self.clock.tick(self.unread())
 
 
+def without_local(aligned: Aligned) -> Aligned:
+    """The cut a checkpoint keeps: a fused worker's local channels are left out (neither its
+    channel cut nor its positions ever name them: a restore reads their records again from the
+    reader's positions, :mod:`tidemark.runtime.worker.local_channel`)."""
+    if not any(topic == LOCAL_TOPIC for topic, _, _ in aligned.cut):
+        return aligned
+    return dataclasses.replace(aligned, cut={c: o for c, o in aligned.cut.items() if c[0] != LOCAL_TOPIC})
+
+
 class ChannelInput:
     """A channel from the stage before: records, barriers and watermarks of every upstream task,
     aligned (exactly-once) or not (at-least-once) by the :class:`BarrierAligner`."""
@@ -278,7 +298,8 @@ class ChannelInput:
             self._feed(record, checkpoints)
 
     def _feed(self, record: InputRecord, checkpoints: Checkpoints) -> None:
-        self.positions[record.topic_partition] = record.offset + 1
+        if record.topic != LOCAL_TOPIC:  # a local channel has no position: never persisted
+            self.positions[record.topic_partition] = record.offset + 1
         if record.header_error is not None or record.epoch is None or record.task is None:
             self.failures.record_failed(record, MalformedHeaders(
                 record.header_error or "a channel record without tidemark-epoch and tidemark-task headers"))
@@ -292,7 +313,8 @@ class ChannelInput:
                 else:
                     self.path.process(action.record)
             elif isinstance(action, Aligned):
-                checkpoints.checkpoint(action.barrier.checkpoint_id, action.barrier.checkpoint_type, action)
+                checkpoints.checkpoint(action.barrier.checkpoint_id, action.barrier.checkpoint_type,
+                                       without_local(action))
             elif isinstance(action, Cancelled):
                 checkpoints.decline(action.checkpoint_id,
                                     f"{DECLINED_SUBSUMED}: alignment overtaken by a newer barrier")

@@ -83,8 +83,11 @@ OutputRecord = tuple[bytes | None, bytes, int]
 RoutedRecord = tuple[bytes | None, bytes, int, int | None, str]
 """(key, value, event time, partition or None, input topic): a record an exchange reader forwards
 (:mod:`tidemark.runtime.job.physical_plan`), its channel partition already known (None: any;
-:data:`EVERY_PARTITION`: a copy into each, a broadcast input's element)."""
+:data:`EVERY_PARTITION`: a copy into each, a broadcast input's element; :data:`LOCAL_PARTITION`:
+none, the fused worker's own key groups, with the decoded value sixth,
+:mod:`tidemark.runtime.worker.local_channel`)."""
 EVERY_PARTITION = -1
+LOCAL_PARTITION = -2
 SinkRecord = tuple[bytes | None, bytes]
 """(key, value) as the job's output topic gets it; an operator's output record (its key and value
 first, :data:`~tidemark.operators.lifecycle.OutputRecord`) is kept and written as one, unsliced."""

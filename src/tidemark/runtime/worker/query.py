@@ -19,7 +19,9 @@ A fused worker's attempt (:meth:`~tidemark.runtime.job.attempt.Attempt.lanes`) r
 workers, *lanes*, in the one session: each restored, with its own streaming query, processing
 thread and runner (a lane that waits blocks only its own threads), its fault points counted for
 it (:mod:`tidemark.runtime.job.faults`); one ready file for the process, whose attempt ends
-when every lane finished, or when any fails.
+when every lane finished, or when any fails. The exchange reader's records of the worker's own
+key groups reach the stage through the process's local channel
+(:mod:`tidemark.runtime.worker.local_channel`), drained on the stage lane's processing thread.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from tidemark.config.settings import TidemarkSettings
 from tidemark.kafka.clients import base_config
 from tidemark.kafka.outage import BrokerWatch
 from tidemark.runtime.worker.batch_handoff import BatchHandoff
+from tidemark.runtime.worker.local_channel import LOCAL_CAPACITY, LocalChannel
 from tidemark.runtime.worker.consumer_lag import REPORT_EVERY_S
 from tidemark.runtime.job.records import InputRecord, batch_ends, records_of, stepped_records
 from tidemark.exit_codes import EXIT_REFUSED
@@ -143,6 +146,7 @@ class _Lane:
     on_batch: Callable[[Any, int], None]
     spark_checkpoints: str
     query: Any = None
+    local: LocalChannel | None = None  # the local channel the lane reads (a fused worker's stage lane)
 
 
 def _run_stage(settings: TidemarkSettings, attempt: Attempt, spark: Any, released: Callable[[], bool]) -> AttemptEnd:
@@ -154,10 +158,11 @@ def _run_stage(settings: TidemarkSettings, attempt: Attempt, spark: Any, release
         starting.start()
     watch = BrokerWatch(base_config(settings)).start()
     workers: list[tuple[Attempt, StageRunner]] = []
+    local = LocalChannel(attempt.epoch, LOCAL_CAPACITY) if attempt.fused else None
     with contextlib.ExitStack() as stack:
         try:  # restored, the session started, each lane opened; else what was restored is closed
             for lane_attempt in attempt.lanes():
-                workers.append((lane_attempt, bootstrap(settings, lane_attempt)))
+                workers.append((lane_attempt, bootstrap(settings, lane_attempt, local)))
             timings.mark("restore")
             loaded_code.note()  # the job's modules, just imported (runtime.placement.idle_workers)
             if starting is not None:
@@ -166,6 +171,8 @@ def _run_stage(settings: TidemarkSettings, attempt: Attempt, spark: Any, release
             lanes = [_open_lane(lane_attempt, worker, stack.enter_context(query_checkpoint_location(
                         f"{worker.job}-{lane_attempt.process}")), released, timings)
                      for lane_attempt, worker in workers]
+            if local is not None and local.tasks:
+                _read_locally(lanes[-1], local, released)
         except BaseException:
             for _, worker in workers:
                 worker.close()
@@ -210,6 +217,22 @@ def _open_lane(attempt: Attempt, worker: StageRunner, spark_checkpoints: str, re
         batches.hand_over(batch)
 
     return _Lane(attempt, worker, steps, batches, on_batch, spark_checkpoints)
+
+
+def _read_locally(lane: _Lane, local: LocalChannel, released: Callable[[], bool]) -> None:
+    """``lane`` (the fused worker's stage) takes what ``local`` is handed, on its processing
+    thread; after the attempt is released, it is taken and dropped (the next attempt reads it again)."""
+    worker = lane.worker
+
+    def drain() -> None:
+        records = local.drain()
+        if records and not released():
+            with worker.lock:
+                if not worker.closed:
+                    worker.on_local(records)
+
+    local.on_push = lambda: lane.batches.run_soon(drain)
+    lane.local = local
 
 
 def batch_rows(batch: Any) -> int:
@@ -257,6 +280,9 @@ def _run_query(lanes: list[_Lane], attempt: Attempt, spark: Any, source: StageSo
     finally:
         gc.unfreeze()
         watch.stop()
+        for lane in lanes:
+            if lane.local is not None:
+                lane.local.close()  # a reader waiting to hand records over ends its batch
         for lane in reversed(lanes):
             lane.worker.abandon()  # a batch waiting for a stop-with-savepoint gives up
             lane.batches.close()  # after a batch still being processed
@@ -294,7 +320,8 @@ def _stream(lanes: list[_Lane], attempt: Attempt, spark: Any, source: StageSourc
         log.info("stage running", job=lane.worker.job, stage=lane.worker.stage.name, epoch=lane.attempt.epoch,
                  parallelism=lane.attempt.parallelism, worker=lane.attempt.worker,
                  workers=lane.worker.stage.workers or 1, tasks=[t.task_id for t in lane.worker.tasks],
-                 source=source.format, starting_offsets=read["startingOffsets"])
+                 source=source.format, starting_offsets=read["startingOffsets"],
+                 local_channels=len(lane.local.tasks) if lane.local is not None else 0)
     resources = WorkerResources(process.job, process.stage.name, spark.sparkContext._jvm)  # the process's, once
     resources.report()
     last_lag = 0.0

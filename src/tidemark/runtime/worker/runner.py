@@ -121,6 +121,14 @@ class StageRunner:
         self._process_batch(records, ends)
         self._batch_seconds.observe(time.monotonic() - started)
 
+    def on_local(self, records: Iterable[InputRecord]) -> None:
+        """Records of the fused worker's local channel (called under ``lock``, on the processing
+        thread: :mod:`tidemark.runtime.worker.local_channel`): as a batch, not timed as one."""
+        if self.finished:
+            return
+        self.wait_while_stopping()
+        self._process_batch(records, None)
+
     def _process_batch(self, records: Iterable[InputRecord], ends: Mapping[TopicPartition, int] | None) -> None:
         self.input.feed(records, self, ends)
         if self.finished:  # a stop-with-savepoint completed while aligning
