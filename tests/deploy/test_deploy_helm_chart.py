@@ -374,7 +374,7 @@ def test_single_stage_job_variant() -> None:
 @pytest.mark.parametrize("worker, ports", [({}, ["http", "stage-0", "stage-1"]),
                                           ({"stages": 1}, ["http", "stage-0"]),
                                           ({"workers": 2, "hosts": {"enabled": True}},
-                                           ["http", "process-0", "process-1"]),
+                                           ["http", "process-0"]),
                                           ({"enabled": False}, ["http"])])
 def test_monitors_scrape_every_stage_of_the_worker(worker: dict[str, Any], ports: list[str]) -> None:
     values = {"worker": worker, "metrics": {"serviceMonitor": {"enabled": True}, "podMonitor": {"enabled": True}},
@@ -405,7 +405,7 @@ def test_worker_hosts_run_w_pods_per_stage_each_knowing_its_stage_and_index() ->
                                      "--stage-index", str(i)]
         index = {e["name"]: e for e in container["env"]}["TIDEMARK_WORKER_INDEX"]
         assert index["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.labels['apps.kubernetes.io/pod-index']"
-        assert [p["name"] for p in container["ports"]] == ["http", "process-0", "process-1"]
+        assert [p["name"] for p in container["ports"]] == ["http", "process-0"]  # one process: a fused worker
         assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
         assert container["resources"]["requests"]["memory"] == "3Gi"
         assert container["securityContext"]["readOnlyRootFilesystem"] is True

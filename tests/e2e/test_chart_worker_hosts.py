@@ -13,9 +13,9 @@ label, as the downward API gives it). Input keeps arriving while
 2. then the supervisor's pod is SIGKILLed and started again: the new supervisor resumes the job's
    last state and hands the next attempt to the same hosts, which replace the processes they ran.
 
-The read_committed output is exact, record by record. Each host lists on ``/targets`` (Prometheus's
-HTTP service discovery) the metrics ports its processes serve: a second one only on the hosts of
-the stage with an exchange reader, although the chart declares ``process-1`` on every host pod.
+The read_committed output is exact, record by record. Each host runs one process (the first
+stage's exchange reader fused into its worker) and lists on ``/targets`` (Prometheus's HTTP service
+discovery) the one metrics port it serves, ``process-0``.
 """
 
 from __future__ import annotations
@@ -87,13 +87,11 @@ def test_chart_worker_hosts_run_each_stage_on_two_pods_and_pod_restarts_keep_the
 
     job = next(j for j in jobs if j["job"] == topics.job_id)
     assert _process_hosts(placed) == {
-        "tidemark-worker-s0-0": {"minute_counts.read.w0", "minute_counts.w0"},
-        "tidemark-worker-s0-1": {"minute_counts.read.w1", "minute_counts.w1"},
+        "tidemark-worker-s0-0": {"minute_counts.w0"}, "tidemark-worker-s0-1": {"minute_counts.w1"},
         "tidemark-worker-s1-0": {"top_urls.w0"}, "tidemark-worker-s1-1": {"top_urls.w1"}}
     assert {e["tasks"] for e in placed["tidemark-worker-s1-1"]} == {"1..1 of 2"}  # each knows its tasks
-    # the ports each host's processes serve ("process-0", and "process-1" only beside an exchange reader)
-    assert listed == {pod: [f"127.0.0.1:{port + 1 + i}" for i in range(2 if "-s0-" in pod else 1)]
-                      for pod, port in ports.items()}, listed
+    # the port each host's process serves ("process-0")
+    assert listed == {pod: [f"127.0.0.1:{port + 1}"] for pod, port in ports.items()}, listed
     # the registration, which every part reads: 3 operators (the exchange reader's too), 2 workers of 1 task each
     assert len(job["workers"]) == 3 and all([len(tasks) for tasks in workers] == [1, 1]
                                             for workers in job["workers"].values()), job["workers"]

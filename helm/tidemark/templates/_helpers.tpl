@@ -182,7 +182,7 @@ the worker pod (stage i of the job), or "process-<i>" on the worker-host pods (w
 {{- $w := .Values.worker }}
 {{- if $w.enabled }}
 {{- if $w.hosts.enabled }}
-{{- $ports = concat $ports (list "process-0" "process-1") }}
+{{- $ports = append $ports "process-0" }}
 {{- else }}
 {{- range $i := until (int $w.stages) }}
 {{- $ports = append $ports (printf "stage-%d" $i) }}

@@ -353,11 +353,13 @@ class HostAction(str, enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class HostLaunch:
-    """One worker process a host runs: worker ``worker`` of ``stage`` (as the job runs)."""
+    """One worker process a host runs: worker ``worker`` of ``stage`` (as the job runs), and of the
+    exchange reader ``fused`` when the process runs it as a second lane (a fused worker)."""
 
     stage: str
     worker: int
     fault: str | None = None  # testing: TIDEMARK_FAULT of the process (runtime.job.faults)
+    fused: str | None = None  # the exchange reader fused into the process (Attempt.fused)
 
 
 @dataclass(frozen=True, slots=True)

@@ -110,10 +110,10 @@ def run(
     worker_hosts: bool = typer.Option(False, "--worker-hosts", help="Run no worker process here: place worker w "
                                       "of each stage on the worker host '<stage>/<w>' (`tidemark jobs host`, e.g. "
                                       "one pod each) and follow them over Kafka."),
-    fused_workers: Optional[bool] = typer.Option(
-        None, "--fused-workers/--no-fused-workers", show_default=False, help="Run the exchange reader of a stage "
-        "in its workers' processes (one process and SparkSession per worker instead of two). Default: on with "
-        "local workers; worker hosts run them apart."),
+    fused_workers: bool = typer.Option(
+        True, "--fused-workers/--no-fused-workers", help="Run the exchange reader of a stage in its workers' "
+        "processes (one process and SparkSession per worker instead of two; the records of a worker's own key "
+        "groups skip the exchange), local workers and worker hosts alike."),
     generation: Optional[int] = typer.Option(None, "--generation", min=0, help="The deployment generation of "
                                              "this start (the chart passes its release revision): a job suspended "
                                              "for a newer generation (`savepoint trigger --stop --generation`) is "
@@ -136,9 +136,7 @@ def run(
                                 allow_non_restored_state=allow_non_restored_state)
     except StartRuleError as exc:
         _usage_error("jobs run", str(exc))
-    if fused_workers and worker_hosts:
-        _usage_error("jobs run", "--fused-workers runs local workers only; it cannot be used with --worker-hosts")
-    fused = not worker_hosts if fused_workers is None else fused_workers
+    fused = fused_workers
     args = _job_args(job_args, "jobs run")
     try:
         load_job(job, args)

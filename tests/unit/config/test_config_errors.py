@@ -195,13 +195,6 @@ def test_jobs_run_reports_bad_job_args_in_one_line_with_exit_2(job_args: str, li
     assert "Traceback" not in result.output
 
 
-def test_jobs_run_refuses_fused_workers_on_worker_hosts_in_one_line() -> None:
-    result = CliRunner().invoke(app, ["jobs", "run", TOP_URLS, "--fused-workers", "--worker-hosts"])
-    assert result.exit_code == 2
-    assert result.stderr.splitlines() == [
-        "tidemark jobs run: --fused-workers runs local workers only; it cannot be used with --worker-hosts"]
-
-
 def test_jobs_run_with_an_unknown_setting_exits_78(monkeypatch) -> None:
     monkeypatch.setenv("TIDEMARK_CHEKPOINT__INTERVAL_MS", "1")
     result = CliRunner().invoke(app, ["jobs", "run", TOP_URLS])

@@ -95,7 +95,7 @@ SAMPLES: dict[type, tuple[Any, ...]] = {
     m.HostAssignment: (
         m.HostAssignment(JOB, "minute_counts/1", Epoch(4), m.HostAction.RUN, "pkg.jobs:top_urls", '{"parallelism": 4}', 4,
                          "chk-42/_metadata", {"minute_counts.read": 2, "minute_counts": 2, "top_urls": 2},
-                         (m.HostLaunch("minute_counts.read", 1), m.HostLaunch("minute_counts", 1, "after-ack:2")),
+                         (m.HostLaunch("top_urls", 1), m.HostLaunch("minute_counts", 1, "after-ack:2", "minute_counts.read")),
                          True, T0 + 30),
         m.HostAssignment(JOB, "", Epoch(4), m.HostAction.HEARTBEAT, issued_at=T0 + 31),
         m.HostAssignment(JOB, "top_urls/0", Epoch(4), m.HostAction.KILL, standby=False, issued_at=T0 + 32),

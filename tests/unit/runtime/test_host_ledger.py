@@ -6,7 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from tidemark.protocol.messages import HostedProcess, HostReport, ProcessPhase
-from tidemark.runtime.placement.hosted_workers import HostLedger, host_of, run_assignment
+from tidemark.protocol import codec
+from tidemark.runtime.placement.hosted_workers import HostLedger, host_of, hosted_attempt, run_assignment
 from tidemark.runtime.job.attempt import Assignment, Attempt, process_name
 from tidemark.runtime.placement.pool import Launch
 from tidemark.types import Epoch, JobId
@@ -109,3 +110,18 @@ def test_a_run_carries_the_attempt_and_each_launch() -> None:
                                                                                 "chk-7/_metadata")
     assert run.workers == WORKERS and run.standby is False
     assert [(launch.stage, launch.worker) for launch in run.launches] == [("counts.read", 1), ("counts", 1)]
+
+
+def test_a_fused_launch_reaches_its_host_as_the_attempt_the_supervisor_planned() -> None:
+    """Worker w of a stage with its exchange reader's worker w as a second lane: one process on
+    host ``counts/w``, which runs the same attempt (both lanes) from the RUN, through its bytes."""
+    attempt = Attempt("pkg:job", "counts", Epoch(3), 4, Path("/runs"), {"a": 1}, "chk-7/_metadata", WORKERS, 1,
+                      fused="counts.read")
+    fused = Launch(attempt.process, Assignment(attempt, "counts.read=after-ack:2", None))
+    assert host_of(fused) == "counts/1"
+    run = codec.decode(codec.encode(run_assignment(JOB, "counts/1", Epoch(3), [fused], standby=True)))
+    (placed,) = run.launches
+    assert (placed.stage, placed.worker, placed.fault, placed.fused) == ("counts", 1, "counts.read=after-ack:2",
+                                                                          "counts.read")
+    hosted = hosted_attempt(run, placed, Path("/runs"))
+    assert hosted == attempt and [lane.stage for lane in hosted.lanes()] == ["counts.read", "counts"]

@@ -30,6 +30,7 @@ import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from tidemark.chassis.logs import get_logger
 from tidemark.clock import now_ms
@@ -37,6 +38,7 @@ from tidemark.config.settings import TidemarkSettings
 from tidemark.kafka.clients import base_config
 from tidemark.kafka.topics import TopicNames
 from tidemark.protocol.messages import HostAction, HostAssignment, HostLaunch, HostReport
+from tidemark.runtime.job.attempt import Attempt
 from tidemark.runtime.placement.host_channel import HostChannel
 from tidemark.runtime.job.physical_plan import READER_SUFFIX
 from tidemark.runtime.placement.pool import Launch, ProcessPhase, ProcessState
@@ -152,8 +154,16 @@ def run_assignment(job_id: JobId, host: str, epoch: Epoch, launches: Sequence[La
     return HostAssignment(job_id, host, epoch, HostAction.RUN, first.job_ref, json.dumps(first.job_args),
                           first.parallelism, first.restore_path, dict(first.workers),
                           tuple(HostLaunch(launch.assignment.attempt.stage, launch.assignment.attempt.worker,
-                                           launch.assignment.fault) for launch in launches),
+                                           launch.assignment.fault, launch.assignment.attempt.fused)
+                                for launch in launches),
                           standby, now_ms())
+
+
+def hosted_attempt(message: HostAssignment, placed: HostLaunch, run_dir: Path) -> Attempt:
+    """What a worker host runs for one launch of a RUN: the attempt :func:`run_assignment` sent."""
+    return Attempt(message.job_ref, placed.stage, message.epoch, message.parallelism, run_dir,
+                   json.loads(message.job_args), message.restore_path, dict(message.workers), placed.worker,
+                   fused=placed.fused)
 
 
 class HostedWorkers:

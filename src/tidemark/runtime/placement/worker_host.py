@@ -26,7 +26,6 @@ SIGTERM/SIGINT end its processes and return 143/130.
 
 from __future__ import annotations
 
-import json
 import signal
 import time
 import uuid
@@ -42,9 +41,10 @@ from tidemark.processes import free_port
 from tidemark.protocol.messages import HostAction, HostAssignment, HostedProcess, HostReport
 from tidemark.runtime.job.health import serve_health
 from tidemark.runtime.placement.host_channel import HostChannel
+from tidemark.runtime.placement.hosted_workers import hosted_attempt
 from tidemark.runtime.placement.local_workers import LocalWorkers
 from tidemark.runtime.job.ownership import subtasks_of
-from tidemark.runtime.job.attempt import Assignment, Attempt, process_name
+from tidemark.runtime.job.attempt import Assignment, process_name
 from tidemark.runtime.placement.pool import Launch, standbys_due
 from tidemark.types import Epoch, JobId
 
@@ -133,8 +133,7 @@ class WorkerHost:
         launches = []
         for i, placed in enumerate(message.launches):
             port = self.settings.http_port + 1 + i if self.settings.http_port else free_port()
-            attempt = Attempt(message.job_ref, placed.stage, message.epoch, message.parallelism, self.run_dir,
-                              json.loads(message.job_args), message.restore_path, dict(message.workers), placed.worker)
+            attempt = hosted_attempt(message, placed, self.run_dir)
             name = process_name(placed.stage, placed.worker, message.workers.get(placed.stage, 1))
             launches.append(Launch(name, Assignment(attempt, placed.fault, port)))
         return launches

@@ -126,10 +126,6 @@ class RunOptions:
     fused: bool = False  # an exchange reader's workers run in its stage's processes (runtime.supervisor.launch_plan)
     generation: int | None = None  # the deployment generation starting (runtime.supervisor.suspension)
 
-    def __post_init__(self) -> None:
-        if self.fused and self.worker_hosts:  # a host's assignment does not carry the lane
-            raise ValueError("fused workers run local workers only, not on worker hosts")
-
 
 @dataclass
 class AttemptState:
