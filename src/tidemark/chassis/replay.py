@@ -35,7 +35,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 from tidemark.clock import now_ms
 
 from tidemark.kafka.clients import consumer_config
-from tidemark.kafka.metadata import topic_partitions
+from tidemark.kafka.metadata import topic_partitions, watermark_offsets
 from tidemark.kafka.outage import broker_wait, unavailable
 from tidemark.chassis.dead_letter_publisher import RawRecord, headers_of
 from tidemark.types import TopicPartition
@@ -79,8 +79,8 @@ class EventLogReader:
                 raise RuntimeError(f"topic {topic} does not exist")
             for partition in numbers:
                 low, high = self._wait.call(  # a topic created a moment ago may have no leader yet
-                    f"read {topic}", lambda tp=KafkaTopicPartition(topic, partition): consumer.get_watermark_offsets(
-                        tp, timeout=self._timeout))
+                    f"read {topic}", lambda partition=partition: watermark_offsets(consumer, topic, partition,
+                                                                                   timeout_s=self._timeout))
                 self._boundary[TopicPartition(topic, partition)] = high
                 self._position[TopicPartition(topic, partition)] = low
                 partitions.append(KafkaTopicPartition(topic, partition, low))  # not OFFSET_BEGINNING: a 0.5 s lookup

@@ -23,11 +23,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from tidemark.kafka.admin import ensure_topics
-from tidemark.kafka.metadata import metadata_consumer, topic_partitions
+from tidemark.kafka.metadata import metadata_consumer, topic_partitions, watermark_offsets
 from tidemark.kafka.outage import broker_wait
 from tidemark.kafka.range_reader import read_messages
 from tidemark.kafka.topics import TopicSpec
@@ -256,7 +255,7 @@ def _scan_backwards(client: Mapping[str, Any], topic: str, partition: int, scan:
     try:  # a partition just created may have no leader yet (NOT_LEADER_FOR_PARTITION): waited through
         low, high = broker_wait(dict(client)).call(
             f"watermarks of {topic}/{partition}",
-            lambda: consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10.0, cached=False))
+            lambda: watermark_offsets(consumer, topic, partition, timeout_s=10.0))
     finally:
         consumer.close()
     end = high

@@ -44,6 +44,26 @@ def list_partitions(consumer: Consumer, topics: Iterable[str], timeout_s: float 
     return found
 
 
+_UNKNOWN = frozenset({KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC})
+
+
+def watermark_offsets(consumer: Consumer, topic: str, partition: int, timeout_s: float) -> tuple[int, int]:
+    """(low, high) of one partition from the broker. A partition the client's metadata does not
+    have (librdkafka's ``_UNKNOWN_PARTITION``: a new client, or a topic created a moment ago) has
+    its topic's metadata asked for by name before the error is raised, so that a retry
+    (:meth:`tidemark.kafka.outage.BrokerWait.call`) finds it: a new consumer's cache does not
+    always fetch it by itself (a worker once got the error for 20 s on a topic that long existed)."""
+    try:
+        return consumer.get_watermark_offsets(KafkaTopicPartition(topic, partition), timeout=timeout_s, cached=False)
+    except KafkaException as exc:
+        if exc.args[0].code() in _UNKNOWN:
+            try:
+                consumer.list_topics(topic, timeout=timeout_s)
+            except KafkaException:
+                pass  # the error raised below says what failed
+        raise
+
+
 def watermarks(
     consumer: Consumer, partitions: Iterable[TopicPartition], timeout_s: float = 10.0
 ) -> dict[TopicPartition, tuple[int, int]]:
@@ -51,7 +71,7 @@ def watermarks(
     result = {}
     for topic, partition in partitions:
         try:
-            low, high = consumer.get_watermark_offsets(KafkaTopicPartition(topic, partition), timeout=timeout_s, cached=False)
+            low, high = watermark_offsets(consumer, topic, partition, timeout_s)
         except KafkaException as exc:  # name the partition; keep the code (an outage stays recognisable)
             error = exc.args[0]
             raise KafkaException(KafkaError(error.code(), f"watermarks of {topic}/{partition}: {error.str()}",

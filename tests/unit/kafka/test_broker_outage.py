@@ -10,8 +10,10 @@ from confluent_kafka import KafkaError, KafkaException
 from structlog.testing import capture_logs
 
 from tidemark.kafka import outage
+from tidemark.kafka.metadata import watermark_offsets, watermarks
 from tidemark.kafka.outage import LOG_EVERY_S, SETTLE_S, BrokerUnavailableError, BrokerWait, unavailable
 from tidemark.chassis.logs import RepeatLimiter
+from tidemark.types import TopicPartition
 
 
 class Clock:
@@ -130,3 +132,31 @@ def test_aiokafka_reconnect_lines_are_limited_per_template():
     limiter.every_s = 0.0
     again = record("aiokafka.conn", "Unable connect to node with id %s: %s", 1, "refused")
     assert limiter.filter(again) and "499 more like it" in again.getMessage()
+
+
+def test_a_partition_the_client_does_not_know_has_its_topic_asked_for_before_the_retry(monkeypatch):
+    """A new consumer's metadata may not fetch a topic by itself (a worker once got
+    _UNKNOWN_PARTITION for 20 s on a topic that long existed): the lookup names the topic in a
+    Metadata request before it raises, so the retry finds the partition."""
+    monkeypatch.setattr(outage, "RETRY_S", 0.0)
+
+    class _Consumer:
+        def __init__(self) -> None:
+            self.known: set[str] = set()
+            self.listed: list[str] = []
+
+        def get_watermark_offsets(self, partition, timeout, cached):  # noqa: ANN001
+            if partition.topic not in self.known:
+                raise KafkaException(KafkaError(KafkaError._UNKNOWN_PARTITION, "Failed to get watermark offsets"))
+            return 0, 7
+
+        def list_topics(self, topic, timeout):  # noqa: ANN001
+            self.listed.append(topic)
+            self.known.add(topic)
+
+    consumer = _Consumer()
+    wait = BrokerWait("127.0.0.1:9092", Clock())
+    assert wait.call("control topic end", lambda: watermark_offsets(consumer, "control", 0, timeout_s=1.0)) == (0, 7)
+    assert consumer.listed == ["control"]
+    assert watermarks(consumer, [TopicPartition("control", 0)]) == {("control", 0): (0, 7)}
+    assert consumer.listed == ["control"]  # known now: asked for once

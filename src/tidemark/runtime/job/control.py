@@ -21,6 +21,7 @@ from confluent_kafka import OFFSET_END, Consumer, Producer, TopicPartition
 
 from tidemark.clock import now_ms
 from tidemark.kafka.clients import consumer_config, producer_config
+from tidemark.kafka.metadata import watermark_offsets
 from tidemark.kafka.outage import PATIENCE_S, broker_wait
 from tidemark.kafka.topics import TopicNames
 from tidemark.protocol import codec
@@ -103,9 +104,8 @@ class ControlPlane(ControlPublisher):
         # first checkpoint at its registration) would be skipped, and the checkpoint would wait
         # for this worker's ack until its timeout. The others may not exist yet (the state queries
         # topic, before the first query): their end is resolved at the first fetch, as before
-        control = TopicPartition(topics.control, 0)
-        _, end = broker_wait(client).call("control topic end", lambda: consumer.get_watermark_offsets(
-            control, timeout=30.0, cached=False))
+        _, end = broker_wait(client).call("control topic end", lambda: watermark_offsets(
+            consumer, topics.control, 0, timeout_s=30.0))
         followed = [TopicPartition(topics.control, 0, end), TopicPartition(topics.state_queries, 0, OFFSET_END)]
         if materializations:  # changelog mode: materializations of this job's tasks
             followed.append(TopicPartition(topics.materializations, 0, OFFSET_END))
@@ -143,9 +143,7 @@ class AttemptSignals:
         self.job_id = job_id
         self._consumer = consumer = Consumer(consumer_config(client, None))
         wait = broker_wait(client)  # a broker restarting or moving leaders (NOT_LEADER) is waited through
-        partition = TopicPartition(topics.control, 0)
-        _, end = wait.call("control topic end",
-                           lambda: consumer.get_watermark_offsets(partition, timeout=30.0, cached=False))
+        _, end = wait.call("control topic end", lambda: watermark_offsets(consumer, topics.control, 0, timeout_s=30.0))
         start = end
         if from_ms:  # an adopted attempt: what was said about it while no supervisor listened
             (found,) = wait.call("control topic offset by time", lambda: consumer.offsets_for_times(

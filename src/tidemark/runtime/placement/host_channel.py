@@ -23,6 +23,7 @@ from tidemark.kafka.admin import ensure_topics
 from tidemark.kafka.clients import consumer_config, producer_config
 from tidemark.kafka.outage import broker_wait
 from tidemark.kafka.topics import TopicNames
+from tidemark.kafka.metadata import watermark_offsets
 from tidemark.protocol import codec
 from tidemark.protocol.messages import HostAssignment, HostReport
 from tidemark.runtime.job.control import job_messages
@@ -42,9 +43,8 @@ class HostChannel:
         self._producer = Producer({**producer_config(client), "linger.ms": 0})
         self._wait = broker_wait(client)
         self._consumer = consumer = Consumer(consumer_config(client, None))
-        partition = TopicPartition(self.topic, 0)
         _, end = self._wait.call("worker hosts topic end",
-                                 lambda: consumer.get_watermark_offsets(partition, timeout=30.0, cached=False))
+                                 lambda: watermark_offsets(consumer, self.topic, 0, timeout_s=30.0))
         self._consumer.assign([TopicPartition(self.topic, 0, end)])
 
     def offer(self, message: HostMessage) -> None:

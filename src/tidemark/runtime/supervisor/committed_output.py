@@ -18,9 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from confluent_kafka import TopicPartition
-
-from tidemark.kafka.metadata import metadata_consumer, topic_partitions
+from tidemark.kafka.metadata import metadata_consumer, topic_partitions, watermark_offsets
 from tidemark.kafka.outage import broker_wait
 from tidemark.kafka.topics import TopicNames
 from tidemark.api import JobSpec
@@ -71,8 +69,8 @@ def committed_output(client: dict[str, Any], topics: TopicNames, spec: JobSpec) 
     try:
         for topic in outputs:
             held = sum(high - low for low, high in (
-                wait.call(f"watermarks of {topic}/{p}", lambda p=p: consumer.get_watermark_offsets(
-                    TopicPartition(topic, p), timeout=_TIMEOUT_S, cached=False))
+                wait.call(f"watermarks of {topic}/{p}",
+                          lambda p=p: watermark_offsets(consumer, topic, p, timeout_s=_TIMEOUT_S))
                 for p in topic_partitions(consumer, topic, _TIMEOUT_S)))
             if held > 0:
                 return f"output topic {topic} holds {held} records"
