@@ -88,6 +88,7 @@ class BarrierAligner:
         self.channels = frozenset(channels)
         self._skip = dict(restored_cut or {})
         self._pending: dict[CheckpointId, _Pending] = {}
+        self._barred: set[Channel] = set()  # the channels in any pending alignment's cut (per record: one lookup)
         self._held: deque[InputRecord] = deque()
         self._last_aligned = CheckpointId(0)
         self.dropped_stale = 0
@@ -118,7 +119,9 @@ class BarrierAligner:
             return
         if record.barrier is not None:
             self._on_barrier(record.barrier, channel, record.offset, now_ms, out)
-        elif self.mode is CheckpointingMode.EXACTLY_ONCE and self._blocked(channel):
+        elif channel not in self._barred:
+            out.append(Process(record))
+        elif self.mode is CheckpointingMode.EXACTLY_ONCE:
             self._held.append(record)
         else:
             for pending in self._pending.values():
@@ -126,8 +129,9 @@ class BarrierAligner:
                     pending.overtaken += 1
             out.append(Process(record))
 
-    def _blocked(self, channel: Channel) -> bool:
-        return any(channel in p.cut for p in self._pending.values())
+    def _forget(self, checkpoint_id: CheckpointId) -> None:
+        del self._pending[checkpoint_id]
+        self._barred = {channel for pending in self._pending.values() for channel in pending.cut}
 
     def _on_barrier(self, barrier: Barrier, channel: Channel, offset: int, now_ms: int,
                     out: list[Action]) -> None:
@@ -136,18 +140,19 @@ class BarrierAligner:
             return
         if self.mode is CheckpointingMode.EXACTLY_ONCE:
             for older in [c for c in self._pending if c < cid]:  # a newer barrier overtook it
-                del self._pending[older]
+                self._forget(older)
                 out.append(Cancelled(older))
                 self._release(now_ms, out)
             if any(c > cid for c in self._pending):
                 return  # a late barrier of a cancelled alignment
         pending = self._pending.setdefault(cid, _Pending(barrier, now_ms))
         pending.cut.setdefault(channel, offset)
-        if set(pending.cut) != self.channels:
+        self._barred.add(channel)
+        if len(pending.cut) != len(self.channels) or set(pending.cut) != self.channels:
             return
-        del self._pending[cid]
+        self._forget(cid)
         for older in [c for c in self._pending if c < cid]:
-            del self._pending[older]
+            self._forget(older)
             out.append(Cancelled(older))
         self._last_aligned = cid
         exactly_once = self.mode is CheckpointingMode.EXACTLY_ONCE
