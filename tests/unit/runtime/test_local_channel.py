@@ -214,3 +214,18 @@ def test_the_keyed_checkpoint_holds_exactly_the_local_records_before_the_readers
     assert set(aligned.cut) == exchange_channels and aligned.resume_offsets() == {(EXCHANGE, 0): 1}
     assert [json.loads(v)["k"] for t in keyed_tasks for _, v, _ in t.take_output()] == [mine[2]]  # released after
     assert set(positions) == {(EXCHANGE, 0)} and failures.failed == []
+
+
+def test_a_key_that_cannot_be_routed_is_dead_lettered_by_the_reader_not_raised(tmp_path) -> None:
+    """With one worker (no exchange partitioner) every routable key is local; one that cannot be
+    routed (a str with a lone surrogate has no UTF-8 bytes) goes to the error policy, as the keyed
+    stage would have sent it through the exchange."""
+    stage = dataclasses.replace(Stage("s", (Input("in"),), lambda v: v["k"], _Count, "out"),
+                                exchange=EXCHANGE, exchanged=("in",))
+    reader, reader_tasks, failures = record_path(stage, tmp_path)
+    forward = reader.forwarder(None, KeyGroupRouter(128, [KeyGroupRange(0, 127)], complete=False))
+    forward(InputRecord("in", 0, 0, 0, None, b'{"k": "\\ud800"}'))
+    forward(_input("a"))
+    ((record, error),) = failures.failed
+    assert record.offset == 0 and type(error).__name__ == "MalformedInput"
+    assert [r[3] for t in reader_tasks for r in t.output] == [LOCAL_PARTITION]

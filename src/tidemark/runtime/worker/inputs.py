@@ -196,6 +196,7 @@ class RecordPath:
                 value = way.decode(record.key, record.value) if record.row is None else record.row
                 key = way.key_by(value) if way.key_by is not None else None
                 partition = (EVERY_PARTITION if way.broadcast else
+                             LOCAL_PARTITION if owned is not None and owned(key) == 0 else  # routes the key
                              partitioner.of_key(key) if partitioner is not None else None)
                 stamp = clock.event_time_of(record, value)
             except Exception as exc:
@@ -204,7 +205,7 @@ class RecordPath:
             clock.observe(record, stamp)
             task = tasks[record.partition % len(tasks)]
             task.records_in += 1
-            if owned is not None and partition != EVERY_PARTITION and owned(key) == 0:
+            if partition == LOCAL_PARTITION:
                 task.output.append((record.key, record.value, stamp, LOCAL_PARTITION, record.topic, value))  # type: ignore[arg-type]
                 return
             forwarded = record.value if record.row is None else ROW_CODEC.serialize(record.row)
