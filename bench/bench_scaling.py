@@ -7,7 +7,9 @@ broker. With W > 1 the source stage runs as an exchange reader and the keyed sta
 (``runtime.job.physical_plan``), so the job has 2 W worker processes. Throughput is measured from the
 moment every worker process has started its query until every result is committed
 (read_committed); the table gives min / median / max per W over the rounds, the ratio of the
-medians to W = 1, the share of the machine's CPU time that was busy meanwhile (all processes,
+medians to W = 1, the median rate from the first result committed to the last (*first->last*:
+without the start of the queries and the first checkpoint's wait, which are the same for every W)
+and its ratio, the share of the machine's CPU time that was busy meanwhile (all processes,
 from ``/proc/stat``: what W = 1 leaves for more workers), and the peak resident set (VmHWM,
 summed over each worker's process tree: Python driver, JVM, Spark's Python workers) of the
 largest worker.
@@ -39,6 +41,7 @@ Uses ``KAFKA_BOOTSTRAP_SERVERS`` when set, else starts the embedded broker for t
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import statistics
 import tempfile
@@ -51,7 +54,7 @@ from pathlib import Path
 from tidemark.broker.embedded import kafka_or_embedded
 from tidemark.local.cpu_quota import CpuController, CpuQuota, QuotaUnavailable, cpu_controller
 from tidemark.examples.generator import by_url, generate, produce
-from tidemark.examples.verify import read_committed
+from tidemark.verification.committed_reader import CommittedReader, collect
 from tidemark.local.pipeline import LocalPipeline, wait_for
 from tidemark.processes import tree_pids
 
@@ -146,7 +149,8 @@ def _process_cpu_s(pid: int | None) -> float:
 
 @dataclass
 class Round:
-    rate: float  # records/s
+    rate: float  # records/s, from every worker's query started to the last result committed
+    steady_rate: float  # records/s from the first result committed to the last
     busy: float  # share of the machine's CPU busy
     peak_gib: float  # peak RSS of the largest worker's tree
     worker_cpu_s: float  # the workers' quotas' CPU time in the window
@@ -201,11 +205,26 @@ def one_round(bootstrap: str, broker_pid: int | None, controller: CpuController,
         rss = PeakRss(job.process.pid)
         rss.start()
         print(f"  W={workers}: {expected} worker process(es) running; waiting for {records} results ...", flush=True)
-        output: list = []
-        while len(output) < records:
-            output = read_committed(bootstrap, args["output_topic"], expect=records, timeout_s=20, settle_s=0)
-            print(f"  W={workers}:   {len(output)} results", flush=True)
-        elapsed = time.monotonic() - started
+        first_at, first_count, shown = 0.0, 0, [0.0]
+
+        def all_read(read: list) -> bool:  # asked each time the reader caught up with what is committed
+            nonlocal first_at, first_count
+            now = time.monotonic()
+            if read and not first_at:  # the first commit's results
+                first_at, first_count = now, len(read)
+            if now - shown[0] >= 5 or len(read) >= records:
+                print(f"  W={workers}:   {len(read)} results", flush=True)
+                shown[0] = now
+            return len(read) >= records
+
+        with CommittedReader({"bootstrap.servers": bootstrap}, args["output_topic"]) as reader:
+            if not reader.open(60):
+                raise SystemExit(f"bench_scaling: output topic {args['output_topic']} did not appear")
+            output = collect(reader, until=all_read, wait_s=600)
+        if len(output) < records:
+            raise SystemExit(f"bench_scaling: {len(output)} of {records} results within 600 s")
+        ended = time.monotonic()
+        elapsed = ended - started
         busy, total = (after - before for after, before in zip(_cpu_jiffies(), cpu_before))
         worker_cpu = quotas.usage_s() - worker_before
         periods, throttled = (after - before for after, before in zip(quotas.periods(), periods_before))
@@ -213,8 +232,10 @@ def one_round(bootstrap: str, broker_pid: int | None, controller: CpuController,
         rss.done = True
         job.stop()
         quotas.close()
-    return Round(records / elapsed, busy / max(total, 1), max(rss.peak.values(), default=0) / 1024 / 1024,
-                 worker_cpu, throttled / max(periods, 1), broker_cpu)
+    # nan when every result came with the first commit (a backlog one checkpoint took whole)
+    steady = (records - first_count) / (ended - first_at) if records > first_count else float("nan")
+    return Round(records / elapsed, steady, busy / max(total, 1),
+                 max(rss.peak.values(), default=0) / 1024 / 1024, worker_cpu, throttled / max(periods, 1), broker_cpu)
 
 
 def main() -> None:
@@ -248,13 +269,22 @@ def main() -> None:
         print_table(options, controller, variant, {w: rounds[variant, w] for w in options.workers})
 
 
+def _rate(rate: float) -> str:
+    return "-" if math.isnan(rate) else f"{rate:.0f}"
+
+
+def _ratio(rate: float, base: float) -> str:
+    return "-" if math.isnan(rate) or math.isnan(base) or base <= 0 else f"{rate / base:.2f}"
+
+
 def print_table(options: argparse.Namespace, controller: CpuController, variant: str,
                 rounds: dict[int, list[Round]]) -> None:
     base = statistics.median(r.rate for r in rounds[options.workers[0]])
+    steady_base = statistics.median(r.steady_rate for r in rounds[options.workers[0]])
     print(f"\nurl_counts, {variant} input, parallelism {PARALLELISM}, {options.records} records, {options.rounds} "
           f"round(s), {options.cpu_per_worker} CPUs per worker (cgroup v{controller.version} quota)")
     print(f"{'W':>3} {'processes':>9} {'quota CPUs':>10} {'min rec/s':>10} {'median':>10} {'max':>10} {'ratio':>6} "
-          f"{'worker CPU-s/M rec':>18} {'throttled':>9} {'broker CPU-s':>12} {'machine busy':>12} {'peak RSS GiB':>12}")
+          f"{'first->last':>11} {'ratio':>6} {'worker CPU-s/M rec':>18} {'throttled':>9} {'broker CPU-s':>12} {'machine busy':>12} {'peak RSS GiB':>12}")
     for workers in options.workers:
         done = rounds[workers]
         rates = [r.rate for r in done]
@@ -262,6 +292,8 @@ def print_table(options: argparse.Namespace, controller: CpuController, variant:
               f"{workers * options.cpu_per_worker:>10.1f} "
               f"{min(rates):>10.0f} {statistics.median(rates):>10.0f} {max(rates):>10.0f} "
               f"{statistics.median(rates) / base:>6.2f} "
+              f"{_rate(statistics.median(r.steady_rate for r in done)):>11} "
+              f"{_ratio(statistics.median(r.steady_rate for r in done), steady_base):>6} "
               f"{statistics.median(r.worker_cpu_s for r in done) / options.records * 1e6:>18.1f} "
               f"{statistics.median(r.throttled for r in done):>9.0%} "
               f"{statistics.median(r.broker_cpu_s for r in done):>12.1f} "
