@@ -115,6 +115,10 @@ class ChangelogEdge:
     async def _advance(self) -> None:
         async with self._lock:
             await self._ensure_topics()
+            # partitions first seen now are counted from where they were truncated before this
+            # tick's moves, so the bytes of a first truncation are counted too (tracked after it,
+            # a partition that was truncated in the tick that found it never counted them)
+            self._track_sizes()
             plans = self.ledger.plan(self.partitions)  # published with the truncations it led to, below
             moves = advances(plans, self.truncated)
             behind = {tp: point for tp, point in {**self.truncated, **moves}.items()
@@ -129,7 +133,6 @@ class ChangelogEdge:
                 if tp in owners:
                     metrics.TRUNCATIONS.labels(owners[tp].job_id, "physical").inc()
             self.plans = plans  # GET /changelog never shows new plans beside old truncation points
-            self._track_sizes()
 
     def _record(self, tp: TopicPartition, point: int, owner: Any, *, physical: bool) -> None:
         before = self.truncated.get(tp, 0)
