@@ -6,10 +6,10 @@ parallelism 4 with ``--workers W`` on the local pipeline, rounds interleaved ove
 broker. With W > 1 the source stage runs as an exchange reader and the keyed stage
 (``runtime.job.physical_plan``), so the job has 2 W worker processes. Throughput is measured from the
 moment every worker process has started its query until every result is committed
-(read_committed); the table gives min / median / max per W over the rounds, the ratio of the
+(read_committed; the times the results were written, their Kafka timestamps); the table gives min / median / max per W over the rounds, the ratio of the
 medians to W = 1, the median rate from the first result committed to the last (*first->last*:
 without the start of the queries and the first checkpoint's wait, which are the same for every W)
-and its ratio, the share of the machine's CPU time that was busy meanwhile (all processes,
+and its ratio, the median time from the start to the first result committed, the share of the machine's CPU time that was busy meanwhile (all processes,
 from ``/proc/stat``: what W = 1 leaves for more workers), and the peak resident set (VmHWM,
 summed over each worker's process tree: Python driver, JVM, Spark's Python workers) of the
 largest worker.
@@ -151,6 +151,7 @@ def _process_cpu_s(pid: int | None) -> float:
 class Round:
     rate: float  # records/s, from every worker's query started to the last result committed
     steady_rate: float  # records/s from the first result committed to the last
+    first_s: float  # seconds from every worker's query started to the first result committed
     busy: float  # share of the machine's CPU busy
     peak_gib: float  # peak RSS of the largest worker's tree
     worker_cpu_s: float  # the workers' quotas' CPU time in the window
@@ -199,19 +200,16 @@ def one_round(bootstrap: str, broker_pid: int | None, controller: CpuController,
         expected = processes(workers, variant)
         wait_for(lambda: len(list((home / "runs").glob("*/*.epoch-1.ready"))) >= expected, 600,
                  f"{expected} worker processes running", poll_s=0.05)
-        started, cpu_before = time.monotonic(), _cpu_jiffies()
+        started_ms, cpu_before = time.time() * 1000, _cpu_jiffies()
         worker_before, periods_before = quotas.usage_s(), quotas.periods()
         broker_before = _process_cpu_s(broker_pid)
         rss = PeakRss(job.process.pid)
         rss.start()
         print(f"  W={workers}: {expected} worker process(es) running; waiting for {records} results ...", flush=True)
-        first_at, first_count, shown = 0.0, 0, [0.0]
+        shown = [0.0]
 
         def all_read(read: list) -> bool:  # asked each time the reader caught up with what is committed
-            nonlocal first_at, first_count
             now = time.monotonic()
-            if read and not first_at:  # the first commit's results
-                first_at, first_count = now, len(read)
             if now - shown[0] >= 5 or len(read) >= records:
                 print(f"  W={workers}:   {len(read)} results", flush=True)
                 shown[0] = now
@@ -223,8 +221,11 @@ def one_round(bootstrap: str, broker_pid: int | None, controller: CpuController,
             output = collect(reader, until=all_read, wait_s=600)
         if len(output) < records:
             raise SystemExit(f"bench_scaling: {len(output)} of {records} results within 600 s")
-        ended = time.monotonic()
-        elapsed = ended - started
+        # the results' own times (written when their checkpoint completed), not when this reader caught up
+        stamps = sorted(r.timestamp_ms for r in output)
+        first_ms, last_ms = stamps[0], stamps[-1]
+        first_count = sum(1 for stamp in stamps if stamp == first_ms)
+        elapsed = (last_ms - started_ms) / 1000
         busy, total = (after - before for after, before in zip(_cpu_jiffies(), cpu_before))
         worker_cpu = quotas.usage_s() - worker_before
         periods, throttled = (after - before for after, before in zip(quotas.periods(), periods_before))
@@ -233,8 +234,8 @@ def one_round(bootstrap: str, broker_pid: int | None, controller: CpuController,
         job.stop()
         quotas.close()
     # nan when every result came with the first commit (a backlog one checkpoint took whole)
-    steady = (records - first_count) / (ended - first_at) if records > first_count else float("nan")
-    return Round(records / elapsed, steady, busy / max(total, 1),
+    steady = (records - first_count) / ((last_ms - first_ms) / 1000) if last_ms > first_ms else float("nan")
+    return Round(records / elapsed, steady, (first_ms - started_ms) / 1000, busy / max(total, 1),
                  max(rss.peak.values(), default=0) / 1024 / 1024, worker_cpu, throttled / max(periods, 1), broker_cpu)
 
 
@@ -284,7 +285,7 @@ def print_table(options: argparse.Namespace, controller: CpuController, variant:
     print(f"\nurl_counts, {variant} input, parallelism {PARALLELISM}, {options.records} records, {options.rounds} "
           f"round(s), {options.cpu_per_worker} CPUs per worker (cgroup v{controller.version} quota)")
     print(f"{'W':>3} {'processes':>9} {'quota CPUs':>10} {'min rec/s':>10} {'median':>10} {'max':>10} {'ratio':>6} "
-          f"{'first->last':>11} {'ratio':>6} {'worker CPU-s/M rec':>18} {'throttled':>9} {'broker CPU-s':>12} {'machine busy':>12} {'peak RSS GiB':>12}")
+          f"{'first->last':>11} {'ratio':>6} {'first result s':>14} {'worker CPU-s/M rec':>18} {'throttled':>9} {'broker CPU-s':>12} {'machine busy':>12} {'peak RSS GiB':>12}")
     for workers in options.workers:
         done = rounds[workers]
         rates = [r.rate for r in done]
@@ -294,6 +295,7 @@ def print_table(options: argparse.Namespace, controller: CpuController, variant:
               f"{statistics.median(rates) / base:>6.2f} "
               f"{_rate(statistics.median(r.steady_rate for r in done)):>11} "
               f"{_ratio(statistics.median(r.steady_rate for r in done), steady_base):>6} "
+              f"{statistics.median(r.first_s for r in done):>14.1f} "
               f"{statistics.median(r.worker_cpu_s for r in done) / options.records * 1e6:>18.1f} "
               f"{statistics.median(r.throttled for r in done):>9.0%} "
               f"{statistics.median(r.broker_cpu_s for r in done):>12.1f} "

@@ -34,6 +34,7 @@ class CommittedRecord:
     value: bytes | None
     partition: int
     offset: int
+    timestamp_ms: int = 0  # the record's Kafka timestamp (a Tidemark output's: when it was written)
 
 
 class CommittedReader:
@@ -80,7 +81,8 @@ class CommittedReader:
                     self._at_end[message.partition()] = True
                 continue
             self._at_end[message.partition()] = False
-            records.append(CommittedRecord(message.key(), message.value(), message.partition(), message.offset()))
+            records.append(CommittedRecord(message.key(), message.value(), message.partition(), message.offset(),
+                                           message.timestamp()[1]))
         return records
 
     def close(self) -> None:

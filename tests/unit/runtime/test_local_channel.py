@@ -160,7 +160,7 @@ class _Checkpoints:
     def checkpoint(self, checkpoint_id, kind, aligned) -> None:
         self.taken.append(aligned)
 
-    def within_batch(self) -> None:
+    def within_batch(self, cut=None) -> None:
         pass
 
     def decline(self, checkpoint_id, reason) -> None:

@@ -117,24 +117,28 @@ def records_of(table: pa.Table | pa.RecordBatch) -> Iterator[InputRecord]:
     if not pc.max(pc.list_value_length(header_column)).as_py():  # one C-level map over the columns
         yield from map(InputRecord, topics, partitions, offsets, stamps, keys, values)
         return
-    all_headers = header_column.to_pylist()
-    for i in range(n):
-        headers = all_headers[i]
-        epoch = task = barrier = watermark = event_time = origin = error = None
-        if headers:
-            try:
-                epoch, task, barrier, watermark, event_time, origin = tidemark_headers(headers)
-            except HeaderError as exc:
-                error = str(exc)
-        yield InputRecord(
-            topic=topics[i], partition=partitions[i], offset=offsets[i], timestamp_ms=stamps[i], key=keys[i], value=values[i], epoch=epoch, task=task, barrier=barrier, watermark=watermark,
-            event_time_ms=event_time, origin=origin, header_error=error, headers=headers,
-        )
+    yield from map(record_of, topics, partitions, offsets, stamps, keys, values, header_column.to_pylist())
 
 
-def batch_ends(table: pa.Table | pa.RecordBatch) -> dict[TopicPartition, int]:
+def record_of(topic: str, partition: int, offset: int, timestamp_ms: int, key: bytes | None, value: bytes | None,
+              headers: list[dict[str, Any]] | None) -> InputRecord:
+    """One record with headers (``[{"key", "value"}]``, as Arrow gives them): what Tidemark's
+    headers carry, or why they are malformed."""
+    epoch = task = barrier = watermark = event_time = origin = error = None
+    if headers:
+        try:
+            epoch, task, barrier, watermark, event_time, origin = tidemark_headers(headers)
+        except HeaderError as exc:
+            error = str(exc)
+    return InputRecord(topic, partition, offset, timestamp_ms, key, value, epoch, task, barrier, watermark,
+                       event_time, origin, error, headers)
+
+
+def batch_ends(table: pa.Table | pa.RecordBatch, rows: int | None = None) -> dict[TopicPartition, int]:
     """The position after a source batch's last record in each of its partitions (its highest
-    offset + 1), computed in Arrow."""
+    offset + 1), computed in Arrow; ``rows``: of the batch's first so many rows only."""
+    if rows is not None:
+        table = table.slice(0, rows)
     if table.num_rows == 0:
         return {}
     if isinstance(table, pa.RecordBatch):

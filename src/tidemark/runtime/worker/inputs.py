@@ -2,8 +2,10 @@
 channel from the stage before (:class:`ChannelInput`); and the record path both share
 (:class:`RecordPath`).
 
-* A source stage checkpoints between micro-batches when the coordinator's trigger arrives, with
-  the positions after the last record it processed; its watermark moves at the end of each batch.
+* A source stage checkpoints when the coordinator's trigger arrives, with the positions after the
+  last record it processed: inside a micro-batch, at the record it reached (Flink's sources
+  checkpoint between any two records), unless a Spark step made its rows (then between batches);
+  its watermark moves at the end of each batch.
 * A channel stage checkpoints when the barriers of every upstream task are aligned
   (:mod:`tidemark.runtime.worker.alignment`), with the cut at the barriers; its watermark moves with the
   channels' watermark records.
@@ -51,7 +53,10 @@ class Checkpoints(Protocol):
 
     def checkpoint(self, checkpoint_id: CheckpointId, kind: CheckpointType, aligned: Aligned | None) -> None: ...
 
-    def within_batch(self) -> None: ...
+    def within_batch(self, cut: Callable[[], None] | None = None) -> None:
+        """``cut``: a source stage's checkpoint may be taken here, after ``cut()`` moved the
+        positions to the records processed so far; None: not inside this batch."""
+        ...
 
     def decline(self, checkpoint_id: CheckpointId, reason: str) -> None: ...
 
@@ -237,17 +242,20 @@ class SourceInput:
         self.handle = path.forwarder(partitioner, local) if forwards else path.process
 
     def feed(self, records: Iterable[InputRecord], checkpoints: Checkpoints,
-             ends: Mapping[TopicPartition, int] | None = None) -> None:
-        """A micro-batch; then the watermark moves (a source stage checkpoints between batches,
-        never inside one). ``ends``: the batch's end offsets per partition, when known (from its
-        rows, or from the query's offset log when a Spark step may have left records out of
-        ``records``): the positions move to them at the end, and are not kept per record (nothing
-        reads them inside a batch); else per record."""
+             ends: Mapping[TopicPartition, int] | None = None,
+             ends_after: Callable[[int], Mapping[TopicPartition, int]] | None = None) -> None:
+        """A micro-batch; then the watermark moves. ``ends``: the batch's end offsets per
+        partition, when known (from its rows, or from the query's offset log when a Spark step may
+        have left records out of ``records``): the positions move to them at the end, and are not
+        kept per record; else per record. ``ends_after(n)``: the positions after the batch's first
+        ``n`` records (one record per row: no Spark step), computed only when a checkpoint is
+        taken inside the batch; without it (and with ``ends``) checkpoints wait for the batch's end."""
         positions, handle, failures = self.positions, self.handle, self.failures
         per_record = ends is None
+        cuttable = per_record or ends_after is not None
         for n, record in enumerate(records, 1):
             if not n & _CONTROL_EVERY:
-                checkpoints.within_batch()
+                checkpoints.within_batch(self._cut(n - 1, ends_after) if cuttable else None)
             if per_record:  # the plain tuple, equal to its TopicPartition (see types.TopicPartition)
                 positions[(record.topic, record.partition)] = record.offset + 1  # type: ignore[index]
             if record.header_error is not None:
@@ -261,6 +269,15 @@ class SourceInput:
             if end > positions.get(partition, -1):
                 positions[partition] = end
         self.clock.end_of_batch(self.unread())
+
+    def _cut(self, done: int, ends_after: Callable[[int], Mapping[TopicPartition, int]] | None) -> Callable[[], None]:
+        """What moves the positions to after the batch's first ``done`` records (kept per record
+        without ``ends_after``: nothing to move)."""
+        def cut() -> None:
+            for partition, end in (ends_after(done) if ends_after is not None else {}).items():
+                if end > self.positions.get(partition, -1):
+                    self.positions[partition] = end
+        return cut
 
     def tick(self) -> None:
         """Between batches: idle partitions may release the watermark."""
@@ -288,9 +305,10 @@ class ChannelInput:
         self.clock, self.failures = path.clock, path.failures
 
     def feed(self, records: Iterable[InputRecord], checkpoints: Checkpoints,
-             ends: Mapping[TopicPartition, int] | None = None) -> None:
-        """``ends``: not used (a channel's positions move with each record: an alignment may
-        complete, and its checkpoint cut the positions, inside a batch)."""
+             ends: Mapping[TopicPartition, int] | None = None,
+             ends_after: Callable[[int], Mapping[TopicPartition, int]] | None = None) -> None:
+        """``ends``, ``ends_after``: not used (a channel's positions move with each record: an
+        alignment may complete, and its checkpoint cut the positions, inside a batch)."""
         for n, record in enumerate(records, 1):
             if checkpoints.finished:  # a stop-with-savepoint completed while aligning
                 return

@@ -16,17 +16,20 @@ fails the query: every Kafka call of the stage waits for the broker, and a
 :class:`~tidemark.kafka.outage.BrokerWatch` reports the outage in the log.
 
 A fused worker's attempt (:meth:`~tidemark.runtime.job.attempt.Attempt.lanes`) runs two stage
-workers, *lanes*, in the one session: each restored, with its own streaming query, processing
-thread and runner (a lane that waits blocks only its own threads), its fault points counted for
-it (:mod:`tidemark.runtime.job.faults`); one ready file for the process, whose attempt ends
-when every lane finished, or when any fails. The exchange reader's records of the worker's own
-key groups reach the stage through the process's local channel
-(:mod:`tidemark.runtime.worker.local_channel`), drained on the stage lane's processing thread.
+workers, *lanes*, in the one session: each restored, with its own processing thread and runner (a
+lane that waits blocks only its own threads), its fault points counted for it
+(:mod:`tidemark.runtime.job.faults`); one ready file for the process, whose attempt ends when
+every lane finished, or when any fails. The exchange reader's lane runs the process's streaming
+query over the job's input; the stage lane reads its exchange partitions in process
+(:mod:`tidemark.runtime.worker.channel_reader`, standing in for a query), and the records of the
+worker's own key groups reach it through the process's local channel
+(:mod:`tidemark.runtime.worker.local_channel`), drained on its processing thread.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import json
 import os
@@ -41,6 +44,8 @@ from tidemark.config.settings import TidemarkSettings
 from tidemark.kafka.clients import base_config
 from tidemark.kafka.outage import BrokerWatch
 from tidemark.runtime.worker.batch_handoff import BatchHandoff
+from tidemark.runtime.worker.channel_reader import ChannelReader
+from tidemark.runtime.worker.inputs import ChannelInput
 from tidemark.runtime.worker.local_channel import LOCAL_CAPACITY, LocalChannel
 from tidemark.runtime.worker.consumer_lag import REPORT_EVERY_S
 from tidemark.runtime.job.records import InputRecord, batch_ends, records_of, stepped_records
@@ -145,8 +150,10 @@ class _Lane:
     batches: BatchHandoff
     on_batch: Callable[[Any, int], None]
     spark_checkpoints: str
-    query: Any = None
+    query: Any = None  # its streaming query, or its ChannelReader
     local: LocalChannel | None = None  # the local channel the lane reads (a fused worker's stage lane)
+    # read in process (a fused worker's stage lane): the consumer's client and what takes its records
+    channel: tuple[dict[str, Any], Callable[[list[InputRecord]], None]] | None = None
 
 
 def _run_stage(settings: TidemarkSettings, attempt: Attempt, spark: Any, released: Callable[[], bool]) -> AttemptEnd:
@@ -168,8 +175,10 @@ def _run_stage(settings: TidemarkSettings, attempt: Attempt, spark: Any, release
             if starting is not None:
                 spark = starting.session()
             timings.mark("session")
+            channel_client = base_config(settings) if attempt.fused is not None else None
             lanes = [_open_lane(lane_attempt, worker, stack.enter_context(query_checkpoint_location(
-                        f"{worker.job}-{lane_attempt.process}")), released, timings)
+                        f"{worker.job}-{lane_attempt.process}")), released, timings,
+                        channel_client if isinstance(worker.input, ChannelInput) else None)
                      for lane_attempt, worker in workers]
             if local is not None and local.tasks:
                 _read_locally(lanes[-1], local, released)
@@ -183,8 +192,10 @@ def _run_stage(settings: TidemarkSettings, attempt: Attempt, spark: Any, release
 
 
 def _open_lane(attempt: Attempt, worker: StageRunner, spark_checkpoints: str, released: Callable[[], bool],
-               timings: StartTimings) -> _Lane:
-    """The lane of ``worker``: its Spark steps, its processing thread and its ``foreachBatch``."""
+               timings: StartTimings, channel_client: dict[str, Any] | None = None) -> _Lane:
+    """The lane of ``worker``: its Spark steps, its processing thread and its ``foreachBatch``;
+    ``channel_client``: the lane reads its channel in process with it (a fused worker's stage
+    lane, :mod:`tidemark.runtime.worker.channel_reader`), not with a streaming query."""
     steps = read_steps(worker)
 
     def process(batch: Any) -> None:
@@ -192,11 +203,13 @@ def _open_lane(attempt: Attempt, worker: StageRunner, spark_checkpoints: str, re
             return
         with worker.lock:
             if not worker.closed:
-                if isinstance(batch, MicroBatch):
+                if isinstance(batch, list):  # the channel reader's records
+                    worker.on_batch(batch)
+                elif isinstance(batch, MicroBatch):
                     worker.on_batch(micro_batch_records(batch), micro_batch_ends(batch))
                 else:
-                    worker.on_batch(records_of(batch), batch_ends(batch))
-        if not timings.reported and batch_rows(batch):
+                    worker.on_batch(records_of(batch), batch_ends(batch), functools.partial(batch_ends, batch))
+        if not timings.reported and not isinstance(batch, list) and batch_rows(batch):
             timings.mark("first_process")
             timings.report(job=worker.job, stage=worker.stage.name, epoch=attempt.epoch, worker=attempt.worker)
 
@@ -216,7 +229,12 @@ def _open_lane(attempt: Attempt, worker: StageRunner, spark_checkpoints: str, re
             timings.mark("first_fetch")
         batches.hand_over(batch)
 
-    return _Lane(attempt, worker, steps, batches, on_batch, spark_checkpoints)
+    def on_records(records: list[InputRecord]) -> None:
+        if not released():  # not a first fetch: the start-up's breakdown times the job's input
+            batches.hand_over(records)
+
+    return _Lane(attempt, worker, steps, batches, on_batch, spark_checkpoints,
+                 channel=(channel_client, on_records) if channel_client is not None else None)
 
 
 def _read_locally(lane: _Lane, local: LocalChannel, released: Callable[[], bool]) -> None:
@@ -236,7 +254,10 @@ def _read_locally(lane: _Lane, local: LocalChannel, released: Callable[[], bool]
 
 
 def batch_rows(batch: Any) -> int:
-    """The rows of a collected micro-batch (an Arrow table, or a :class:`MicroBatch`)."""
+    """The rows of a collected micro-batch (an Arrow table, a :class:`MicroBatch`, or the channel
+    reader's records)."""
+    if isinstance(batch, list):
+        return len(batch)
     if isinstance(batch, MicroBatch):
         return (batch.plain.num_rows if batch.plain is not None else 0) + sum(s.table.num_rows for s in batch.stepped)
     return batch.num_rows
@@ -283,8 +304,12 @@ def _run_query(lanes: list[_Lane], attempt: Attempt, spark: Any, source: StageSo
         for lane in lanes:
             if lane.local is not None:
                 lane.local.close()  # a reader waiting to hand records over ends its batch
-        for lane in reversed(lanes):
+        for lane in lanes:
             lane.worker.abandon()  # a batch waiting for a stop-with-savepoint gives up
+        for lane in lanes:
+            if lane.channel is not None and lane.query is not None:
+                lane.query.stop()  # a channel reader (a streaming query stops with its session)
+        for lane in reversed(lanes):
             lane.batches.close()  # after a batch still being processed
             lane.steps.close()
             with lane.worker.lock:
@@ -294,8 +319,13 @@ def _run_query(lanes: list[_Lane], attempt: Attempt, spark: Any, source: StageSo
 
 
 def _start_query(lane: _Lane, spark: Any, source: StageSource, trigger_ms: int) -> dict[str, Any]:
-    """Start the lane's streaming query; the source's options it reads with."""
+    """Start the lane's streaming query (or its channel reader); the options it reads with."""
     worker = lane.worker
+    if lane.channel is not None:
+        client, on_records = lane.channel
+        reader = ChannelReader(client, read_selection(worker), on_records, worker.stage.name)
+        lane.query = reader.start()
+        return {"startingOffsets": json.dumps(reader.starting_offsets()), "source": "in-process"}
     options = source.options(read_selection(worker))
     lane.steps.prepare(spark)  # before the query: its micro-batches' sessions see the steps' tables
     stream = spark.readStream.format(source.format).options(**options).load()
@@ -320,7 +350,7 @@ def _stream(lanes: list[_Lane], attempt: Attempt, spark: Any, source: StageSourc
         log.info("stage running", job=lane.worker.job, stage=lane.worker.stage.name, epoch=lane.attempt.epoch,
                  parallelism=lane.attempt.parallelism, worker=lane.attempt.worker,
                  workers=lane.worker.stage.workers or 1, tasks=[t.task_id for t in lane.worker.tasks],
-                 source=source.format, starting_offsets=read["startingOffsets"],
+                 source=read.get("source", source.format), starting_offsets=read["startingOffsets"],
                  local_channels=len(lane.local.tasks) if lane.local is not None else 0)
     resources = WorkerResources(process.job, process.stage.name, spark.sparkContext._jvm)  # the process's, once
     resources.report()

@@ -14,9 +14,11 @@ at an aligned barrier in a channel stage: each task's ``prepare_snapshot_pre_bar
 gets what that emitted, then :class:`~tidemark.runtime.worker.checkpoint.StageCheckpointer`
 pre-commits the output, snapshots the tasks and acks. Completed / aborted notifications commit /
 keep the output and reach every task's operator, also inside a long batch
-(:meth:`StageRunner.within_batch`: the control plane looked at every ``CONTROL_IN_BATCH_S``, a
-trigger kept for the batch's end), so that results are committed while the next batch is
-processed; a completed stop-with-savepoint finishes the operators and ends the attempt (exit 0);
+(:meth:`StageRunner.within_batch`: the control plane looked at every ``CONTROL_IN_BATCH_S``), so
+that results are committed while the next batch is processed. A source stage takes a trigger
+there too, at the record its input reached (a first micro-batch of 100,000 records at a fraction
+of a core takes seconds: its first results are committed after 2 s, not after the batch); a
+stop-with-savepoint, and any trigger inside a batch a Spark step made, waits for the batch's end; a completed stop-with-savepoint finishes the operators and ends the attempt (exit 0);
 until then, after its snapshot, nothing is processed.
 The runner owns no Kafka client of its own: its parts do (the output, the control plane, the
 record failures, the clock's late records, the consumer lag's metadata consumer).
@@ -27,7 +29,7 @@ from __future__ import annotations
 import shutil
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -110,15 +112,17 @@ class StageRunner:
 
     # ------------------------------------------------------------------ records
 
-    def on_batch(self, records: Iterable[InputRecord], ends: Mapping[TopicPartition, int] | None = None) -> None:
+    def on_batch(self, records: Iterable[InputRecord], ends: Mapping[TopicPartition, int] | None = None,
+                 ends_after: Callable[[int], Mapping[TopicPartition, int]] | None = None) -> None:
         """One micro-batch, then the control plane (called under ``lock``), timed in
         ``tidemark_worker_batch_duration_seconds`` (after any wait for a stop-with-savepoint);
-        ``ends``: its end offsets per partition, when known (see :meth:`SourceInput.feed`)."""
+        ``ends``: its end offsets per partition, when known; ``ends_after``: those after its
+        first ``n`` records, where a checkpoint may cut it (see :meth:`SourceInput.feed`)."""
         if self.finished:
             return
         self.wait_while_stopping()
         started = time.monotonic()
-        self._process_batch(records, ends)
+        self._process_batch(records, ends, ends_after)
         self._batch_seconds.observe(time.monotonic() - started)
 
     def on_local(self, records: Iterable[InputRecord]) -> None:
@@ -129,8 +133,9 @@ class StageRunner:
         self.wait_while_stopping()
         self._process_batch(records, None)
 
-    def _process_batch(self, records: Iterable[InputRecord], ends: Mapping[TopicPartition, int] | None) -> None:
-        self.input.feed(records, self, ends)
+    def _process_batch(self, records: Iterable[InputRecord], ends: Mapping[TopicPartition, int] | None,
+                       ends_after: Callable[[int], Mapping[TopicPartition, int]] | None = None) -> None:
+        self.input.feed(records, self, ends, ends_after)
         if self.finished:  # a stop-with-savepoint completed while aligning
             return
         self.clean_up_expired()
@@ -193,24 +198,26 @@ class StageRunner:
 
     # ------------------------------------------------------------------ checkpoints
 
-    def within_batch(self) -> None:
+    def within_batch(self, cut: Callable[[], None] | None = None) -> None:
         """Called by the input every few thousand records of a batch: at most every
         ``CONTROL_IN_BATCH_S``, the control plane (a completed checkpoint's output committed now,
-        not after the batch; a trigger waits for the batch's end, as a source stage checkpoints
-        between batches)."""
+        not after the batch). ``cut``: a source stage may checkpoint here, once ``cut()`` moved
+        its positions to the records processed so far (:meth:`SourceInput.feed`); else a
+        trigger waits for the batch's end."""
         if time.monotonic() - self._controlled_at >= CONTROL_IN_BATCH_S:
-            self.handle_control(within_batch=True)
+            self.handle_control(within_batch=True, cut=cut)
 
-    def handle_control(self, within_batch: bool = False) -> None:
+    def handle_control(self, within_batch: bool = False, cut: Callable[[], None] | None = None) -> None:
         """Act on new notifications of this attempt (called under ``lock``); first, raise what
-        failed in the asynchronous part of a checkpoint (other than a declined write), then, at a
-        batch's end, take the triggers kept inside it (or before the first records: see
-        ``FIRST_RECORDS_WAIT_S``). Live state queries of keys this worker owns are answered
-        after the other notifications, together."""
+        failed in the asynchronous part of a checkpoint (other than a declined write), then take
+        the triggers kept before (at a batch's end, or where a batch may be cut: the triggers
+        kept inside a batch, or before the first records: see ``FIRST_RECORDS_WAIT_S``). Live
+        state queries of keys this worker owns are answered after the other notifications,
+        together."""
         self._controlled_at = time.monotonic()
         self.checkpointer.thread.raise_failure()
         notes = self.control.poll()
-        if not within_batch and self._deferred:
+        if (not within_batch or cut is not None) and self._deferred:
             notes, self._deferred = [*self._deferred, *notes], []
         answers: list[StateAnswer] = []
         holding = False  # a trigger kept: those after it too (checkpoints are taken in id order)
@@ -232,10 +239,12 @@ class StageRunner:
             if note.epoch != self.epoch:
                 continue
             if isinstance(note, CheckpointTrigger):
-                if within_batch or holding or self._awaits_first_records(note):
+                if holding or self._kept(note, within_batch, cut):
                     self._deferred.append(note)
                     holding = True
                 elif self.input.takes_triggers and not self.finished and self.stopping is None:
+                    if cut is not None:
+                        cut()
                     self.checkpoint(note.checkpoint_id, note.checkpoint_type, None, note.target_location)
             elif isinstance(note, CheckpointCompleted):
                 self._completed(note.checkpoint_id)
@@ -249,9 +258,13 @@ class StageRunner:
         if answers:
             self.control.answer(answers)
 
-    def _awaits_first_records(self, trigger: CheckpointTrigger) -> bool:
-        """A source stage's periodic trigger before its first records (a channel stage takes no
-        triggers: it drops them at once)."""
+    def _kept(self, trigger: CheckpointTrigger, within_batch: bool, cut: Callable[[], None] | None) -> bool:
+        """Whether ``trigger`` waits: inside a batch that cannot be cut there, or a
+        stop-with-savepoint (after its snapshot nothing is processed: the batch ends first), or
+        a source stage's periodic trigger before its first records (a batch being cut has them;
+        a channel stage takes no triggers: it drops them at once)."""
+        if within_batch:
+            return cut is None or trigger.checkpoint_type is CheckpointType.STOP_WITH_SAVEPOINT
         return (self.input.takes_triggers and trigger.checkpoint_type is CheckpointType.CHECKPOINT
                 and not self.processing and time.monotonic() - self._began < FIRST_RECORDS_WAIT_S)
 
