@@ -22,9 +22,9 @@ commit log lives only as long as one attempt and is never used to restore.
 (the attempt's loop, when no batch follows).
 
 **Other work on the thread.** ``run_soon`` queues work that must run on the processing thread,
-between batches and in order with them (a fused worker's local channel, drained there:
-:mod:`tidemark.runtime.worker.local_channel`); it never waits, and what it raised fails the next
-``hand_over`` and ``check`` too.
+between batches and in order with them (the worker's ticks, :mod:`tidemark.runtime.worker.query`;
+a fused worker's local channel, drained there: :mod:`tidemark.runtime.worker.local_channel`); it
+never waits, and what it raised fails the next ``hand_over`` and ``check`` too.
 """
 
 from __future__ import annotations

@@ -7,7 +7,8 @@ given: a warm standby's, or the one of the process's previous attempt,
 :mod:`tidemark.runtime.worker.process`), starts the streaming query (the stage's Kafka source,
 :mod:`tidemark.spark.stage_source`, -> ``foreachBatch``, whose batches a processing thread
 processes while Spark fetches the next: :mod:`tidemark.runtime.worker.batch_handoff`), writes the
-attempt's ready file, then loops: the control plane between micro-batches, consumer lag and the
+attempt's ready file, then loops: a tick every 100 ms (timers, idle partitions, the control plane)
+queued on each lane's processing thread between its micro-batches, consumer lag and the
 worker's resources (:mod:`tidemark.runtime.worker.resources`) every few seconds, until the stage
 finishes (stop-with-savepoint completed: code 0), the supervisor releases the attempt
 (``released()``: the query stopped and the worker closed, the session kept and returned for the
@@ -154,6 +155,7 @@ class _Lane:
     local: LocalChannel | None = None  # the local channel the lane reads (a fused worker's stage lane)
     # read in process (a fused worker's stage lane): the consumer's client and what takes its records
     channel: tuple[dict[str, Any], Callable[[list[InputRecord]], None]] | None = None
+    tick_queued: bool = False  # a tick waits on the lane's processing thread (_tick_soon)
 
 
 def _run_stage(settings: TidemarkSettings, attempt: Attempt, spark: Any, released: Callable[[], bool]) -> AttemptEnd:
@@ -318,6 +320,28 @@ def _run_query(lanes: list[_Lane], attempt: Attempt, spark: Any, source: StageSo
             spark.stop()
 
 
+def _tick_soon(lane: _Lane, released: Callable[[], bool]) -> None:
+    """The lane's tick (processing-time timers, idle partitions, the control plane: its runner's
+    ``on_tick``) on its own processing thread, between its batches, unless one is queued there
+    already: a lane in a long batch delays its own ticks only, never another lane's (a fused
+    worker's stage lane answers live queries and commits its output while its reader lane
+    processes a batch of 100,000 records)."""
+    if lane.tick_queued:
+        return
+    lane.tick_queued = True
+    worker = lane.worker
+
+    def tick() -> None:
+        lane.tick_queued = False
+        if released():  # the attempt is over
+            return
+        with worker.lock:
+            if not worker.closed:
+                worker.on_tick()
+
+    lane.batches.run_soon(tick)
+
+
 def _start_query(lane: _Lane, spark: Any, source: StageSource, trigger_ms: int) -> dict[str, Any]:
     """Start the lane's streaming query (or its channel reader); the options it reads with."""
     worker = lane.worker
@@ -377,8 +401,7 @@ def _stream(lanes: list[_Lane], attempt: Attempt, spark: Any, source: StageSourc
                 raise QueryFailed(f"stage {lane.worker.stage.name} query stopped: {lane.query.exception()}")
         time.sleep(0.1)
         for lane in running:
-            with lane.worker.lock, faults.lane(lane.attempt.stage):
-                lane.worker.on_tick()  # processing-time timers, idle partitions, the control plane
+            _tick_soon(lane, released)
         if time.monotonic() - last_lag > REPORT_EVERY_S:
             for lane in running:
                 lane.worker.report_lag()
