@@ -333,7 +333,7 @@ def _tick_soon(lane: _Lane, released: Callable[[], bool]) -> None:
 
     def tick() -> None:
         lane.tick_queued = False
-        if released():  # the attempt is over
+        if released() or worker.abandoned:  # the attempt is over (also when it failed: no trigger taken then)
             return
         with worker.lock:
             if not worker.closed:

@@ -18,7 +18,8 @@ keep the output and reach every task's operator, also inside a long batch
 that results are committed while the next batch is processed. A source stage takes a trigger
 there too, at the record its input reached (a first micro-batch of 100,000 records at a fraction
 of a core takes seconds: its first results are committed after 2 s, not after the batch); a
-stop-with-savepoint, and any trigger inside a batch a Spark step made, waits for the batch's end; a completed stop-with-savepoint finishes the operators and ends the attempt (exit 0);
+stop-with-savepoint, and any trigger inside a batch a Spark step made, waits for the batch's
+end. A completed stop-with-savepoint finishes the operators and ends the attempt (exit 0);
 until then, after its snapshot, nothing is processed.
 The runner owns no Kafka client of its own: its parts do (the output, the control plane, the
 record failures, the clock's late records, the consumer lag's metadata consumer).
