@@ -6,11 +6,12 @@ parallelism 4 with ``--workers W`` on the local pipeline, rounds interleaved ove
 broker. With W > 1 the source stage runs as an exchange reader and the keyed stage
 (``runtime.job.physical_plan``), so the job has 2 W worker processes. Throughput is measured from the
 moment every worker process has started its query until every result is committed
-(read_committed; the times the results were written, their Kafka timestamps); the table gives min / median / max per W over the rounds, the ratio of the
-medians to W = 1, the median rate from the first result committed to the last (*first->last*:
-without the start of the queries and the first checkpoint's wait, which are the same for every W)
-and its ratio, the median time from the start to the first result committed, the share of the machine's CPU time that was busy meanwhile (all processes,
-from ``/proc/stat``: what W = 1 leaves for more workers), and the peak resident set (VmHWM,
+(read_committed; timed by the results' own Kafka timestamps, written at their commit); the table
+gives min / median / max per W over the rounds, the ratio of the medians to W = 1, the median
+rate from the first result committed to the last (*first->last*: without the start of the queries
+and the first checkpoint's wait, which are the same for every W) and its ratio, the median time
+from the start to the first result committed, the share of the machine's CPU time that was busy
+meanwhile (all processes, from ``/proc/stat``: what W = 1 leaves for more workers), and the peak resident set (VmHWM,
 summed over each worker's process tree: Python driver, JVM, Spark's Python workers) of the
 largest worker.
 

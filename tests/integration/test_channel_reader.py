@@ -8,11 +8,8 @@ from __future__ import annotations
 import threading
 
 import pytest
-from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient
+from kafka_test_helpers import create_topic, produce_transaction
 
-from tidemark.kafka.admin import ensure_topics
-from tidemark.kafka.topics import TopicSpec
 from tidemark.local.pipeline import wait_for
 from tidemark.runtime.job.records import EPOCH_HEADER, InputRecord, channel_headers
 from tidemark.runtime.worker.channel_reader import ChannelReader
@@ -22,28 +19,16 @@ from tidemark.types import Epoch, TaskId, TopicPartition
 pytestmark = pytest.mark.integration
 
 
-def _write(client: dict, topic: str, batches: list[tuple[bool, list[tuple[int, bytes, list]]]]) -> None:
-    """Transactions of ``(partition, value, headers)``: committed when the flag says so, else aborted."""
-    producer = Producer({**client, "transactional.id": f"{topic}-writer"})
-    producer.init_transactions(30)
-    for commit, records in batches:
-        producer.begin_transaction()
-        for partition, value, headers in records:
-            producer.produce(topic, value=value, partition=partition, headers=headers)
-        producer.flush(30)
-        (producer.commit_transaction if commit else producer.abort_transaction)(30)
-
-
 def test_reads_committed_records_from_the_positions_with_their_headers(kafka_bootstrap, unique_name) -> None:
     client = {"bootstrap.servers": kafka_bootstrap}
     topic = unique_name("exchange")
-    ensure_topics(AdminClient(client), [TopicSpec(topic, 3)])
+    create_topic(kafka_bootstrap, topic, 3)
     tagged = channel_headers(Epoch(2), TaskId("s.read#0"))
-    _write(client, topic, [
-        (True, [(0, b"a0", tagged), (0, b"a1", tagged), (1, b"b0", tagged), (2, b"not mine", tagged)]),
-        (False, [(0, b"aborted", tagged), (1, b"aborted", tagged)]),
-        (True, [(0, b"a2", tagged), (1, b"b1", [(EPOCH_HEADER, b"x")])]),
-    ])
+    produce_transaction(kafka_bootstrap, topic, [(0, None, b"a0", tagged), (0, None, b"a1", tagged),
+                                                 (1, None, b"b0", tagged), (2, None, b"not mine", tagged)])
+    produce_transaction(kafka_bootstrap, topic, [(0, None, b"aborted", tagged), (1, None, b"aborted", tagged)],
+                        commit=False)
+    produce_transaction(kafka_bootstrap, topic, [(0, None, b"a2", tagged), (1, None, b"b1", [(EPOCH_HEADER, b"x")])])
     got: list[InputRecord] = []
     selection = ReadSelection((topic,), (TopicPartition(topic, 0), TopicPartition(topic, 1)), assigned=True,
                               positions={TopicPartition(topic, 0): 1})  # partition 1: from the earliest
@@ -69,8 +54,8 @@ def test_reads_committed_records_from_the_positions_with_their_headers(kafka_boo
 def test_a_hand_over_that_raises_ends_the_reader_with_its_error(kafka_bootstrap, unique_name) -> None:
     client = {"bootstrap.servers": kafka_bootstrap}
     topic = unique_name("exchange")
-    ensure_topics(AdminClient(client), [TopicSpec(topic, 1)])
-    _write(client, topic, [(True, [(0, b"v", [])])])
+    create_topic(kafka_bootstrap, topic, 1)
+    produce_transaction(kafka_bootstrap, topic, [(0, None, b"v", None)])
     failed = threading.Event()
 
     def hand_over(records: list[InputRecord]) -> None:

@@ -34,7 +34,8 @@ from confluent_kafka import TopicPartition as KafkaPartition
 from tidemark.chassis.logs import get_logger
 from tidemark.kafka.clients import consumer_config
 from tidemark.runtime.job.records import InputRecord, record_of
-from tidemark.spark.stage_source import ReadSelection
+from tidemark.spark.offsets import PartitionOffsets
+from tidemark.spark.stage_source import EARLIEST, ReadSelection
 
 log = get_logger(__name__)
 POLL_S = 0.1  # a poll returns what arrived within this long (or sooner, ``max_records`` of it)
@@ -56,11 +57,9 @@ class ChannelReader:
         self._thread = threading.Thread(target=self._run, name=f"channel-{name}", daemon=True)
 
     def starting_offsets(self) -> dict[str, dict[str, int]]:
-        """Where each partition is read from, as the stage's log names it (-2: the earliest)."""
-        offsets: dict[str, dict[str, int]] = {}
-        for topic, partition in sorted(self.selection.partitions):
-            offsets.setdefault(topic, {})[str(partition)] = self.selection.positions.get((topic, partition), -2)
-        return offsets
+        """Where each partition is read from, as a query's ``startingOffsets`` names it (-2: the earliest)."""
+        positions = self.selection.positions
+        return PartitionOffsets.of((tp, positions.get(tp, EARLIEST)) for tp in self.selection.partitions).to_json()
 
     def start(self) -> ChannelReader:
         self._thread.start()

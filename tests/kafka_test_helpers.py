@@ -1,4 +1,4 @@
-"""Kafka helpers for the tidemark-kafka tests: transactional producers and committed reads."""
+"""Kafka helpers for tests against a real broker: topics, transactional producers and committed reads."""
 
 from __future__ import annotations
 
