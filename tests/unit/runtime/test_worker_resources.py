@@ -80,7 +80,7 @@ def test_report_sets_the_process_metrics_and_survives_a_jvm_it_cannot_ask(tmp_pa
     clear_worker_metrics()
     proc = _proc(tmp_path, {10: _stat(10, "python", 1, 100, 0, 0, 0, 100),
                             11: _stat(11, "java", 10, 100, 0, 0, 0, 300)})
-    resources = WorkerResources("orders", "counts", jvm=None, root=10, cpu=TreeCpu(), proc=proc)
+    resources = WorkerResources("orders", "counts", jvm=object(), root=10, cpu=TreeCpu(), proc=proc)
     with capture_logs() as logs:
         resources.report()
         resources.report()  # the same failure again: logged once
@@ -96,3 +96,16 @@ def test_report_sets_the_process_metrics_and_survives_a_jvm_it_cannot_ask(tmp_pa
     clear_worker_metrics()  # a worker moving to another job's run reports none of these
     assert _value("tidemark_worker_cpu_seconds_total", **labels) is None
     assert _value("tidemark_worker_resident_memory_bytes", **labels) is None
+
+
+def test_a_worker_without_a_jvm_reports_its_processes_and_no_heap(tmp_path: Path) -> None:
+    """A worker reading only channels starts no session: no heap to ask, nothing logged."""
+    clear_worker_metrics()
+    proc = _proc(tmp_path, {10: _stat(10, "python", 1, 100, 0, 0, 0, 100)})
+    resources = WorkerResources("orders", "counts", jvm=None, root=10, cpu=TreeCpu(), proc=proc)
+    with capture_logs() as logs:
+        resources.report()
+    assert logs == []
+    assert _value("tidemark_worker_cpu_seconds_total", job="orders", stage="counts") == 100 / TICKS
+    assert _value("tidemark_worker_jvm_heap_used_bytes", job="orders", stage="counts") is None
+    clear_worker_metrics()

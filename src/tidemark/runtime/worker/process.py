@@ -269,7 +269,7 @@ class StageProcess:
             self._last = attempt
             epoch = attempt.epoch
             ended = run_attempt(settings, attempt, self.spark, lambda: self.lines.released(epoch))
-            if ended.spark is None:  # run_attempt stopped the session
+            if not ended.released:  # run_attempt stopped the session
                 self.spark = None
                 return self._exit(ended.code)
             self.spark = ended.spark

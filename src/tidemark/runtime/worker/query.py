@@ -54,7 +54,7 @@ from tidemark.exit_codes import EXIT_REFUSED
 from tidemark.runtime.job.start_errors import failed_file, not_retryable_reason
 from tidemark.runtime.job import faults
 from tidemark.runtime.job.attempt import Attempt
-from tidemark.runtime.worker.bootstrap import bootstrap, read_selection, read_steps
+from tidemark.runtime.worker.bootstrap import bootstrap, read_selection, read_steps, reads_with_spark
 from tidemark.runtime.worker import loaded_code
 from tidemark.runtime.worker.resources import WorkerResources
 from tidemark.runtime.worker.start_timings import StartTimings
@@ -108,11 +108,13 @@ def _exit_on_sigterm(signum: int, frame: Any) -> None:
 
 @dataclass(frozen=True)
 class AttemptEnd:
-    """How an attempt ended: the process's exit status, and its session when it was released
-    (kept for the next attempt; otherwise stopped)."""
+    """How an attempt ended: the process's exit status; ``released``: the supervisor released it
+    and the process takes the next attempt, in ``spark`` (its session, kept; None when it has none:
+    an attempt that reads only channels starts none). An attempt that was not released stopped its session."""
 
     code: int
     spark: Any = None
+    released: bool = False
 
 
 def _never() -> bool:
@@ -162,7 +164,8 @@ def _run_stage(settings: TidemarkSettings, attempt: Attempt, spark: Any, release
     timings = StartTimings(fresh_process=spark is None)
     starting = None
     source = stage_source(settings)
-    if spark is None:  # the JVM starts while the worker restores
+    queried = reads_with_spark(settings, attempt)  # else every lane reads its channels in process
+    if spark is None and queried:  # the JVM starts while the worker restores
         starting = _SessionStart(session_options(settings, f"tidemark-{attempt.stage}", source))
         starting.start()
     watch = BrokerWatch(base_config(settings)).start()
@@ -177,10 +180,10 @@ def _run_stage(settings: TidemarkSettings, attempt: Attempt, spark: Any, release
             if starting is not None:
                 spark = starting.session()
             timings.mark("session")
-            channel_client = base_config(settings) if attempt.fused is not None else None
+            channel_client = base_config(settings)
             lanes = [_open_lane(lane_attempt, worker, stack.enter_context(query_checkpoint_location(
                         f"{worker.job}-{lane_attempt.process}")), released, timings,
-                        channel_client if isinstance(worker.input, ChannelInput) else None)
+                        channel_client if isinstance(worker.input, ChannelInput) else None, times_channel=not queried)
                      for lane_attempt, worker in workers]
             if local is not None and local.tasks:
                 _read_locally(lanes[-1], local, released)
@@ -194,10 +197,12 @@ def _run_stage(settings: TidemarkSettings, attempt: Attempt, spark: Any, release
 
 
 def _open_lane(attempt: Attempt, worker: StageRunner, spark_checkpoints: str, released: Callable[[], bool],
-               timings: StartTimings, channel_client: dict[str, Any] | None = None) -> _Lane:
+               timings: StartTimings, channel_client: dict[str, Any] | None = None,
+               times_channel: bool = False) -> _Lane:
     """The lane of ``worker``: its Spark steps, its processing thread and its ``foreachBatch``;
-    ``channel_client``: the lane reads its channel in process with it (a fused worker's stage
-    lane, :mod:`tidemark.runtime.worker.channel_reader`), not with a streaming query."""
+    ``channel_client``: the lane reads its channels in process with it (a stage that reads
+    channels, :mod:`tidemark.runtime.worker.channel_reader`), not with a streaming query;
+    ``times_channel``: its records time the start-up's first fetch (no lane reads the job's input)."""
     steps = read_steps(worker)
 
     def process(batch: Any) -> None:
@@ -211,7 +216,7 @@ def _open_lane(attempt: Attempt, worker: StageRunner, spark_checkpoints: str, re
                     worker.on_batch(micro_batch_records(batch), micro_batch_ends(batch))
                 else:
                     worker.on_batch(records_of(batch), batch_ends(batch), functools.partial(batch_ends, batch))
-        if not timings.reported and not isinstance(batch, list) and batch_rows(batch):
+        if not timings.reported and (times_channel or not isinstance(batch, list)) and batch_rows(batch):
             timings.mark("first_process")
             timings.report(job=worker.job, stage=worker.stage.name, epoch=attempt.epoch, worker=attempt.worker)
 
@@ -232,8 +237,11 @@ def _open_lane(attempt: Attempt, worker: StageRunner, spark_checkpoints: str, re
         batches.hand_over(batch)
 
     def on_records(records: list[InputRecord]) -> None:
-        if not released():  # not a first fetch: the start-up's breakdown times the job's input
-            batches.hand_over(records)
+        if released():
+            return
+        if times_channel and records:  # else the start-up's breakdown times the job's input
+            timings.mark("first_fetch")
+        batches.hand_over(records)
 
     return _Lane(attempt, worker, steps, batches, on_batch, spark_checkpoints,
                  channel=(channel_client, on_records) if channel_client is not None else None)
@@ -292,7 +300,7 @@ def _run_query(lanes: list[_Lane], attempt: Attempt, spark: Any, source: StageSo
     ended = AttemptEnd(0)  # until it ends otherwise (an exception: the session is stopped)
     try:
         if released():  # released while it restored and its session started: no query to start
-            ended = AttemptEnd(0, spark)
+            ended = AttemptEnd(0, spark, released=True)
         else:
             # What the process holds by now (modules, the session, the restored state) is never
             # scanned again by the collector while the attempt runs: full collections scan only what
@@ -316,7 +324,7 @@ def _run_query(lanes: list[_Lane], attempt: Attempt, spark: Any, source: StageSo
             lane.steps.close()
             with lane.worker.lock:
                 lane.worker.close()
-        if ended.spark is None:
+        if not ended.released and spark is not None:
             spark.stop()
 
 
@@ -361,7 +369,8 @@ def _start_query(lane: _Lane, spark: Any, source: StageSource, trigger_ms: int) 
 
 def _stream(lanes: list[_Lane], attempt: Attempt, spark: Any, source: StageSource, released: Callable[[], bool],
             metrics_port: int, trigger_ms: int, timings: StartTimings) -> AttemptEnd:
-    source.prepare(spark)
+    if any(lane.channel is None for lane in lanes):
+        source.prepare(spark)
     options = [_start_query(lane, spark, source, trigger_ms) for lane in lanes]
     timings.mark("query")
     process = lanes[-1].worker  # the process's stage: the one it is launched as (Attempt.lanes)
@@ -376,7 +385,8 @@ def _stream(lanes: list[_Lane], attempt: Attempt, spark: Any, source: StageSourc
                  workers=lane.worker.stage.workers or 1, tasks=[t.task_id for t in lane.worker.tasks],
                  source=read.get("source", source.format), starting_offsets=read["startingOffsets"],
                  local_channels=len(lane.local.tasks) if lane.local is not None else 0)
-    resources = WorkerResources(process.job, process.stage.name, spark.sparkContext._jvm)  # the process's, once
+    resources = WorkerResources(process.job, process.stage.name,  # the process's, once
+                                spark.sparkContext._jvm if spark is not None else None)
     resources.report()
     last_lag = 0.0
     running = list(lanes)
@@ -394,7 +404,7 @@ def _stream(lanes: list[_Lane], attempt: Attempt, spark: Any, source: StageSourc
                 lane.query.stop()  # returns once the running batch has
             log.info("attempt released: query stopped", job=process.job, stage=process.stage.name,
                      epoch=attempt.epoch)
-            return AttemptEnd(0, spark)
+            return AttemptEnd(0, spark, released=True)
         for lane in running:
             lane.batches.check()  # a batch that raised ends the attempt, also when no batch follows
             if not lane.query.isActive:

@@ -56,7 +56,7 @@ def jvm_heap(jvm: Any) -> tuple[int, int]:
 
 class WorkerResources:
     """The resource metrics of one attempt of a stage worker (see the module). ``jvm``: the
-    session's py4j view of its JVM (``spark.sparkContext._jvm``)."""
+    session's py4j view of its JVM (``spark.sparkContext._jvm``), None without a session."""
 
     def __init__(self, job: JobId, stage: str, jvm: Any, root: int | None = None, cpu: TreeCpu = PROCESS_CPU,
                  proc: Path = PROC) -> None:
@@ -79,6 +79,8 @@ class WorkerResources:
         RESIDENT_MEMORY.labels(self.job, self.stage).set(sum(p.rss_bytes for p in tree))
 
     def _report_heap(self) -> None:
+        if self.jvm is None:  # a worker reading only channels starts no JVM
+            return
         used, limit = jvm_heap(self.jvm)
         JVM_HEAP_USED.labels(self.job, self.stage).set(used)
         if limit >= 0:
