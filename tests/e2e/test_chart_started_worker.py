@@ -44,7 +44,7 @@ def kill_and_start_again(pipe: LocalPipeline, topics: Topics, worker: RenderedCo
     feeder = InputFeeder(kafka_bootstrap, topics.input, total=2000, chunk=200, pause_s=1.0, until=milestone).start()
     wait_for(lambda: pipe.completed_checkpoints(topics.job_id) >= 3, 300, "3 completed checkpoints")
     killed = first.kill_tree()
-    assert len(killed) >= 3  # the supervisor and both stage workers (and their JVMs)
+    assert len(killed) >= 3  # the supervisor and both stage workers (and the first stage's JVM)
     sent_at_kill = len(feeder.records)
     again = start_container(pipe, worker, pod)  # what the restarted pod runs
     milestone.after_two_more_checkpoints(pipe, topics.job_id)

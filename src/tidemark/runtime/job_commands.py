@@ -199,6 +199,8 @@ def standby(
     control_dir: Optional[Path] = ControlDirOption,
     idle_order: Optional[str] = typer.Option(None, "--idle-order", help="Go idle once warm, under this order "
                                              "(JSON; tidemark jobs warm-workers starts these)."),
+    session: bool = typer.Option(True, "--session/--no-session", help="Start and warm a SparkSession (a stage "
+                                 "that reads only channels needs none)."),
 ) -> None:
     """Wait, warm, to take over a stage's next attempt (the supervisor starts these)."""
     from tidemark.runtime.placement.idle_workers import IdleOrder
@@ -209,7 +211,7 @@ def standby(
     if order is not None and control_dir is None:
         _usage_error("jobs standby", "--idle-order needs --control-dir")
     with _configuration_errors_in_one_line("jobs standby"):
-        code = run_standby(settings, stage, control_dir, order)
+        code = run_standby(settings, stage, control_dir, order, session=session)
     raise typer.Exit(code)
 
 

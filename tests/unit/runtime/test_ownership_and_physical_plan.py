@@ -20,9 +20,11 @@ from tidemark.runtime.job.physical_plan import (
     READER_SUFFIX,
     physical_job,
     reader_workers,
+    reads_with_spark,
     source_operators,
     workers_per_stage,
 )
+from tidemark.runtime.job.attempt import Attempt
 from tidemark.runtime.worker.routing import ChannelPartitioner, KeyGroupRouter
 
 
@@ -164,3 +166,25 @@ def test_each_old_tasks_sink_buffers_go_to_exactly_one_new_worker(old_parallelis
                               [compute_key_group_range(128, new_parallelism, i)
                                for i in subtasks_of(w, new_parallelism, workers)]) for w in range(workers)]
     assert sorted(t for share in shares for t in share) == sorted(t.task_id for t in old)
+
+
+def test_only_the_stages_that_read_the_jobs_input_read_with_spark(tmp_path) -> None:
+    """A stage reading only channels (a later stage, the keyed stage behind an exchange reader)
+    reads them in process and starts no SparkSession; a source stage, an exchange reader and a
+    fused worker (its reader lane reads the input) read with a streaming query."""
+    ref = "tidemark.examples.access_log:top_urls"
+    for workers, spec in ((1, _spec()), (2, _spec(workers=2))):
+        per_stage = reader_workers(spec, workers_per_stage(spec, 4), {"in": 4}, 4)
+        args = {"job_id": "j", "input_topic": "in", "output_topic": "out", "workers": workers}
+
+        def attempt(stage: str, fused: str | None = None) -> Attempt:
+            return Attempt(ref, stage, 1, 4, tmp_path, args, workers=per_stage, fused=fused)
+
+        first, second = (stage.name for stage in spec.stages)
+        assert not reads_with_spark(attempt(second))
+        if workers == 1:
+            assert reads_with_spark(attempt(first))
+        else:  # unfused: the reader reads the input, its keyed stage the exchange; fused: one process
+            assert reads_with_spark(attempt(first + READER_SUFFIX))
+            assert not reads_with_spark(attempt(first))
+            assert reads_with_spark(attempt(first, fused=first + READER_SUFFIX))

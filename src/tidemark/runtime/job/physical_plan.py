@@ -34,10 +34,14 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tidemark.api import Input, JobSpec, KeyedProcessFunction, Stage
+from tidemark.api import Input, JobSpec, KeyedProcessFunction, Stage, load_job
+from tidemark.kafka.topics import TopicNames
 from tidemark.runtime.job.ownership import co_partitioned_reads
+
+if TYPE_CHECKING:
+    from tidemark.runtime.job.attempt import Attempt
 from tidemark.types import OperatorId
 
 READER_SUFFIX = ".read"
@@ -159,3 +163,20 @@ def source_operators(stage: Stage) -> tuple[OperatorId, ...]:
     if stage.forwards_to is not None:
         return stage.operator_id, OperatorId(stage.forwards_to)
     return stage.operator_id, OperatorId(stage.name + READER_SUFFIX)
+
+
+def running_job(attempt: Attempt, topics: TopicNames) -> JobSpec:
+    """The job of ``attempt`` as its workers run it (:func:`physical_job`), its exchanges named by ``topics``."""
+    written = load_job(attempt.job_ref, attempt.job_args)
+    return physical_job(written, attempt.workers, lambda stage: topics.exchange(written.job_id, stage))
+
+
+def reads_with_spark(attempt: Attempt) -> bool:
+    """Whether a lane of ``attempt`` reads the job's input, with a streaming query: a source stage,
+    or a fused worker (its exchange reader's lane). A stage that reads only channels reads them in
+    process (:mod:`tidemark.runtime.worker.channel_reader`) and needs no SparkSession, nor does its
+    warm standby. (Which stages read channels does not depend on the exchanges' topic names.)"""
+    if attempt.fused is not None:
+        return True
+    spec = running_job(attempt, TopicNames("tidemark"))
+    return spec.is_source(spec.stage(attempt.stage))

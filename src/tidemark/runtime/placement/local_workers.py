@@ -44,6 +44,7 @@ from tidemark.runtime.supervisor.adoption import (
     exited_file,
 )
 from tidemark.runtime.job.attempt import Assignment, Attempt, release_line
+from tidemark.runtime.job.physical_plan import reads_with_spark
 from tidemark.runtime.job.start_errors import failed_file
 from tidemark.runtime.placement.idle_workers import IdleOrder, IdleWorkers, run_variables
 from tidemark.runtime.placement.pool import Launch, ProcessPhase, ProcessState
@@ -157,12 +158,15 @@ class LocalWorkers:
         if not self._standby:
             return
         env = _worker_env()
-        stages = sorted({launch.assignment.attempt.stage for launch, _ in self._launched.values()})
-        missing = [stage for stage in stages if stage not in self._standbys or self._standbys[stage].poll() is not None]
+        attempts = {launch.assignment.attempt.stage: launch.assignment.attempt for launch, _ in self._launched.values()}
+        missing = [stage for stage in sorted(attempts)
+                   if stage not in self._standbys or self._standbys[stage].poll() is not None]
         if missing:
             log.info("starting warm standbys", stages=missing)
         for stage in missing:
             command = [sys.executable, "-m", "tidemark.cli", "jobs", "standby", "--stage", stage]
+            if not reads_with_spark(attempts[stage]):  # a stage reading only channels: its standby needs no JVM
+                command.append("--no-session")
             self._standbys[stage] = self._start_process(f"{stage}.standby", command, env)
 
     def release(self) -> None:

@@ -34,7 +34,7 @@ from tidemark.kafka.metadata import TopicNotFoundError, list_partitions, metadat
 from tidemark.kafka.topics import TopicNames, TopicSpec
 from tidemark.operators.time import StageTime
 from tidemark.runtime.worker.alignment import BarrierAligner
-from tidemark.api import JobSpec, SparkStep, Stage, load_job
+from tidemark.api import SparkStep, Stage
 from tidemark.runtime.worker.consumer_lag import ConsumerLag
 from tidemark.runtime.job.control import ControlPlane
 from tidemark.runtime.job.metrics import RESTORE_DURATION, init_worker_metrics
@@ -47,7 +47,7 @@ from tidemark.runtime.worker.outputs import (
 )
 from tidemark.runtime.job.ownership import (channel_partitions_of, co_partitioned_reads, input_partitions_of,
                                             owned_key_groups, subtasks_of)
-from tidemark.runtime.job.physical_plan import co_partitioned, physical_job, source_operators
+from tidemark.runtime.job.physical_plan import co_partitioned, running_job, source_operators
 from tidemark.runtime.worker.record_errors import FunctionFailed, RecordFailures
 from tidemark.runtime.job.records import InputRecord
 from tidemark.runtime.worker.routing import ChannelPartitioner, KeyGroupRouter, KeyPartitioner
@@ -94,22 +94,6 @@ def read_selection(runner: StageRunner) -> ReadSelection:
                          positions=dict(runner.positions), max_records=stage.max_records_per_batch)
 
 
-def reads_with_spark(settings: TidemarkSettings, attempt: Attempt) -> bool:
-    """Whether a lane of ``attempt`` reads with a streaming query: a source stage, or a fused
-    worker (its exchange reader reads the job's input). A stage that reads only channels reads
-    them in process (:mod:`tidemark.runtime.worker.channel_reader`) and needs no SparkSession."""
-    if attempt.fused is not None:
-        return True
-    spec = _physical(attempt, TopicNames(settings.topic_prefix))
-    return not spec.upstreams_of(spec.stage(attempt.stage))
-
-
-def _physical(attempt: Attempt, topics: TopicNames) -> JobSpec:
-    """The job of ``attempt`` as its workers run it (:mod:`tidemark.runtime.job.physical_plan`)."""
-    written = load_job(attempt.job_ref, attempt.job_args)
-    return physical_job(written, attempt.workers, lambda stage: topics.exchange(written.job_id, stage))
-
-
 def read_steps(runner: StageRunner) -> StageSteps:
     """The Spark steps of the job's input topics the runner's query reads (a source stage's, or an
     exchange reader's: it forwards the steps' rows; the stage reading the exchange runs none)."""
@@ -130,7 +114,7 @@ class _Wiring:
         self.settings = settings
         self.attempt = attempt
         self.topics = topics = TopicNames(settings.topic_prefix)
-        self.spec = _physical(attempt, topics)
+        self.spec = running_job(attempt, topics)
         self.stage = self.spec.stage(attempt.stage)
         self.upstreams = self.spec.upstreams_of(self.stage)
         self.job = self.spec.job_id

@@ -1,12 +1,14 @@
-"""A fused worker's exchange partitions, read in process (Flink's remote input channels).
+"""A stage's channel partitions, read in process (Flink's remote input channels).
 
-A fused worker's stage lane reads only its own partitions of its stage's exchange: the records
-the other workers' readers forwarded to its key groups, with their watermarks and barriers. They
-are Tidemark's own channel between the workers of one stage, not the job's input, so the lane
-reads them with a Kafka consumer of its own (librdkafka, read_committed) instead of a second
-streaming query in the process's session: no Spark micro-batch per poll (about 100 ms of CPU
-each, whatever its size), no JVM fetching and converting every record to Arrow, no second query
-to start. The job's input is read by the process's one streaming query (the reader lane's).
+Every lane that reads channels reads them here: a stage after the job's first (its channel
+partitions: the upstream tasks' records of its key groups, with their watermarks and barriers),
+and a fused worker's stage lane (its own partitions of its stage's exchange, which the other
+workers' readers forwarded to it). Channels are Tidemark's own topics, not the job's input, so
+the lane reads them with a Kafka consumer of its own (librdkafka, read_committed) instead of a
+streaming query: no Spark micro-batch per poll (about 100 ms of CPU each, whatever its size), no
+JVM fetching and converting every record to Arrow, no query to start; a process whose lanes all
+read channels starts no SparkSession at all (:func:`tidemark.runtime.worker.bootstrap.reads_with_spark`).
+The job's input is read by a streaming query (a source stage's, or a fused worker's reader lane's).
 
 :class:`ChannelReader` polls from the lane's positions (restored, else the earliest) and hands
 what each poll returned to the lane's :class:`~tidemark.runtime.worker.batch_handoff.BatchHandoff`

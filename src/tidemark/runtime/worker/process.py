@@ -1,5 +1,6 @@
 """One stage worker process across attempts: the attempt it was started for (or handed, as a warm
-standby), then, after each failover that released it, the next one, in the same SparkSession.
+standby), then, after each failover that released it, the next one, in the same SparkSession (a
+stage that reads only channels runs without one: :mod:`tidemark.runtime.worker.query`).
 
 At a global failover only the failed process needs a new JVM. The supervisor *releases* the
 others (:meth:`tidemark.runtime.placement.local_workers.LocalWorkers.release`): each ends its attempt in

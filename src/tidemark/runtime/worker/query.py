@@ -1,4 +1,5 @@
-"""Run one attempt of a stage worker as a PySpark Structured Streaming query.
+"""Run one attempt of a stage worker: a PySpark Structured Streaming query over the job's input,
+or its channels read in process.
 
 Lifecycle: ``run_attempt(settings, attempt, spark, released)`` wires and restores the attempt
 (:func:`tidemark.runtime.worker.bootstrap.bootstrap`, which returns its
@@ -25,6 +26,10 @@ query over the job's input; the stage lane reads its exchange partitions in proc
 (:mod:`tidemark.runtime.worker.channel_reader`, standing in for a query), and the records of the
 worker's own key groups reach it through the process's local channel
 (:mod:`tidemark.runtime.worker.local_channel`), drained on its processing thread.
+
+Every stage that reads channels reads them so, and an attempt none of whose lanes reads the job's
+input (a stage after the job's first, unfused) starts no session: it runs without a JVM, keeps a
+session it was given (a warm standby's) for a later attempt, and reports no JVM heap.
 """
 
 from __future__ import annotations
@@ -54,7 +59,8 @@ from tidemark.exit_codes import EXIT_REFUSED
 from tidemark.runtime.job.start_errors import failed_file, not_retryable_reason
 from tidemark.runtime.job import faults
 from tidemark.runtime.job.attempt import Attempt
-from tidemark.runtime.worker.bootstrap import bootstrap, read_selection, read_steps, reads_with_spark
+from tidemark.runtime.job.physical_plan import reads_with_spark
+from tidemark.runtime.worker.bootstrap import bootstrap, read_selection, read_steps
 from tidemark.runtime.worker import loaded_code
 from tidemark.runtime.worker.resources import WorkerResources
 from tidemark.runtime.worker.start_timings import StartTimings
@@ -164,7 +170,7 @@ def _run_stage(settings: TidemarkSettings, attempt: Attempt, spark: Any, release
     timings = StartTimings(fresh_process=spark is None)
     starting = None
     source = stage_source(settings)
-    queried = reads_with_spark(settings, attempt)  # else every lane reads its channels in process
+    queried = reads_with_spark(attempt)  # else every lane reads its channels in process
     if spark is None and queried:  # the JVM starts while the worker restores
         starting = _SessionStart(session_options(settings, f"tidemark-{attempt.stage}", source))
         starting.start()

@@ -8,7 +8,9 @@ Then it blocks on its standard input. At the next failover (or a restore through
 supervisor writes the new attempt there as one JSON line (:class:`Assignment`) instead of
 starting a process, and the standby becomes that attempt's stage worker, a
 :class:`~tidemark.runtime.worker.process.StageProcess` with the warm session. End of input (the
-supervisor is gone) ends the standby.
+supervisor is gone) ends the standby. The standby of a stage that reads only channels
+(``--no-session``) starts no session: that stage's workers run without one
+(:mod:`tidemark.runtime.worker.query`), so its warmth is the interpreter and its imports.
 
 What it saves is measured by ``bench/bench_recovery.py``: the interpreter start, the imports,
 the JVM and SparkContext start and the first query's cold start, most of a fresh worker's start.
@@ -72,21 +74,23 @@ def warm_up(spark: Any, settings: TidemarkSettings, source: StageSource, interru
 
 
 def run_standby(settings: TidemarkSettings, stage: str, control_dir: Path | None = None,
-                idle: IdleOrder | None = None) -> int:
+                idle: IdleOrder | None = None, *, session: bool = True) -> int:
     """A supervisor's standby, its lines on standard input from the start (an assignment may come
     while it warms up); or, with ``idle`` (and a ``control_dir`` for its FIFO), a pre-started one,
-    whose only line, once it is warm, is to go idle."""
+    whose only line, once it is warm, is to go idle. Without ``session`` (the standby of a stage
+    that reads only channels, :func:`tidemark.runtime.job.physical_plan.reads_with_spark`) it starts
+    no SparkSession: its imports are its warmth."""
     lines = None
     if idle is None:
         lines = SupervisorLines(control_dir=control_dir, adoption_window_s=settings.adoption_window_s)
         lines.start()
     source = stage_source(settings)
-    spark = spark_session(session_options(settings, f"tidemark-standby-{stage}", source))
+    spark = spark_session(session_options(settings, f"tidemark-standby-{stage}", source)) if session else None
     interrupt = lines.arrived if lines is not None else threading.Event()
     if not interrupt.is_set():
-        warm = warm_up(spark, settings, source, interrupt)
+        warm = warm_up(spark, settings, source, interrupt) if spark is not None else False
         log.info("standby warm; waiting for an attempt", stage=stage, warm_up_batch=warm, pid=os.getpid(),
-                 pre_started=idle is not None)
+                 pre_started=idle is not None, session=spark is not None)
     if lines is None:
         assert idle is not None and control_dir is not None
         lines = SupervisorLines(io.StringIO(idle.to_line().decode()), control_dir=control_dir,
