@@ -28,6 +28,9 @@ a parallelism or number of workers reads through the exchange again).
 Checkpoints taken with ``W = 1`` restore with ``W > 1`` and the other way round, with or without
 the exchange: the source positions are found under either operator (:func:`source_operators`), and
 the keyed state is always ``s``'s.
+
+Only the stages of the running job that read its input topics (source stages, exchange readers)
+read with Spark; the others read their channels in process and start no JVM (:func:`reads_with_spark`).
 """
 
 from __future__ import annotations
@@ -39,10 +42,10 @@ from typing import TYPE_CHECKING, Any
 from tidemark.api import Input, JobSpec, KeyedProcessFunction, Stage, load_job
 from tidemark.kafka.topics import TopicNames
 from tidemark.runtime.job.ownership import co_partitioned_reads
+from tidemark.types import OperatorId
 
 if TYPE_CHECKING:
     from tidemark.runtime.job.attempt import Attempt
-from tidemark.types import OperatorId
 
 READER_SUFFIX = ".read"
 

@@ -7,7 +7,8 @@ workers' readers forwarded to it). Channels are Tidemark's own topics, not the j
 the lane reads them with a Kafka consumer of its own (librdkafka, read_committed) instead of a
 streaming query: no Spark micro-batch per poll (about 100 ms of CPU each, whatever its size), no
 JVM fetching and converting every record to Arrow, no query to start; a process whose lanes all
-read channels starts no SparkSession at all (:func:`tidemark.runtime.worker.bootstrap.reads_with_spark`).
+read channels starts no SparkSession at all
+(:func:`tidemark.runtime.job.physical_plan.reads_with_spark`).
 The job's input is read by a streaming query (a source stage's, or a fused worker's reader lane's).
 
 :class:`ChannelReader` polls from the lane's positions (restored, else the earliest) and hands
