@@ -9,6 +9,14 @@ librdkafka's rules, applied in one place for every transactional producer of Tid
   ``transaction.timeout.ms`` during a long outage) is answered with ``abort_transaction`` (itself
   retried) and the whole transaction is written again: nothing of the aborted one is visible to
   read_committed readers;
+- the same transaction aborted *again* once written anew (the broker reachable in between, since
+  the abort completed) is :class:`TransactionAbortedAgain`: a producer whose records stay
+  undelivered while the broker answers does not recover by writing more (seen once: a producer
+  started while the embedded broker's partitions had no leader for a second failed every later
+  commit with the same records "remaining" for ten minutes, while its peers wrote to the same
+  topic). The error ends the worker's attempt; the next attempt's new producer fences this one
+  (``init_transactions`` with the same id), and the transaction is written from the last
+  completed checkpoint, as after any failure;
 - a *fatal* error (the producer was fenced by a newer attempt) is raised: this process is a zombie.
 
 :func:`fence_transactional_ids` retires transactional ids no live process will use again (the
@@ -88,10 +96,15 @@ def fence_transactional_ids(client: Mapping[str, Any], transactional_ids: Iterab
             producer.close()
 
 
+class TransactionAbortedAgain(RuntimeError):
+    """A transaction written again after an abort was aborted again (see the module docstring)."""
+
+
 def run_transaction(producer: Any, write: Callable[[], None], wait: BrokerWait, operation: str,
                     timeout_s: float = 30.0) -> None:
     """``begin_transaction`` -> ``write()`` (produces the transaction's records) -> commit, as
     described in the module docstring; returns once the transaction is committed."""
+    aborted: str | None = None  # the broker's error when the transaction was aborted once already
     while True:
         producer.begin_transaction()
         write()
@@ -102,6 +115,11 @@ def run_transaction(producer: Any, write: Callable[[], None], wait: BrokerWait, 
             error = exc.args[0] if exc.args else None
             if error is None or not hasattr(error, "txn_requires_abort") or not error.txn_requires_abort():
                 raise
+            if aborted is not None:
+                raise TransactionAbortedAgain(
+                    f"{operation}: the transaction was aborted again after it was written anew ({error}; "
+                    f"the first time: {aborted}); this producer is given up") from exc
+            aborted = str(error)
             log.warning("transaction aborted by the broker; writing it again", operation=operation,
-                        error=str(error))
+                        error=aborted)
         wait.call(f"{operation}: abort", lambda: producer.abort_transaction(timeout_s))
